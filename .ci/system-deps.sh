@@ -1,0 +1,14 @@
+#!/bin/sh
+# Installs the Debian packages the project needs when they are missing (needs root).
+set -e
+PKGS="libegl1 libegl-mesa0 libgl1-mesa-dri libgbm1"
+missing=""
+for p in $PKGS; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "missing system packages:$missing (run as root: apt-get install$missing)" >&2
+  exit 0
+fi
+apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,1 @@
+"""How frames flow: G-buffer conventions, sources, sessions, pipelines, sinks, runner, CLI."""
