@@ -213,10 +213,20 @@ def test_type_mismatch_bad_output_cycle_and_no_output():
 
 
 def test_stream_into_run_once_input_is_refused():
+    class Peek:  # a plain node: runs once, over whole sequences
+        RETURN_TYPES = ()
+        OUTPUT_NODE = True
+        FUNCTION = "peek"
+
+        @classmethod
+        def INPUT_TYPES(cls):
+            return {"required": {"images": ("IMAGE",)}}
+
+    classes = dict(CLASSES, Peek=Peek)
     g = api_graph()
-    g["2"]["inputs"]["seed"] = ["1", 0]
-    with pytest.raises(wfm.WorkflowError, match="node 2 \\(Mix\\): input 'seed' receives a stream but is read once"):
-        rn.StreamRunner(wfm.parse_workflow(g, CLASSES), CLASSES)
+    g["4"] = {"class_type": "Peek", "inputs": {"images": ["2", 0]}}
+    with pytest.raises(wfm.WorkflowError, match="node 4 \\(Peek\\): input 'images' receives a stream, but this node runs once"):
+        rn.StreamRunner(wfm.parse_workflow(g, classes), classes)
 
 
 def test_ui_format_converts_widgets_and_links():
