@@ -15,6 +15,7 @@ from .errors import AlayaError
 # family name -> module under model_zoo/
 FAMILIES: dict[str, str] = {
     "tiny-codec": "codecs.tiny",
+    "gbuffer-encoder": "codecs.gbuffer_encoder",
 }
 
 
