@@ -401,7 +401,7 @@ class NpyWindowsSource:
             raise AlayaError(f"{path}: {len(rgb)} rgb windows for {len(files)} G-buffer windows")
         self.info = StreamInfo(hw[1], hw[0], DEFAULT_FPS, total, depth_near, "srgb", layout="npy-windows",
                                source=str(path))
-        self.description = f"npy-windows ({len(files)} window{'s' * (len(files) != 1)} of {self.lengths[0]} frames)"
+        self.description = f"npy-windows ({len(files)} window{'s' * (len(files) != 1)}, {total} frames)"
 
     def frames(self, start: int, stop: int | None, stride: int):
         stop = self.info.num_frames if stop is None else min(stop, self.info.num_frames)

@@ -3,8 +3,8 @@
 Two modes, chosen by one flag:
   "stretch"  the teacher's way: the whole image, PIL LANCZOS, no crop; aspect ratio not kept
              (720p 16:9 -> 832x480 as the teacher does).
-  "crop"     aspect-preserving: the largest centred box with the target's aspect ratio, then
-             LANCZOS to the target size (PIL's resize(box=...), so crop and scale are one step).
+  "crop"     aspect-preserving: the largest centred box with the target's aspect ratio (whole
+             pixels), cut out, then LANCZOS to the target size.
 
 Teacher form (uint8 (5, H, W, 3)): every pass is LANCZOSed as an 8-bit RGB image, exactly as the
 teacher's data loader does, so 8-bit sources see what the teacher saw.
@@ -31,32 +31,39 @@ from .gbuffer import GBufferFrame
 RESIZE_MODES = ("stretch", "crop")
 
 
-def crop_box(src_hw: tuple[int, int], dst_hw: tuple[int, int], mode: str) -> tuple[float, float, float, float]:
-    """PIL box (left, top, right, bottom) of the source region that maps to the target."""
+def crop_box(src_hw: tuple[int, int], dst_hw: tuple[int, int], mode: str) -> tuple[int, int, int, int]:
+    """Source region (left, top, right, bottom), whole pixels, that is scaled to the target.
+
+    "crop" takes the largest centred box with the target's aspect ratio (rounded to whole pixels,
+    so the filter never reads pixels outside it); "stretch" takes the whole image.
+    """
     if mode not in RESIZE_MODES:
         raise AlayaError(f"resize mode {mode!r} is not one of {', '.join(RESIZE_MODES)}")
     (sh, sw), (dh, dw) = src_hw, dst_hw
     if mode == "stretch":
-        return (0.0, 0.0, float(sw), float(sh))
+        return (0, 0, sw, sh)
     scale = min(sw / dw, sh / dh)  # source pixels per target pixel in the kept box
-    cw, ch = dw * scale, dh * scale
-    left, top = (sw - cw) / 2, (sh - ch) / 2
+    cw, ch = min(sw, max(1, round(dw * scale))), min(sh, max(1, round(dh * scale)))
+    left, top = (sw - cw) // 2, (sh - ch) // 2
     return (left, top, left + cw, top + ch)
 
 
 def _resize_plane(arr: np.ndarray, dst_hw, box, resample) -> np.ndarray:
-    """(H, W) uint8/float32 or (H, W, 3) uint8 -> resized, same dtype."""
+    """(H, W) uint8/float32/int or (H, W, 3) -> the box of it resized to dst_hw, same dtype."""
     from PIL import Image
 
     dh, dw = dst_hw
+    left, top, right, bottom = box
+    arr = arr[top:bottom, left:right]  # hard crop first: PIL's box= would filter across its edges
     if arr.dtype == np.uint8:
-        return np.asarray(Image.fromarray(arr).resize((dw, dh), resample, box=box))
+        return np.asarray(Image.fromarray(np.ascontiguousarray(arr)).resize((dw, dh), resample))
     if arr.ndim == 3:
-        return np.stack([_resize_plane(arr[..., c], dst_hw, box, resample) for c in range(arr.shape[2])], -1)
+        full = (0, 0, arr.shape[1], arr.shape[0])
+        return np.stack([_resize_plane(arr[..., c], dst_hw, full, resample) for c in range(arr.shape[2])], -1)
     if arr.dtype.kind in "iu":
         arr = arr.astype(np.int32)  # PIL "I" mode; only used with NEAREST
-        return np.asarray(Image.fromarray(arr, mode="I").resize((dw, dh), resample, box=box))
-    return np.asarray(Image.fromarray(np.ascontiguousarray(arr, dtype=np.float32), mode="F").resize((dw, dh), resample, box=box))
+        return np.asarray(Image.fromarray(arr, mode="I").resize((dw, dh), resample))
+    return np.asarray(Image.fromarray(np.ascontiguousarray(arr, dtype=np.float32), mode="F").resize((dw, dh), resample))
 
 
 def resize_teacher(images: np.ndarray, size: tuple[int, int], mode: str = "stretch") -> np.ndarray:
