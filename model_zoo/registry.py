@@ -13,7 +13,9 @@ from torch import nn
 from .errors import AlayaError
 
 # family name -> module under model_zoo/
-FAMILIES: dict[str, str] = {}
+FAMILIES: dict[str, str] = {
+    "dit": "dit",
+}
 
 
 def _family_module(family: str):

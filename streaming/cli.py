@@ -13,6 +13,7 @@ from ..model_zoo.errors import AlayaError
 
 # Subcommand name -> module under streaming/commands/. Add a line to add a command.
 COMMANDS: dict[str, str] = {
+    "model": "model",
 }
 
 log = logging.getLogger("alaya_flash")
