@@ -15,6 +15,7 @@ from ..model_zoo.errors import AlayaError
 COMMANDS: dict[str, str] = {
     "demo": "demo",
     "gbuffers": "gbuffers",
+    "model": "model",
 }
 
 log = logging.getLogger("alaya_flash")
