@@ -13,7 +13,10 @@ from torch import nn
 from .errors import AlayaError
 
 # family name -> module under model_zoo/
-FAMILIES: dict[str, str] = {}
+FAMILIES: dict[str, str] = {
+    "dit": "dit",
+    "tiny-codec": "codecs.tiny",
+}
 
 
 def _family_module(family: str):
