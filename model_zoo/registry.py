@@ -14,6 +14,7 @@ from .errors import AlayaError
 
 # family name -> module under model_zoo/
 FAMILIES: dict[str, str] = {
+    "dit": "dit",
     "tiny-codec": "codecs.tiny",
     "gbuffer-encoder": "codecs.gbuffer_encoder",
 }

@@ -13,9 +13,16 @@ from ..model_zoo.errors import AlayaError
 
 # Subcommand name -> module under streaming/commands/. Add a line to add a command.
 COMMANDS: dict[str, str] = {
+    "demo": "demo",
+    "gbuffers": "gbuffers",
+    "model": "model",
 }
 
 log = logging.getLogger("alaya_flash")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Option defaults in --help, and command docstrings shown as written (examples keep their lines)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=module.HELP,
             description=module.__doc__ or module.HELP,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         module.add_arguments(p)
         p.set_defaults(_run=module.run)

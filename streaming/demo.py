@@ -1,0 +1,68 @@
+"""The quickstart demo: a bundled G-buffer stream rendered to a preview video.
+
+Until the default model ships, the "render" is a tiled panel: the five passes as the model sees
+them (teacher form, 8-bit) plus a plain Lambert shading of albedo and normals, so the video shows
+the whole input at a glance. The source is pluggable: DEMO_SOURCES maps a name to a factory
+(width, height, num_frames, seed) -> GBufferStream; the physics world registers itself here when
+it lands, and any G-buffer path works too.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .gbuffer import MODALITIES, linear_to_srgb
+from .readers import GBufferStream
+from .synthetic import synthetic_stream
+
+DEMO_SOURCES: dict[str, Callable[..., GBufferStream]] = {
+    "synthetic": lambda width, height, num_frames, seed: synthetic_stream(width, height, num_frames, seed=seed),
+}
+
+_LIGHT = np.float32([0.4, 0.7, 0.6]) / np.linalg.norm([0.4, 0.7, 0.6])  # camera space, from upper right
+
+
+def lambert_preview(frame) -> np.ndarray:
+    """Canonical frame -> uint8 (H, W, 3): albedo * (ambient + n.l), sRGB encoded; sky light blue."""
+    ndotl = np.clip(frame.normal @ _LIGHT, 0.0, 1.0)[..., None]
+    lin = frame.albedo * (0.25 + 0.75 * ndotl)
+    lin[np.isinf(frame.depth)] = (0.35, 0.5, 0.8)
+    return np.clip(np.rint(linear_to_srgb(lin) * 255), 0, 255).astype(np.uint8)
+
+
+def panel(images: np.ndarray, extra: np.ndarray, extra_label: str) -> np.ndarray:
+    """Teacher form (5, H, W, 3) + one more (H, W, 3) tile -> uint8 (2H, 3W, 3) labelled grid."""
+    from PIL import Image, ImageDraw
+
+    tiles = list(images) + [extra]
+    labels = list(MODALITIES) + [extra_label]
+    h, w = images.shape[1:3]
+    grid = np.zeros((2 * h, 3 * w, 3), np.uint8)
+    for k, tile in enumerate(tiles):
+        r, c = divmod(k, 3)
+        grid[r * h:(r + 1) * h, c * w:(c + 1) * w] = tile
+    im = Image.fromarray(grid)
+    draw = ImageDraw.Draw(im)
+    for k, label in enumerate(labels):
+        r, c = divmod(k, 3)
+        x, y = c * w + 4, r * h + 3
+        draw.text((x + 1, y + 1), label, fill=(0, 0, 0))
+        draw.text((x, y), label, fill=(255, 255, 255))
+    return np.asarray(im)
+
+
+def render_demo(stream: GBufferStream, out: Path, overwrite: bool = False, progress=None) -> int:
+    """Write the preview panel video of stream to out (MP4, atomic); returns frames written."""
+    from .gbuffer import frame_to_teacher
+    from .sinks import Mp4Sink
+
+    with Mp4Sink(out, fps=stream.info.fps, overwrite=overwrite) as sink:
+        for frame in stream:
+            rgb = frame.extras.get("rgb")
+            extra, label = (rgb, "rgb") if rgb is not None else (lambert_preview(frame), "shaded")
+            sink.write(panel(frame_to_teacher(frame, stream.info.depth_near), extra, label))
+            if progress:
+                progress(1)
+    return sink.count

@@ -1,0 +1,184 @@
+"""The Flash sampler session (few-step autoregressive streaming) and the teacher sampler.
+
+Flash, chunk by chunk (after guandeh17/Self-Forcing pipeline/causal_inference.py):
+
+    session = FlashSession(model)                          # model: model_zoo.dit.WanDiT
+    state = session.new_state(prompt_emb, seed=0)           # prompt_emb (B, L, text_dim)
+    for cond in chunks:                                     # cond (B, 80, T_chunk, h, w) G-buffer latents
+        latents, state = session.step(state, cond)          # latents (B, 16, T_chunk, h, w), clean
+    session.set_prompt(state, other_emb)                    # mid-stream prompt change
+    session.reset(state)                                    # same seed, same prompt, from frame 0
+
+Each chunk: 1. fresh noise from the state's generator; 2. the few-step x0 loop at the warped
+timesteps, re-noising between steps, every pass against the rolling KV cache (re-denoising
+overwrites the chunk's slot); 3. one clean pass of the result at t = context_t (0) writes the
+chunk's keys/values for later chunks. The state is updated in place and also returned.
+
+Teacher: `teacher_sample(model, cond, prompt_emb, negative_emb)`: bidirectional Euler over the
+whole window, shift 5, CFG 5 with a negative prompt, 50 steps (model.md §1.6).
+
+Latents are Wan-normalised (the DiT's space), layout BCTHW, float32 on the model's device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..model_zoo.dit import PromptContext, WanDiT
+from ..model_zoo.errors import AlayaError
+from ..model_zoo.kv_cache import ROPE_MODES, KVCache
+from . import sampler
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """How a Flash stream samples. Defaults: Self-Forcing's 4 warped steps, LongLive's window + sink."""
+
+    nominal_steps: tuple[float, ...] = sampler.FEW_STEP_NOMINAL  # warped with `shift` -> 1000, 937.5, 833.3, 625
+    shift: float = sampler.FEW_STEP_SHIFT
+    window_frames: int = 12  # latent frames attended besides the sink, the current chunk included
+    sink_frames: int = 3  # first latent frames of the stream, kept in the cache forever
+    rope: str = "relative"  # "absolute": checkpoint-faithful, ends at 1024 latent frames
+    context_t: float = 0.0  # timestep of the pass that writes a finished chunk into the cache
+
+    def __post_init__(self):
+        if self.rope not in ROPE_MODES:
+            raise AlayaError(f"SessionConfig: rope {self.rope!r} is not one of {', '.join(ROPE_MODES)}")
+        if not self.nominal_steps:
+            raise AlayaError("SessionConfig: nominal_steps is empty")
+
+    @property
+    def timesteps(self) -> torch.Tensor:
+        return sampler.warped_timesteps(self.nominal_steps, self.shift)
+
+
+@dataclass
+class StreamState:
+    """Everything one stream carries between chunks; sized from the model config, bounded."""
+
+    seed: int
+    generator: torch.Generator  # CPU generator: the only source of this stream's noise
+    prompt: PromptContext  # cross-attention K/V of the current prompt
+    cache: KVCache | None = None  # allocated on the first chunk (its size needs the latent size)
+    frame: int = 0  # absolute latent-frame index of the next chunk
+    chunks: int = 0
+    info: dict = field(default_factory=dict)
+
+
+class FlashSession:
+    """Few-step autoregressive sampler over a DiT with a rolling KV cache. Holds no stream state."""
+
+    def __init__(self, model: WanDiT, config: SessionConfig = SessionConfig()):
+        self.model = model
+        self.config = config
+        self.sigmas = [float(t) / 1000 for t in config.timesteps]
+
+    def new_state(self, prompt_emb: torch.Tensor, seed: int = 0) -> StreamState:
+        """A fresh stream for a prompt embedding (B, L, text_dim)."""
+        with torch.no_grad():
+            prompt = self.model.prepare_prompt(prompt_emb)
+        return StreamState(seed=seed, generator=torch.Generator("cpu").manual_seed(seed), prompt=prompt)
+
+    def reset(self, state: StreamState) -> StreamState:
+        """Back to frame 0 with the same seed and prompt; the cache is emptied, not reallocated."""
+        state.generator.manual_seed(state.seed)
+        if state.cache is not None:
+            state.cache.reset()
+        state.frame = state.chunks = 0
+        return state
+
+    def set_prompt(self, state: StreamState, prompt_emb: torch.Tensor) -> StreamState:
+        """Change the prompt mid-stream: recompute the cross-attention K/V of the text.
+
+        The self-attention cache is kept: the frames it holds were made under the old prompt
+        and keep steering continuity; non-sink frames roll out of the window within
+        window_frames latent frames (docs/model.md, "Prompt change"). Call reset() for a cut.
+        """
+        with torch.no_grad():
+            prompt = self.model.prepare_prompt(prompt_emb)
+        if prompt.batch != state.prompt.batch:
+            raise AlayaError(f"new prompt has batch {prompt.batch}, the stream has batch {state.prompt.batch}")
+        state.prompt = prompt
+        return state
+
+    def _check(self, state: StreamState, cond: torch.Tensor) -> None:
+        cfg = self.model.config
+        want = (state.prompt.batch, cfg.cond_dim)
+        if cond.ndim != 5 or tuple(cond.shape[:2]) != want:
+            raise AlayaError(
+                f"conditioning latents have shape {tuple(cond.shape)}, expected ({want[0]}, {want[1]}, frames, height, width)"
+            )
+
+    def step(self, state: StreamState, cond_latents: torch.Tensor) -> tuple[torch.Tensor, StreamState]:
+        """Render one chunk: cond_latents (B, cond_dim, T, h, w) -> clean latents (B, out_dim, T, h, w)."""
+        self._check(state, cond_latents)
+        model, cfg = self.model, self.config
+        b, _, frames, h, w = cond_latents.shape
+        device = next(model.parameters()).device
+        cond = cond_latents.to(device=device, dtype=torch.float32)
+        if state.cache is None:
+            state.cache = model.new_cache(b, h, w, window_frames=cfg.window_frames, sink_frames=cfg.sink_frames, rope=cfg.rope)
+        shape = (b, model.config.out_dim, frames, h, w)
+
+        def draw(_step: int = 0) -> torch.Tensor:  # Wan's recipe: float32 noise on the CPU
+            return torch.randn(shape, generator=state.generator, dtype=torch.float32).to(device)
+
+        def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
+            t = torch.full((b,), 1000 * sigma, device=device)
+            return model(torch.cat([x, cond], 1), t, state.prompt, cache=state.cache, start_frame=state.frame)
+
+        with torch.no_grad():
+            # 1-2. few-step x0 loop; each pass overwrites this chunk's cache slot
+            latents = sampler.sample_x0(
+                lambda x, s: sampler.x0_from_velocity(x, velocity(x, s), s), draw(), self.sigmas, draw
+            )
+            # 3. clean pass: the chunk's final keys/values, seen by every later chunk
+            velocity(latents, cfg.context_t / 1000)
+        state.frame += frames
+        state.chunks += 1
+        return latents, state
+
+
+def teacher_sample(
+    model: WanDiT,
+    cond_latents: torch.Tensor,
+    prompt_emb: torch.Tensor,
+    negative_emb: torch.Tensor | None = None,
+    *,
+    steps: int = sampler.TEACHER_STEPS,
+    shift: float = sampler.TEACHER_SHIFT,
+    cfg: float = sampler.TEACHER_CFG,
+    seed: int = 0,
+    noise: torch.Tensor | None = None,
+    callback: Callable[[int, int], None] | None = None,
+) -> torch.Tensor:
+    """Teacher rendering of one window: bidirectional flow-matching Euler with shift and CFG.
+
+    cond_latents (B, cond_dim, T, h, w); prompt_emb / negative_emb (B, L, text_dim). CFG is
+    uncond + cfg * (cond - uncond) with the negative prompt as uncond (skipped when cfg == 1 or
+    no negative is given). noise (B, out_dim, T, h, w) defaults to a CPU float32 draw from seed.
+    Returns clean latents (B, out_dim, T, h, w) float32.
+    """
+    b, c, frames, h, w = cond_latents.shape
+    if c != model.config.cond_dim:
+        raise AlayaError(f"conditioning latents have {c} channels, the model takes {model.config.cond_dim}")
+    device = next(model.parameters()).device
+    cond = cond_latents.to(device=device, dtype=torch.float32)
+    shape = (b, model.config.out_dim, frames, h, w)
+    if noise is None:
+        noise = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
+    elif tuple(noise.shape) != shape:
+        raise AlayaError(f"teacher noise has shape {tuple(noise.shape)}, expected {shape}")
+    use_cfg = negative_emb is not None and cfg != 1.0
+    with torch.no_grad():
+        pos = model.prepare_prompt(prompt_emb)
+        neg = model.prepare_prompt(negative_emb) if use_cfg else None
+
+        def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
+            inp, t = torch.cat([x, cond], 1), torch.full((b,), 1000 * sigma, device=device)
+            v = model(inp, t, pos)
+            return sampler.cfg_combine(v, model(inp, t, neg), cfg) if use_cfg else v
+
+        return sampler.sample_euler(velocity, noise.to(device), sampler.teacher_sigmas(steps, shift), callback)

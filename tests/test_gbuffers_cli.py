@@ -1,0 +1,127 @@
+"""`alaya-flash gbuffers info|convert` and `alaya-flash demo` through main(argv)."""
+import shutil
+
+import numpy as np
+import pytest
+
+from alaya_flash.streaming.cli import main
+from alaya_flash.streaming.readers import open_gbuffers
+from alaya_flash.streaming.synthetic import synthetic_stream
+
+
+def npy_windows(folder, n=2, t=16, h=64, w=64):
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(n):
+        np.save(folder / f"window-{k:02d}.npy", rng.integers(0, 256, (t, 5, h, w, 3), dtype=np.uint8))
+    return folder
+
+
+def test_info_on_two_npy_windows(tmp_path, capsys):
+    assert main(["gbuffers", "info", str(npy_windows(tmp_path / "w"))]) == 0
+    out = capsys.readouterr().out
+    assert "frames:  32" in out and "size:    64x64" in out and "npy-windows" in out
+    assert "albedo     min 0  max 255" in out
+
+
+def test_info_on_float_exr(tmp_path, capsys):
+    from alaya_flash.streaming import sinks
+
+    sinks.write_stream(synthetic_stream(32, 16, 3), sinks.open_sink(tmp_path / "e", "exr"))
+    assert main(["gbuffers", "info", str(tmp_path / "e"), "--size", "16x8"]) == 0
+    out = capsys.readouterr().out
+    assert "canonical float" in out and "size:    16x8" in out and "background +inf" in out
+
+
+def test_convert_resizes_and_reads_back(tmp_path, capsys):
+    src = npy_windows(tmp_path / "w", n=1, t=5, h=48, w=64)
+    dst = tmp_path / "clip"
+    assert main(["--quiet", "gbuffers", "convert", str(src), str(dst), "--to", "mp4", "--size", "32x32",
+                 "--resize", "crop", "--stride", "2"]) == 0
+    s = open_gbuffers(dst)
+    assert s.info.layout == "teacher-mp4" and s.info.size == (32, 32) and s.info.num_frames == 3
+    assert s.info.fps == 8.0  # the stride halves the rate and the MP4 records it
+
+
+@pytest.mark.parametrize("damage,match", [
+    ("missing", "missing modality"),
+    ("truncated", "truncated"),
+    ("unknown", "unknown layout"),
+])
+def test_convert_bad_input_one_line_nothing_written(tmp_path, capsys, damage, match):
+    src = npy_windows(tmp_path / "w", n=2, t=3, h=8, w=8)
+    if damage == "missing":
+        shutil.rmtree(src)
+        src = tmp_path / "png"
+        for mod in ("albedo", "depth", "metallic", "normal"):
+            (src / mod).mkdir(parents=True)
+    elif damage == "truncated":
+        f = src / "window-01.npy"
+        f.write_bytes(f.read_bytes()[:200])
+    else:
+        for f in src.iterdir():
+            f.rename(f.with_suffix(".bin"))
+    dst = tmp_path / "out" / "converted"
+    assert main(["gbuffers", "convert", str(src), str(dst), "--to", "png"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("alaya-flash: error: ") and match in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_failure_mid_stream_leaves_nothing(tmp_path, capsys):
+    from alaya_flash.streaming import sinks
+
+    src = tmp_path / "png"
+    sinks.write_stream(synthetic_stream(16, 8, 4), sinks.open_sink(src, "png"))
+    (src / "depth" / "000002.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
+    dst = tmp_path / "exr"
+    assert main(["gbuffers", "convert", str(src), str(dst), "--to", "exr"]) == 2
+    assert "000002.png" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["png"]
+
+
+def test_convert_refuses_existing_destination(tmp_path, capsys):
+    src = npy_windows(tmp_path / "w", n=1, t=2, h=8, w=8)
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    assert main(["gbuffers", "convert", str(src), str(dst), "--to", "npy"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["gbuffers", "convert", str(src), str(dst), "--to", "npy", "--overwrite"]) == 0
+    np.testing.assert_array_equal(np.load(dst / "window-0000.npy"), np.load(src / "window-00.npy"))
+
+
+def test_nan_policy_flag(tmp_path, capsys):
+    from alaya_flash.streaming import sinks
+    from alaya_flash.streaming.image_files import read_exr, write_exr
+
+    src = tmp_path / "e"
+    sinks.write_stream(synthetic_stream(16, 8, 2), sinks.open_sink(src, "exr"))
+    chans = read_exr(src / "000001.exr")
+    chans["normal.Y"][3, 4] = np.nan
+    write_exr(src / "000001.exr", chans)
+    assert main(["gbuffers", "convert", str(src), str(tmp_path / "a"), "--to", "npy"]) == 2
+    assert "normal has 1 NaN/Inf pixel, first at (x=4, y=3)" in capsys.readouterr().err
+    assert main(["gbuffers", "convert", str(src), str(tmp_path / "b"), "--to", "npy", "--nan-policy", "fix"]) == 0
+    assert (tmp_path / "b" / "window-0000.npy").exists() and not (tmp_path / "a").exists()
+
+
+def test_demo_writes_a_panel_video(tmp_path, capsys):
+    import av
+
+    out = tmp_path / "o" / "demo.mp4"
+    assert main(["--quiet", "demo", "--out", str(out), "--frames", "5", "--size", "32x16"]) == 0
+    with av.open(str(out)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert len(frames) == 5 and frames[0].shape == (32, 96, 3)
+    assert main(["--quiet", "demo", "--out", str(out), "--frames", "5", "--size", "32x16"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["--quiet", "demo", "--out", str(out), "--source", "nowhere"]) == 2
+    assert "neither a bundled stream" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["gbuffers", "--help"], ["gbuffers", "info", "--help"],
+                                  ["gbuffers", "convert", "--help"], ["demo", "--help"]])
+def test_help(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0 and "usage: alaya-flash" in capsys.readouterr().out

@@ -1,0 +1,255 @@
+"""Bad input: one line naming the file and the problem, and nothing left behind by sinks."""
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+from alaya_flash.model_zoo.errors import AlayaError
+from alaya_flash.streaming import sinks
+from alaya_flash.streaming.gbuffer import MODALITIES
+from alaya_flash.streaming.image_files import read_exr, write_exr, write_png
+from alaya_flash.streaming.readers import open_gbuffers
+from alaya_flash.streaming.synthetic import synthetic_stream
+
+H, W, N = 16, 24, 4
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """One good copy of each layout; tests copy what they break."""
+    root = tmp_path_factory.mktemp("good")
+    src = synthetic_stream(W, H, N, seed=2)
+    for fmt in ("mp4", "png", "exr", "npy"):
+        sinks.write_stream(src, sinks.open_sink(root / fmt, fmt, window=2))
+    return root
+
+
+@pytest.fixture
+def copy(made, tmp_path):
+    def _copy(fmt):
+        dst = tmp_path / f"{fmt}{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(made / fmt, dst)
+        return dst
+
+    return _copy
+
+
+def fails(path, match, **kw):
+    with pytest.raises(AlayaError, match=match) as info:
+        for _ in open_gbuffers(path, **kw).teacher_frames():
+            pass
+    msg = str(info.value)
+    assert "\n" not in msg
+    return msg
+
+
+def truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_missing_modality(copy):
+    for fmt, victim in (("mp4", "roughness.mp4"), ("png", "roughness")):
+        d = copy(fmt)
+        p = d / victim
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+        msg = fails(d, "missing modality roughness")
+        assert str(d) in msg
+
+
+def test_modalities_disagree_in_size(copy):
+    d = copy("png")
+    for f in (d / "depth").iterdir():
+        write_png(f, np.zeros((H, W + 2), np.uint8))
+    fails(d, r"modalities disagree in size: .*000000.png is 26x16")
+    d = copy("mp4")
+    with sinks.TeacherMp4Sink(d / "small", fps=16) as s:
+        for _ in range(N):
+            s.write(gbuffer=np.zeros((5, 8, 8, 3), np.uint8))
+    (d / "small" / "normal.mp4").replace(d / "normal.mp4")
+    fails(d, r"modalities disagree in size: .*normal.mp4 is 8x8")
+
+
+def test_modalities_disagree_in_frame_count(copy):
+    d = copy("png")
+    sorted((d / "metallic").iterdir())[-1].unlink()
+    fails(d, "modalities disagree in frame count: .*metallic has 3")
+    d = copy("mp4")
+    with sinks.TeacherMp4Sink(d / "short", fps=16) as s:
+        for _ in range(N - 1):
+            s.write(gbuffer=np.zeros((5, H, W, 3), np.uint8))
+    (d / "short" / "depth.mp4").replace(d / "depth.mp4")
+    fails(d, r"modalities disagree in frame count: .*depth.mp4 has 3")
+
+
+def test_corrupt_and_truncated_png(copy):
+    d = copy("png")
+    f = d / "normal" / "000002.png"
+    truncate(f)
+    msg = fails(d, "corrupt or truncated PNG")
+    assert str(f) in msg
+    f.write_bytes(b"not a png at all, just some text bytes")
+    fails(d, r"000002.png: not a PNG file")
+
+
+def test_corrupt_and_truncated_exr(copy):
+    d = copy("exr")
+    truncate(d / "000001.exr")
+    fails(d, r"000001.exr: corrupt or truncated EXR")
+    (d / "000000.exr").write_bytes(b"garbage" * 20)
+    fails(d, r"000000.exr: corrupt or truncated EXR")
+
+
+def test_truncated_mp4(copy):
+    d = copy("mp4")
+    truncate(d / "metallic.mp4")
+    fails(d, r"metallic.mp4: not a readable MP4")
+
+
+def test_truncated_and_wrong_npy(copy):
+    d = copy("npy")
+    truncate(d / "window-0001.npy")
+    fails(d, r"window-0001.npy: truncated .npy")
+    d = copy("npy")
+    np.save(d / "window-0001.npy", np.zeros((2, 5, H, W, 3), np.float32))
+    fails(d, r"window-0001.npy: window is float32 \(2, 5, 16, 24, 3\), expected uint8 \(T, 5, H, W, 3\)")
+    np.save(d / "window-0001.npy", np.zeros((2, 4, H, W, 3), np.uint8))
+    fails(d, r"window is uint8 \(2, 4, 16, 24, 3\)")
+    np.save(d / "window-0001.npy", np.zeros((2, 5, H, W + 2, 3), np.uint8))
+    fails(d, r"window-0001.npy: window is 26x16, window-0000.npy is 24x16")
+    (d / "window-0001.npy").write_bytes(b"\x93NUMPY garbage")
+    fails(d, r"window-0001.npy: not a readable .npy")
+
+
+def test_wrong_channel_count(copy):
+    d = copy("png")
+    write_png(d / "albedo" / "000001.png", np.zeros((H, W, 3), np.uint8))  # fine
+    from PIL import Image
+
+    Image.fromarray(np.zeros((H, W, 4), np.uint8)).save(d / "albedo" / "000001.png")
+    fails(d, r"albedo.000001.png: PNG has 4 channels \(with alpha\)")
+    d = copy("png")
+    write_png(d / "normal" / "000003.png", np.zeros((H, W), np.uint8))
+    fails(d, r"normal.000003.png: normal has 1 channel, expected 3")
+
+
+def test_wrong_exr_channels(copy, tmp_path):
+    d = copy("exr")
+    write_exr(d / "000002.exr", {"Q": np.zeros((H, W), np.float32)})
+    # the first frame sets the layers; a later frame without them is named
+    fails(d, r"000002.exr: albedo EXR needs channels albedo.R/albedo.G/albedo.B \(has none\)")
+
+
+def _poke_exr(path, layer, value, pixels):
+    chans = read_exr(path)
+    for y, x in pixels:
+        chans[layer][y, x] = value
+    write_exr(path, chans)
+
+
+def test_nan_in_exr_depth_errors_with_count_and_first_pixel(copy):
+    d = copy("exr")
+    _poke_exr(d / "000001.exr", "depth.Z", np.nan, [(5, 7), (3, 9), (5, 8)])
+    msg = fails(d, r"000001.exr: depth has 3 NaN/-Inf pixels, first at \(x=9, y=3\)")
+    assert "nan_policy='fix'" in msg
+
+
+def test_nan_fix_policy_replaces_with_background(copy, caplog):
+    d = copy("exr")
+    _poke_exr(d / "000001.exr", "depth.Z", -np.inf, [(2, 2)])
+    _poke_exr(d / "000001.exr", "normal.X", np.inf, [(4, 4)])
+    with caplog.at_level(logging.WARNING):
+        frames = list(open_gbuffers(d, nan_policy="fix"))
+    assert np.isposinf(frames[1].depth[2, 2])
+    assert (frames[1].normal[4, 4] == [0, 0, 1]).all()
+    assert "depth has 1 NaN/-Inf pixel, first at (x=2, y=2)" in caplog.text
+    assert "normal has 1 NaN/Inf pixel" in caplog.text
+    # +inf depth is the documented background marker, not an error
+    assert np.isinf(frames[0].depth).any()
+
+
+def test_empty_stream(copy, tmp_path):
+    d = tmp_path / "empty"
+    for m in MODALITIES:
+        (d / m).mkdir(parents=True)
+    fails(d, "empty stream")
+    fails(copy("npy"), r"empty stream \(no frames in range start=4", start=4)
+    e = tmp_path / "nothing"
+    e.mkdir()
+    (e / "notes.txt").write_text("hi")
+    fails(e, "unknown layout: found no")
+
+
+def test_unknown_layout(tmp_path):
+    f = tmp_path / "clip.mp4"
+    f.write_bytes(b"")
+    fails(f, "unknown layout: a G-buffer stream is a folder")
+    d = tmp_path / "imgs"
+    d.mkdir()
+    write_png(d / "0001.png", np.zeros((4, 4, 3), np.uint8))
+    fails(d, "unknown layout: images carry no modality")
+    fails(tmp_path / "does-not-exist", "no such file or folder")
+    with pytest.raises(AlayaError, match="unknown layout 'avi'"):
+        open_gbuffers(d, layout="avi")
+
+
+def test_bad_options():
+    src = synthetic_stream(W, H, N)
+    with pytest.raises(AlayaError, match="nan_policy 'ignore' is not one of error, fix"):
+        open_gbuffers(".", nan_policy="ignore")
+    with pytest.raises(AlayaError, match="resize mode 'fit' is not one of stretch, crop"):
+        type(src)(src.source, resize="fit")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sinks.
+
+
+def test_sink_never_overwrites_without_flag(tmp_path):
+    dst = tmp_path / "out.mp4"
+    dst.write_bytes(b"precious")
+    with pytest.raises(AlayaError, match=r"out.mp4: already exists; pass overwrite=True \(--overwrite\)"):
+        sinks.Mp4Sink(dst)
+    assert dst.read_bytes() == b"precious"
+    with sinks.Mp4Sink(dst, overwrite=True) as s:
+        s.write(np.zeros((8, 8, 3), np.uint8))
+    assert dst.read_bytes() != b"precious" and not (tmp_path / "out.mp4.tmp").exists()
+
+
+def test_sink_exception_leaves_nothing(tmp_path):
+    for make in (lambda p: sinks.Mp4Sink(p / "a.mp4"), lambda p: sinks.PngSequenceSink(p / "seq"),
+                 lambda p: sinks.ExrSequenceSink(p / "exr"), lambda p: sinks.NpyWindowSink(p / "w", window=2),
+                 lambda p: sinks.TeacherMp4Sink(p / "clip")):
+        root = tmp_path / "deep" / "er"
+        with pytest.raises(RuntimeError):
+            with make(root) as s:
+                for _ in range(3):
+                    s.write(rgb=np.zeros((8, 8, 3), np.uint8), gbuffer=np.zeros((5, 8, 8, 3), np.uint8)) \
+                        if not isinstance(s, sinks.Mp4Sink) else s.write(np.zeros((8, 8, 3), np.uint8))
+                raise RuntimeError("boom")
+        assert not (tmp_path / "deep").exists(), make  # temp output and the parents it made are gone
+
+
+def test_existing_output_survives_failed_overwrite(tmp_path):
+    dst = tmp_path / "seq"
+    dst.mkdir()
+    (dst / "keep.txt").write_text("old")
+    with pytest.raises(AlayaError, match="size 10x8 differs from the first frame's 8x8"):
+        with sinks.PngSequenceSink(dst, overwrite=True) as s:
+            s.write(np.zeros((8, 8, 3), np.uint8))
+            s.write(np.zeros((8, 10, 3), np.uint8))
+    assert (dst / "keep.txt").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["seq"]
+
+
+def test_mp4_needs_even_size_and_rgb(tmp_path):
+    with pytest.raises(AlayaError, match="needs even width and height, got 9x8"):
+        with sinks.Mp4Sink(tmp_path / "odd.mp4") as s:
+            s.write(np.zeros((8, 9, 3), np.uint8))
+    with pytest.raises(AlayaError, match=r"RGB frame has shape \(8, 8\), expected \(H, W, 3\)"):
+        with sinks.Mp4Sink(tmp_path / "gray.mp4") as s:
+            s.write(np.zeros((8, 8), np.uint8))
+    with pytest.raises(AlayaError, match="Mp4Sink does not write gbuffer frames"):
+        with sinks.Mp4Sink(tmp_path / "g.mp4") as s:
+            s.write(gbuffer=np.zeros((5, 8, 8, 3), np.uint8))
+    assert not list(tmp_path.iterdir())
