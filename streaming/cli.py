@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "demo": "demo",
     "gbuffers": "gbuffers",
     "model": "model",
+    "world": "world",
 }
 
 log = logging.getLogger("alaya_flash")

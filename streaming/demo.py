@@ -17,8 +17,15 @@ from .gbuffer import MODALITIES, linear_to_srgb
 from .readers import GBufferStream
 from .synthetic import synthetic_stream
 
+def _world_stream(width: int, height: int, num_frames: int, seed: int) -> GBufferStream:
+    from .world import WorldConfig, world_stream  # MuJoCo + moderngl load only when asked for
+
+    return world_stream(WorldConfig(seed=seed, width=width, height=height, num_frames=num_frames, presets=()))
+
+
 DEMO_SOURCES: dict[str, Callable[..., GBufferStream]] = {
     "synthetic": lambda width, height, num_frames, seed: synthetic_stream(width, height, num_frames, seed=seed),
+    "world": _world_stream,  # the physics world (streaming/world/)
 }
 
 _LIGHT = np.float32([0.4, 0.7, 0.6]) / np.linalg.norm([0.4, 0.7, 0.6])  # camera space, from upper right

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output MP4 file")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument("--source", default="synthetic",
-                        help="a bundled stream name (synthetic) or a G-buffer path")
+                        help="a bundled stream name (synthetic, world) or a G-buffer path")
     parser.add_argument("--frames", type=int, default=64, help="frames to render")
     parser.add_argument("--size", type=parse_size, default=(144, 256), metavar="WxH",
                         help="size of each pass tile, WIDTHxHEIGHT (even numbers); default 256x144")

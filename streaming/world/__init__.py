@@ -9,7 +9,8 @@ from .camera import CAMERA_PATHS, Camera, CameraPath
 from .play import Controls, PlayableWorld
 from .scene import Scene, SceneConfig, build_scene
 from .shading import PRESETS, LightingPreset, get_preset, shade
-from .world import World, WorldConfig, WorldSource
+from .world import World, WorldConfig, WorldSource, world_stream
 
 __all__ = ["CAMERA_PATHS", "Camera", "CameraPath", "Controls", "PlayableWorld", "Scene", "SceneConfig",
-           "build_scene", "PRESETS", "LightingPreset", "get_preset", "shade", "World", "WorldConfig", "WorldSource"]
+           "build_scene", "PRESETS", "LightingPreset", "get_preset", "shade", "World", "WorldConfig", "WorldSource",
+           "world_stream"]

@@ -6,6 +6,11 @@
         frame.extras["rgb"]          # ground truth (H, W, 3) uint8 under the first preset
     for chunk in source.teacher_chunks(16):   # uint8 (T, 5, H, W, 3), what the models eat
         ...
+    stream = world_stream(config, size=(448, 832))   # the same as a readers.GBufferStream
+
+`world_stream` wraps the source in the readers' GBufferStream, so the world is a drop-in for
+`open_gbuffers(path)`: same .info, iteration, teacher_frames / teacher_chunks, start / stop /
+stride and resizing.
 
 Each iteration rebuilds the scene from the seed, so iterating twice gives the same frames bit
 for bit. Extras per frame: "object_id" (H, W) int32 (geom id + 1, 0 = background); with presets,
@@ -21,7 +26,8 @@ from typing import Iterator
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
-from ..gbuffer import GBufferFrame, StreamInfo, frame_to_teacher
+from ..gbuffer import GBufferFrame, StreamInfo
+from ..readers import GBufferStream
 from .camera import CAMERA_PATHS, Camera, CameraPath
 from .raster import check_size, make_renderer
 from .scene import MAX_OBJECTS, Scene, SceneConfig, build_scene
@@ -93,6 +99,11 @@ class World:
         c = self.config
         return Camera.look_at(eye, target, c.width, c.height, c.fov_y)
 
+    @property
+    def backend(self) -> str:
+        """"gl" (rasterizer) or "torch" (ray caster): what actually renders."""
+        return "torch" if type(self.renderer).__name__ == "RayCaster" else "gl"
+
     def frame(self, camera: Camera | None = None) -> tuple[GBufferFrame, Camera]:
         """Render the current physics state into a canonical frame (+ extras); does not step."""
         camera = camera or self.camera()
@@ -158,15 +169,15 @@ class WorldSource:
         for frame, _ in self.frames_with_cameras():
             yield frame
 
-    def teacher_chunks(self, chunk_frames: int) -> Iterator[np.ndarray]:
-        """uint8 (T, 5, H, W, 3) chunks in MODALITIES order; the last may be shorter."""
-        if chunk_frames < 1:
-            raise AlayaError(f"world: chunk length {chunk_frames} must be at least 1")
-        chunk = []
-        for frame in self:
-            chunk.append(frame_to_teacher(frame, self.info.depth_near))
-            if len(chunk) == chunk_frames:
-                yield np.stack(chunk)
-                chunk = []
-        if chunk:
-            yield np.stack(chunk)
+    def stream(self, **reader_options) -> GBufferStream:
+        """This source as a readers.GBufferStream (options: start, stop, stride, size, resize)."""
+        return GBufferStream.from_frames(self.info, self.__iter__, **reader_options)
+
+    def teacher_chunks(self, length: int, drop_last: bool = False) -> Iterator[np.ndarray]:
+        """uint8 (T, 5, H, W, 3) chunks in MODALITIES order; the last may be shorter unless drop_last."""
+        return self.stream().teacher_chunks(length, drop_last=drop_last)
+
+
+def world_stream(config: WorldConfig = WorldConfig(), **reader_options) -> GBufferStream:
+    """The physics world as a GBufferStream, the readers' stream type (see module docstring)."""
+    return WorldSource(config).stream(**reader_options)

@@ -1,0 +1,104 @@
+"""Write one physics-world clip folder with the project's sinks (layout: commands/world.py).
+
+The folder is assembled in OUT.tmp and moved into place at the end, so OUT appears whole or not
+at all; on any error every sink is aborted and nothing is left behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ...model_zoo.errors import AlayaError
+from ..gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
+from ..sinks import AtomicOutput, ExrSequenceSink, Mp4Sink, NpyWindowSink, TeacherMp4Sink
+from .shading import get_preset
+from .world import World, WorldConfig
+
+CLIP_FORMAT = "alaya-flash world clip v1"
+
+
+def write_clip(config: WorldConfig, out, overwrite: bool = False, window: int = 16, exr: bool = False,
+               progress=None) -> Path:
+    """Render `config` into the clip folder `out`; returns its path. progress(1) is called per frame."""
+    config.validate()
+    if config.num_frames is None:
+        raise AlayaError("world: a clip needs a frame count (num_frames is None)")
+    depth_near = DEFAULT_DEPTH_NEAR
+    dst = AtomicOutput(out, overwrite=overwrite, is_dir=True)
+    tmp = dst.tmp
+    sinks = {"teacher": TeacherMp4Sink(tmp / "_teacher", fps=config.fps, depth_near=depth_near),
+             "windows": NpyWindowSink(tmp / "windows", window=window, depth_near=depth_near)}
+    for name in config.presets:
+        sinks[f"preset:{name}"] = Mp4Sink(tmp / "presets" / f"{name}.mp4", fps=config.fps)
+    if exr:
+        sinks["exr"] = ExrSequenceSink(tmp / "exr", depth_near=depth_near)
+    frames_meta, world = [], None
+    try:
+        world = World(config)
+        for _ in range(config.num_frames):
+            frame, camera = world.frame()
+            world.advance()
+            rgb = frame.extras.get("rgb")
+            sinks["teacher"].write(rgb=rgb, gbuffer=frame)
+            sinks["windows"].write(rgb=rgb, gbuffer=frame)
+            for name in config.presets:
+                key = f"rgb_{name}" if len(config.presets) > 1 else "rgb"
+                sinks[f"preset:{name}"].write(rgb=frame.extras[key])
+            if exr:
+                sinks["exr"].write(gbuffer=frame)
+            frames_meta.append({"index": frame.index, "timestamp": frame.timestamp,
+                                "world_to_camera": camera.world_to_camera.tolist(),
+                                "camera_to_world": camera.camera_to_world.tolist()})
+            if progress:
+                progress(1)
+        for sink in sinks.values():
+            sink.close()
+        for name in MODALITIES + (("rgb",) if config.presets else ()):
+            os.replace(tmp / "_teacher" / f"{name}.mp4", tmp / f"{name}.mp4")
+        os.rmdir(tmp / "_teacher")
+        meta = _metadata(config, camera, frames_meta, window, exr, world.backend, depth_near)
+        (tmp / "clip.json").write_text(json.dumps(meta, indent=1))
+        (tmp / "scene.xml").write_text(world.scene.xml)
+    except BaseException:
+        for sink in sinks.values():
+            sink.abort()
+        dst.abort()
+        raise
+    finally:
+        if world is not None:
+            world.close()
+    return dst.commit()
+
+
+def _metadata(config: WorldConfig, camera, frames, window, exr, backend, depth_near) -> dict:
+    presets = [get_preset(n) for n in config.presets]
+    cam = camera.to_json()
+    return {
+        "format": CLIP_FORMAT,
+        "seed": config.seed,
+        "frames": len(frames),
+        "fps": config.fps,
+        "width": config.width,
+        "height": config.height,
+        "objects": config.num_objects,
+        "camera_path": config.camera,
+        "renderer": backend,
+        "shadows": config.shadows,
+        "depth_near": depth_near,
+        "preset": presets[0].name if presets else None,
+        "prompt": presets[0].prompt if presets else None,
+        "presets": [{"name": p.name, "prompt": p.prompt, "video": f"presets/{p.name}.mp4",
+                     "sun_direction_world": p.sun_direction.tolist()} for p in presets],
+        "files": {
+            "gbuffers": [f"{m}.mp4" for m in MODALITIES],
+            "rgb": "rgb.mp4 (first preset, lossless)" if presets else None,
+            "npy_windows": f"windows/window-NNNN.npy uint8 (T<={window}, 5, H, W, 3)",
+            "exr": "exr/NNNNNN.exr canonical float passes" if exr else None,
+            "scene": "scene.xml (MJCF)",
+        },
+        "intrinsics": {"K": cam["K"], "fov_y_deg": cam["fov_y_deg"], "near": cam["near"], "far": cam["far"],
+                       "width": cam["width"], "height": cam["height"]},
+        "convention": cam["convention"],
+        "cameras": frames,
+    }
