@@ -16,6 +16,7 @@ from .errors import AlayaError
 FAMILIES: dict[str, str] = {
     "dit": "dit",
     "tiny-codec": "codecs.tiny",
+    "gbuffer-encoder": "codecs.gbuffer_encoder",
 }
 
 
