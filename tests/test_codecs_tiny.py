@@ -123,3 +123,10 @@ def test_latent_normalization_and_frame_arithmetic():
     assert [latents.pixel_frames(t) for t in (1, 2, 21)] == [1, 5, 81]
     with pytest.raises(AlayaError, match="8 channels on dim 1, expected 16"):
         latents.normalize(torch.zeros(1, 8, 1, 1, 1))
+
+
+def test_cli_model_spec_lists_the_shared_key_file(capsys):
+    from alaya_flash.streaming.cli import main
+
+    assert main(["model", "spec", "taew2_1"]) == 0
+    assert capsys.readouterr().out.splitlines() == key_file_lines("taew2_1.keys.txt")
