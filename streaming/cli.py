@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "demo": "demo",
     "gbuffers": "gbuffers",
     "model": "model",
+    "train": "train",
     "world": "world",
 }
 
