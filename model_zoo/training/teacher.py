@@ -81,7 +81,7 @@ def flow_loss(model: dit.WanDiT, x0: torch.Tensor, cond: torch.Tensor, prompt: t
 
 def run_teacher(cfg: TeacherStageConfig, log, progress=None) -> int:
     data = prepare_latents(cfg, "train", log)
-    dcfg = dit_config(cfg)
+    dcfg = replace(dit_config(cfg), text_dim=data.negative.shape[-1])  # the text encoder's width (MiniLM: 384)
     if data.cond.shape[1] != dcfg.cond_dim:
         raise AlayaError(f"teacher stage: latents have {data.cond.shape[1]} conditioning channels, the DiT takes {dcfg.cond_dim}")
     torch.manual_seed(cfg.seed)
