@@ -17,6 +17,7 @@ FAMILIES: dict[str, str] = {
     "dit": "dit",
     "tiny-codec": "codecs.tiny",
     "gbuffer-encoder": "codecs.gbuffer_encoder",
+    "wan-vae": "codecs.wan_vae",
 }
 
 

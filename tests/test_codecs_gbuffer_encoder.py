@@ -8,7 +8,7 @@ from alaya_flash.model_zoo import latents, loading, registry
 from alaya_flash.model_zoo.codecs.gbuffer_encoder import (
     GBufferEncoder,
     GBufferEncoderConfig,
-    GBufferStream,
+    GBufferEncoderStream,
     join_branches,
     split_branches,
 )
@@ -57,7 +57,7 @@ def test_streaming_equals_parallel_frame_by_frame():
     enc = micro_encoder()
     images = teacher_frames(13)
     whole = enc.encode(images)
-    stream, got = GBufferStream(enc), []
+    stream, got = GBufferEncoderStream(enc), []
     for t in range(images.shape[1]):
         out = stream.encode(images[0, t])
         assert (out is not None) == (t % 4 == 0)
@@ -70,7 +70,7 @@ def test_streaming_equals_parallel_frame_by_frame():
 
 
 def test_stream_memory_is_flat():
-    stream = GBufferStream(micro_encoder())
+    stream = GBufferEncoderStream(micro_encoder())
     frame = teacher_frames(1, 8, 8)[0, 0]
     shapes = []
     for step in range(1, 42):

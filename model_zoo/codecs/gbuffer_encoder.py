@@ -53,7 +53,7 @@ CONFIGS: dict[str, GBufferEncoderConfig] = {
 
 
 class GBufferEncoder(nn.Module):
-    """Five grouped TAEHV-style encoders. encode(): whole clip; GBufferStream: frame by frame."""
+    """Five grouped TAEHV-style encoders. encode(): whole clip; GBufferEncoderStream: frame by frame."""
 
     def __init__(self, cfg: GBufferEncoderConfig):
         super().__init__()
@@ -90,7 +90,7 @@ class GBufferEncoder(nn.Module):
 
     def encode(self, images: Tensor) -> Tensor:
         """Teacher-form G-buffers of a clip (T frames) -> (B, 80, (T - 1) // 4 + 1, H/8, W/8)."""
-        stream = GBufferStream(self)
+        stream = GBufferEncoderStream(self)
         z = stream.encode(images)
         if z is None:  # cannot happen: frame 0 always yields latent 0
             raise AlayaError("G-buffer encoder: empty clip")
@@ -99,10 +99,10 @@ class GBufferEncoder(nn.Module):
         return z
 
 
-class GBufferStream:
+class GBufferEncoderStream:
     """Per-branch memory of a GBufferEncoder, fed one frame (or a chunk) at a time.
 
-        stream = GBufferStream(encoder)
+        stream = GBufferEncoderStream(encoder)
         for images in gbuffer_chunks:        # teacher form (B, t, 5, H, W, 3) or one frame (5, H, W, 3)
             cond = stream.encode(images)     # (B, 80, k, H/8, W/8), or None until a latent is ready
 
