@@ -228,7 +228,10 @@ def rope_freqs(first: int, frames: int, rows: int, cols: int, head_dim: int, the
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs of x (B, heads, N, D) by complex freqs (N, D/2), in float32 (as Wan)."""
+    """Rotate interleaved pairs of x (B, heads, N, D) by complex freqs (N, D/2).
+
+    In float32 (Wan rotates in float64; the difference is far below bf16 resolution).
+    """
     pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
     return torch.view_as_real(pairs * freqs).flatten(-2).to(x.dtype)
 
