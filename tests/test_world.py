@@ -223,3 +223,12 @@ def test_camera_projection_matches_intrinsics():
     clip = cam.projection() @ p_cam
     ndc = clip[:3] / clip[3]
     np.testing.assert_allclose([(ndc[0] + 1) / 2 * 80, (1 - ndc[1]) / 2 * 60], [u, v], atol=1e-9)
+
+
+def test_shadow_map_agrees_with_shadow_rays(scene):
+    cam = Camera.look_at((3.5, -3.0, 2.5), (0.0, 0.0, 0.3), 64, 64)
+    sun = (np.array([0.4, 0.3, 0.85]),)
+    gl = GLRenderer(scene, 64, 64).render(cam, sun_dirs=sun)["sun_visibility"][0]
+    rc = RayCaster(scene, 64, 64).render(cam, sun_dirs=sun)["sun_visibility"][0]
+    assert (rc == 0).mean() > 0.01  # there are shadows to compare
+    assert (np.abs(gl - rc) < 0.5).mean() > 0.97  # PCF-softened edges may differ

@@ -190,20 +190,29 @@ class RayCaster:
         g_best = torch.full((n_rays,), -1, dtype=torch.long)
         p_best = torch.zeros(n_rays, 3, dtype=torch.float64)
         n_best = torch.zeros(n_rays, 3, dtype=torch.float64)
-        # All geoms' local frames in one matmul each: (N, 3) @ (3, 3G) -> (N, 3G).
-        rot_all = rot.permute(1, 0, 2).reshape(3, -1)
-        d_all = dirs @ rot_all
-        o_all = origins @ rot_all - torch.einsum("gi,gij->gj", pos, rot).reshape(1, -1)
+        rbound = self.scene.model.geom_rbound
         for g in range(self.scene.ngeom):
-            o_l = o_all[:, 3 * g:3 * g + 3]  # R^T (o - p) with row vectors
-            d_l = d_all[:, 3 * g:3 * g + 3]
+            # Only rays that pass within the geom's bounding sphere (MuJoCo's geom_rbound; 0 for
+            # planes, which take every ray) are intersected exactly.
+            if rbound[g] > 0:
+                v = pos[g] - origins
+                tc = _dot(v, dirs)
+                near = (_dot(v, v) - tc * tc <= rbound[g] ** 2) & (tc > t_min - rbound[g])
+                idx = near.nonzero().squeeze(1)
+                if len(idx) == 0:
+                    continue
+            else:
+                idx = torch.arange(n_rays)
+            o_l = (origins[idx] - pos[g]) @ rot[g]  # R^T (o - p) with row vectors
+            d_l = dirs[idx] @ rot[g]
             t, n_l = self._intersect(g, o_l, d_l)
-            t = torch.where(t > t_min, t, INF)
-            better = t < t_best
-            t_best = torch.where(better, t, t_best)
-            g_best = torch.where(better, g, g_best)
-            p_best = torch.where(better[:, None], o_l + torch.nan_to_num(t[:, None] * d_l, posinf=0.0), p_best)
-            n_best = torch.where(better[:, None], n_l @ rot[g].T, n_best)  # world-space normal
+            better = (t > t_min) & (t < t_best[idx])
+            sel = idx[better]
+            t, o_l, d_l, n_l = t[better], o_l[better], d_l[better], n_l[better]
+            t_best[sel] = t
+            g_best[sel] = g
+            p_best[sel] = o_l + t[:, None] * d_l
+            n_best[sel] = n_l @ rot[g].T  # world-space normal
         return t_best, g_best, p_best, n_best
 
     def render(self, camera: Camera, sun_dirs: tuple = ()) -> dict[str, np.ndarray]:
