@@ -65,6 +65,7 @@ uniform sampler2D materials;  // 4 texels per geom: (albedo, metallic) (albedo2,
 uniform int num_suns;
 uniform sampler2DShadow shadow0;
 uniform mat4 sun_matrix0;  // camera space -> shadow map clip space
+uniform float shadow_offset;  // metres
 in vec3 v_local;
 in vec3 v_view;
 in vec3 v_normal;
@@ -74,9 +75,10 @@ layout(location = 0) out vec4 out_albedo;
 layout(location = 1) out vec4 out_normal;
 layout(location = 2) out vec4 out_depth;
 
-float sun_visibility() {
+float sun_visibility(vec3 n) {
     if (num_suns == 0) return 1.0;
-    vec4 p = sun_matrix0 * vec4(v_view, 1.0);
+    // Normal offset (about two shadow-map texels) keeps grazing surfaces free of shadow acne.
+    vec4 p = sun_matrix0 * vec4(v_view + n * shadow_offset, 1.0);
     vec3 uvz = p.xyz / p.w * 0.5 + 0.5;
     float texel = 1.0 / float(textureSize(shadow0, 0).x);
     float sum = 0.0;
@@ -105,7 +107,7 @@ void main() {
     }
     out_albedo = vec4(albedo, m0.a);
     out_normal = vec4(n, m1.a);
-    out_depth = vec4(-v_view.z, float(v_geom + 1), sun_visibility(), 0.0);
+    out_depth = vec4(-v_view.z, float(v_geom + 1), sun_visibility(n), 0.0);
 }
 """
 
@@ -270,6 +272,7 @@ class GLRenderer:
         self.modelview.use(0)
         self.shadow_vao.render(moderngl.TRIANGLES)
         # Camera space -> shadow clip space, for the geometry pass.
+        self.prog["shadow_offset"].value = 2.0 * 2.0 / proj[0, 0] / self.SHADOW_SIZE
         self.prog["sun_matrix0"].write((proj @ view @ camera.camera_to_world).T.astype("f4").tobytes())
 
     def release(self) -> None:
