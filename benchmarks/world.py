@@ -6,10 +6,11 @@
 Each variant runs the playable loop (controls in, physics step, render, readback to numpy) for
 --frames ticks after a warm-up and prints the median time per frame and its FPS:
   gbuffer        G-buffers only (the rasterizer's one geometry pass)
-  +gt            plus ground truth under one preset (numpy deferred PBR, shading.shade)
+  +gt            plus ground truth under one preset (GL deferred PBR pass, = shading.shade)
   +gt+shadows    plus a shadow map and the sun-visibility pass
   raycast        the PyTorch ray caster fallback, G-buffers only (few frames: it is slow)
-Set LP_NUM_THREADS (llvmpipe) and torch threads before comparing runs; timings vary with load.
+llvmpipe takes its thread count from LP_NUM_THREADS (default: one per core); torch (ray caster)
+from --torch-threads. On a loaded machine one torch thread is much faster than two.
 """
 from __future__ import annotations
 
@@ -42,9 +43,13 @@ def main(argv=None) -> int:
     parser.add_argument("--frames", type=int, default=60, help="timed frames per variant")
     parser.add_argument("--objects", type=int, default=20, help="dynamic objects in the scene")
     parser.add_argument("--no-raycast", action="store_true", help="skip the (slow) ray-caster variant")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (ray caster)")
     args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
     print(f"cpu cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.2f}, "
-          f"LP_NUM_THREADS={os.environ.get('LP_NUM_THREADS', 'unset')}")
+          f"LP_NUM_THREADS={os.environ.get('LP_NUM_THREADS', 'unset')}, torch threads: {args.torch_threads}")
     print(f"{'size':>5} {'variant':<13} {'ms/frame':>9} {'fps':>7}")
     for size in args.sizes:
         variants = [("gbuffer", (), False, "gl"), ("+gt", ("bright_sunny",), False, "gl"),

@@ -14,6 +14,7 @@ import torch
 from ...model_zoo.errors import AlayaError
 from .camera import Camera
 from .geometry import PLANE_INFINITE, mesh_face_normals
+from .shading import shade
 from .scene import BOX, CAPSULE, CYLINDER, ELLIPSOID, MESH, PLANE, SPHERE, Scene
 
 SUPPORTED = {PLANE, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH}
@@ -215,7 +216,8 @@ class RayCaster:
             n_best[sel] = n_l @ rot[g].T  # world-space normal
         return t_best, g_best, p_best, n_best
 
-    def render(self, camera: Camera, sun_dirs: tuple = ()) -> dict[str, np.ndarray]:
+    def render(self, camera: Camera, sun_dirs: tuple = (), presets: tuple = ()) -> dict[str, np.ndarray]:
+        """Same passes as GLRenderer.render; "rgb" comes from shading.shade() (the definition)."""
         if (camera.width, camera.height) != (self.width, self.height):
             raise AlayaError(f"world: camera is {camera.width}x{camera.height}, renderer is {self.width}x{self.height}")
         h, w = self.height, self.width
@@ -255,6 +257,12 @@ class RayCaster:
         if sun_dirs:
             passes["sun_visibility"] = self._sun_visibility(eye + t.nan_to_num(posinf=0)[:, None] * d_world,
                                                             n_world, hit, sun_dirs)
+        if presets:
+            if sun_dirs and len(sun_dirs) != len(presets):
+                raise AlayaError(f"world: {len(sun_dirs)} sun directions for {len(presets)} presets")
+            vis = passes.get("sun_visibility")
+            passes["rgb"] = np.stack([shade(passes, camera, p, None if vis is None else vis[k])
+                                      for k, p in enumerate(presets)])
         return passes
 
     def _sun_visibility(self, points, normals, hit, sun_dirs) -> np.ndarray:
