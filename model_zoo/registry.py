@@ -16,6 +16,8 @@ from .errors import AlayaError
 FAMILIES: dict[str, str] = {
     "dit": "dit",
     "tiny-codec": "codecs.tiny",
+    "gbuffer-encoder": "codecs.gbuffer_encoder",
+    "wan-vae": "codecs.wan_vae",
 }
 
 

@@ -103,13 +103,6 @@ def write_png(path: Path, arr: np.ndarray) -> None:
             f.write(bytes(p))
 
 
-def exr_channels_header(path: Path) -> tuple[tuple[int, int], list[str]]:
-    """((height, width), channel names) of an EXR's first part, reading pixels too (OpenEXR's API)."""
-    chans = read_exr(path)
-    first = next(iter(chans.values()))
-    return first.shape, sorted(chans)
-
-
 def read_exr(path: Path) -> dict[str, np.ndarray]:
     """EXR -> {channel name: float32 (H, W)} for the first part."""
     import OpenEXR

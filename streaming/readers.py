@@ -24,6 +24,7 @@ images are opened when their frame is read.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ from ..model_zoo.errors import AlayaError
 from .gbuffer import (
     DEFAULT_DEPTH_NEAR,
     MODALITIES,
+    PASS_CHANNELS,
     GBufferFrame,
     StreamInfo,
     frame_to_teacher,
@@ -113,10 +115,9 @@ class GBufferStream:
                 images, extras = self._resize_teacher(payload, extras)
                 frame = teacher_to_frame(images, index=i, timestamp=ts, depth_near=depth_near)
                 frame.extras.update(extras)
-            else:
-                payload.index, payload.timestamp = i, ts
-                payload.extras.update(extras)
-                frame = resize_frame(payload, self.size, self.resize) if self.size else payload
+            else:  # a shallow copy: never mutate frames a caller's generator handed us
+                frame = dataclasses.replace(payload, index=i, timestamp=ts, extras={**payload.extras, **extras})
+                frame = resize_frame(frame, self.size, self.resize) if self.size else frame
             yield frame
 
     def teacher_frames(self, extras: bool = False) -> Iterator:
@@ -125,8 +126,8 @@ class GBufferStream:
             if self.source.kind == "teacher":
                 images, ext = self._resize_teacher(payload, ext)
             else:
-                payload.extras.update(ext)
-                frame = resize_frame(payload, self.size, self.resize) if self.size else payload
+                frame = dataclasses.replace(payload, extras={**payload.extras, **ext})
+                frame = resize_frame(frame, self.size, self.resize) if self.size else frame
                 images, ext = frame_to_teacher(frame, self.info.depth_near), frame.extras
             yield (images, ext) if extras else images
 
@@ -635,7 +636,7 @@ def _decode_exr_pass(name: str, path: Path, chans: dict[str, np.ndarray], prefix
             picked = [chans[c] for c in option]
             break
     else:
-        if PASS_CHANNELS_1.get(name) and len(chans) == 1:
+        if PASS_CHANNELS[name] == 1 and len(chans) == 1:
             picked = list(chans.values())
         else:
             want = " or ".join("/".join(prefix + c for c in o) for o in _EXR_NAMES[name])
@@ -644,8 +645,6 @@ def _decode_exr_pass(name: str, path: Path, chans: dict[str, np.ndarray], prefix
     arr = picked[0] if len(picked) == 1 else np.stack(picked, axis=-1)
     return np.ascontiguousarray(arr, dtype=np.float32)
 
-
-PASS_CHANNELS_1 = {"depth": True, "metallic": True, "roughness": True}
 
 
 def _exr_rgb_u8(path: Path, chans: dict[str, np.ndarray]) -> np.ndarray:

@@ -121,9 +121,8 @@ def as_rgb_u8(rgb, where: str = "rgb") -> np.ndarray:
 def _rgb_float(rgb, where: str) -> np.ndarray:
     """RGB frame -> float32 (H, W, 3) display values in [0, 1] (float input keeps full precision)."""
     arr = np.asarray(rgb)
-    if arr.dtype == np.uint8:
-        return as_rgb_u8(arr, where).astype(np.float32) / 255.0
-    as_rgb_u8(arr[:1, :1], where)  # shape/dtype check only
+    if arr.dtype == np.uint8 or arr.ndim != 3 or arr.shape[-1] != 3 or arr.dtype.kind != "f":
+        return as_rgb_u8(arr, where).astype(np.float32) / 255.0  # checks shape and dtype
     return np.clip(arr.astype(np.float32), 0.0, 1.0)
 
 

@@ -111,3 +111,22 @@ def test_bad_inputs_are_named():
         codec.decode(torch.randn(1, 4, 2, 2, 2))
     with pytest.raises(AlayaError, match="multiple of 8"):
         TinyStream(codec).encode(torch.rand(1, 3, 12, 16))
+
+
+def test_latent_normalization_and_frame_arithmetic():
+    z = torch.randn(2, 16, 3, 4, 4)
+    assert torch.allclose(latents.denormalize(latents.normalize(z)), z, atol=1e-5)
+    mean = torch.tensor(latents.WAN21_LATENT_MEAN).view(1, 16, 1, 1, 1).expand(1, 16, 2, 1, 1)
+    assert latents.normalize(mean).abs().max() < 1e-6  # the mean maps to 0
+    assert latents.normalize(z.movedim(1, -1), dim=-1).movedim(-1, 1).allclose(latents.normalize(z))
+    assert [latents.latent_frames(t) for t in (1, 4, 5, 16, 81)] == [1, 1, 2, 4, 21]
+    assert [latents.pixel_frames(t) for t in (1, 2, 21)] == [1, 5, 81]
+    with pytest.raises(AlayaError, match="8 channels on dim 1, expected 16"):
+        latents.normalize(torch.zeros(1, 8, 1, 1, 1))
+
+
+def test_cli_model_spec_lists_the_shared_key_file(capsys):
+    from alaya_flash.streaming.cli import main
+
+    assert main(["model", "spec", "taew2_1"]) == 0
+    assert capsys.readouterr().out.splitlines() == key_file_lines("taew2_1.keys.txt")

@@ -186,3 +186,23 @@ def test_sink_refuses_mixed_parts_and_cleans_up(tmp_path, teacher):
     with pytest.raises(AlayaError, match="frame 1: has rgb and gbuffer but earlier frames have gbuffer"):
         sink.write(rgb=np.zeros((H, W, 3), np.uint8), gbuffer=teacher[1])
     assert not dst.exists() and not list(tmp_path.iterdir())
+
+
+def test_sinks_take_canonical_frames_and_float_rgb(tmp_path, source):
+    """What the physics world and the renderers hand over: GBufferFrame objects and float RGB."""
+    from alaya_flash.streaming.gbuffer import frame_to_teacher, srgb_to_linear
+    from alaya_flash.streaming.image_files import read_exr
+
+    frames = list(source)
+    rgb = np.random.default_rng(1).uniform(0, 1, (H, W, 3)).astype(np.float32)
+    with sinks.TeacherMp4Sink(tmp_path / "clip", fps=16) as clip, sinks.ExrSequenceSink(tmp_path / "exr") as exr:
+        for f in frames:
+            clip.write(gbuffer=f, rgb=rgb)
+            exr.write(gbuffer=f, rgb=rgb)
+    back = list(open_gbuffers(tmp_path / "clip").teacher_frames(extras=True))
+    for f, (images, extras) in zip(frames, back):
+        np.testing.assert_array_equal(images, frame_to_teacher(f))
+        np.testing.assert_array_equal(extras["rgb"], np.rint(rgb * 255).astype(np.uint8))
+    chans = read_exr(tmp_path / "exr" / "000000.exr")
+    np.testing.assert_allclose(chans["G"], srgb_to_linear(rgb)[..., 1], atol=1e-6)
+    np.testing.assert_array_equal(chans["depth.Z"], frames[0].depth)

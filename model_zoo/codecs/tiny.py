@@ -62,17 +62,30 @@ class Clamp(nn.Module):
 
 
 class MemBlock(nn.Module):
-    """ReLU(conv3(ReLU(conv2(ReLU(conv1([x, past]))))) + skip(x)); past = this block's input one step back."""
+    """ReLU(conv3(ReLU(conv2(ReLU(conv1([x, past]))))) + skip(x)); past = this block's input one step back.
 
-    def __init__(self, n_in: int, n_out: int):
+    groups > 1 runs that many independent blocks as one grouped op: channels are group-major
+    (group g owns channels [g*n, (g+1)*n)), and weight rows [g*n_out, (g+1)*n_out) are group g's
+    block, the same tensors an ungrouped block of width n would hold.
+    """
+
+    def __init__(self, n_in: int, n_out: int, groups: int = 1):
         super().__init__()
-        self.conv = nn.Sequential(conv(n_in * 2, n_out), nn.ReLU(), conv(n_out, n_out), nn.ReLU(), conv(n_out, n_out))
-        self.skip = nn.Conv2d(n_in, n_out, 1, bias=False) if n_in != n_out else nn.Identity()
+        self.groups = groups
+        g = groups
+        self.conv = nn.Sequential(
+            conv(g * n_in * 2, g * n_out, groups=g), nn.ReLU(),
+            conv(g * n_out, g * n_out, groups=g), nn.ReLU(),
+            conv(g * n_out, g * n_out, groups=g),
+        )  # fmt: skip
+        self.skip = nn.Conv2d(g * n_in, g * n_out, 1, bias=False, groups=g) if n_in != n_out else nn.Identity()
         self.act = nn.ReLU()
 
     def join(self, x: Tensor, past: Tensor) -> Tensor:
-        """(M, C, H, W) x2 -> (M, 2C, H, W), the input of conv1."""
-        return torch.cat([x, past], 1)
+        """(M, G*C, H, W) x2 -> (M, G*2C, H, W), the input of conv1: [x_g, past_g] per group g."""
+        if self.groups == 1:
+            return torch.cat([x, past], 1)
+        return torch.cat([x.unflatten(1, (self.groups, -1)), past.unflatten(1, (self.groups, -1))], 2).flatten(1, 2)
 
     def forward(self, x: Tensor, past: Tensor) -> Tensor:
         return self.act(self.conv(self.join(x, past)) + self.skip(x))
@@ -87,17 +100,22 @@ class MemBlock(nn.Module):
 
 
 class TPool(nn.Module):
-    """Merge `stride` consecutive frames: channel-concatenate them (earliest first), then a 1x1 conv."""
+    """Merge `stride` consecutive frames: channel-concatenate them (earliest first), then a 1x1 conv.
 
-    def __init__(self, n_f: int, stride: int):
+    groups > 1: independent pools per channel group (group-major channels, as in MemBlock).
+    """
+
+    def __init__(self, n_f: int, stride: int, groups: int = 1):
         super().__init__()
         self.stride = stride
-        self.conv = nn.Conv2d(n_f * stride, n_f, 1, bias=False)
+        self.groups = groups
+        self.conv = nn.Conv2d(groups * n_f * stride, groups * n_f, 1, bias=False, groups=groups)
 
     def fold(self, x: Tensor) -> Tensor:
-        """(N, T, C, H, W) with T % stride == 0 -> (N * T / stride, stride * C, H, W)."""
-        n, t, c, h, w = x.shape
-        return x.reshape(n * t // self.stride, self.stride * c, h, w)
+        """(N, T, G*C, H, W) with T % stride == 0 -> (N * T / stride, G * stride * C, H, W)."""
+        n, t, gc, h, w = x.shape
+        x = x.reshape(n * t // self.stride, self.stride, self.groups, gc // self.groups, h, w)
+        return x.transpose(1, 2).reshape(n * t // self.stride, self.stride * gc, h, w)
 
     def forward_seq(self, x: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """x (N, T, C, H, W) -> (y (N, T_out, C, H, W), pending frames (< stride of them) or None)."""

@@ -1,0 +1,157 @@
+"""Five-branch G-buffer encoder: teacher-form G-buffer frames -> the DiT's 80 conditioning channels.
+
+One small causal encoder per modality (branch g = streaming.gbuffer.MODALITIES[g]: albedo, depth,
+metallic, normal, roughness), each mapping 3-channel frames to 16 latent channels in the
+normalized Wan space; the five outputs are concatenated to 80 channels in that order (channels
+16g..16g+15 are branch g), the layout of the teacher's patch-embedding input slices 16..95.
+
+Each branch has the TAEHV encoder's layer stack (model_zoo/codecs/tiny.py; conv + three
+TPool/stride-2-conv/3xMemBlock stages + conv), with hidden width `hidden` (128 as in the Flash
+release; the public card says "5 branches, hidden dim 128"; the layer stack is our guess). The
+five branches run as ONE grouped op per layer (groups=5), not five Python passes. Weights are
+stored grouped: rows [g*n, (g+1)*n) of every tensor are branch g, so `split_branches` gives five
+TAEHV-encoder state dicts (at hidden=64, exactly taew2_1's `encoder.*` shapes) and `join_branches`
+builds this encoder from five of them (e.g. to start distillation from taew2_1's encoder).
+
+Input: teacher form, (B, T, 5, H, W, 3) or (T, 5, H, W, 3), either uint8 or float already in
+[-1, 1]; uint8 is mapped by v * 2/255 - 1 (the same [-1, 1] mapping as
+streaming.gbuffer.teacher_to_model and the Wan VAE, which this encoder is distilled from).
+H and W must be multiples of 8. Output: (B, 80, T', H/8, W/8), T' = (T - 1) // 4 + 1.
+
+Time follows the Wan VAE, not TAEHV: the stream starts with 3 copies of frame 0 in front, so
+latent 0 is frame 0 alone and latent i covers frames 4i-3 .. 4i (causal, as the tiny decoder
+decodes latent i back to those frames). Frames after the last full group wait in the stream.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import AlayaError
+from ..latents import TIME_COMPRESSION, latent_frames
+from .tiny import MemBlock, TPool, conv, run_causal
+
+
+@dataclass(frozen=True)
+class GBufferEncoderConfig:
+    hidden: int = 128
+    branches: int = 5  # one per modality, in streaming.gbuffer.MODALITIES order
+    latent_channels: int = 16  # per branch
+    image_channels: int = 3  # per branch (teacher form: every pass as 8-bit RGB)
+
+    @property
+    def out_channels(self) -> int:
+        return self.branches * self.latent_channels
+
+
+CONFIGS: dict[str, GBufferEncoderConfig] = {
+    "gbuffer-encoder": GBufferEncoderConfig(),
+    "gbuffer-encoder-slim": GBufferEncoderConfig(hidden=32),
+}
+
+
+class GBufferEncoder(nn.Module):
+    """Five grouped TAEHV-style encoders. encode(): whole clip; GBufferEncoderStream: frame by frame."""
+
+    def __init__(self, cfg: GBufferEncoderConfig):
+        super().__init__()
+        self.config = cfg
+        g, w = cfg.branches, cfg.hidden
+        self.encoder = nn.Sequential(
+            conv(g * cfg.image_channels, g * w, groups=g), nn.ReLU(),
+            TPool(w, 2, g), conv(g * w, g * w, stride=2, bias=False, groups=g),
+            MemBlock(w, w, g), MemBlock(w, w, g), MemBlock(w, w, g),
+            TPool(w, 2, g), conv(g * w, g * w, stride=2, bias=False, groups=g),
+            MemBlock(w, w, g), MemBlock(w, w, g), MemBlock(w, w, g),
+            TPool(w, 1, g), conv(g * w, g * w, stride=2, bias=False, groups=g),
+            MemBlock(w, w, g), MemBlock(w, w, g), MemBlock(w, w, g),
+            conv(g * w, g * cfg.latent_channels, groups=g),
+        )  # fmt: skip
+
+    def to_input(self, images: Tensor) -> Tensor:
+        """Teacher form (B, T, 5, H, W, 3) or (T, 5, H, W, 3), uint8 or [-1, 1] -> (B, T, 15, H, W) in [-1, 1]."""
+        cfg = self.config
+        if images.ndim == 5:
+            images = images.unsqueeze(0)
+        if images.ndim != 6 or images.shape[2] != cfg.branches or images.shape[-1] != cfg.image_channels:
+            raise AlayaError(
+                f"G-buffer encoder input: expected teacher form (B, T, {cfg.branches}, H, W, {cfg.image_channels}), "
+                f"got {tuple(images.shape)}"
+            )
+        if images.shape[3] % 8 or images.shape[4] % 8:
+            raise AlayaError(f"G-buffer encoder input: frame size {tuple(images.shape[3:5])} must be a multiple of 8")
+        p = next(self.parameters())
+        x = images.to(p.device)
+        x = x.float().mul(2.0 / 255.0).sub(1.0) if images.dtype == torch.uint8 else x
+        b, t, g, h, w, c = x.shape
+        return x.permute(0, 1, 2, 5, 3, 4).reshape(b, t, g * c, h, w).to(p.dtype)
+
+    def encode(self, images: Tensor) -> Tensor:
+        """Teacher-form G-buffers of a clip (T frames) -> (B, 80, (T - 1) // 4 + 1, H/8, W/8)."""
+        stream = GBufferEncoderStream(self)
+        z = stream.encode(images)
+        if z is None:  # cannot happen: frame 0 always yields latent 0
+            raise AlayaError("G-buffer encoder: empty clip")
+        if z.shape[2] != latent_frames(images.shape[-5]):
+            raise AlayaError(f"G-buffer encoder: produced {z.shape[2]} latent frames, frame arithmetic broken")
+        return z
+
+
+class GBufferEncoderStream:
+    """Per-branch memory of a GBufferEncoder, fed one frame (or a chunk) at a time.
+
+        stream = GBufferEncoderStream(encoder)
+        for images in gbuffer_chunks:        # teacher form (B, t, 5, H, W, 3) or one frame (5, H, W, 3)
+            cond = stream.encode(images)     # (B, 80, k, H/8, W/8), or None until a latent is ready
+
+    The first frame gives latent 0 at once; after that every 4th frame gives the next latent.
+    Memory is bounded (one frame per MemBlock, < stride frames per TPool, per branch).
+    """
+
+    def __init__(self, encoder: GBufferEncoder):
+        self.encoder = encoder
+        self.reset()
+
+    def reset(self) -> None:
+        self.state: dict[int, Tensor | None] = {}
+        self.started = False
+
+    @torch.no_grad()
+    def encode(self, images: Tensor) -> Tensor | None:
+        if images.ndim == 4:  # one frame (5, H, W, 3)
+            images = images.unsqueeze(0)
+        x = self.encoder.to_input(images)
+        if x.shape[1] == 0:
+            return None
+        if not self.started:  # Wan alignment: frame 0 alone makes latent 0
+            x = torch.cat([x[:, :1].expand(-1, TIME_COMPRESSION - 1, -1, -1, -1), x], 1)
+            self.started = True
+        z = run_causal(self.encoder.encoder, x, self.state)
+        return z.permute(0, 2, 1, 3, 4) if z.shape[1] else None
+
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {str(i): tuple(t.shape) for i, t in self.state.items() if t is not None}
+
+
+def split_branches(state: dict[str, Tensor], branches: int = 5) -> list[dict[str, Tensor]]:
+    """Grouped encoder state dict -> one TAEHV-encoder state dict per branch (rows split in `branches`)."""
+    out: list[dict[str, Tensor]] = [{} for _ in range(branches)]
+    for key, t in state.items():
+        for g, part in enumerate(t.chunk(branches, 0)):
+            out[g][key] = part.clone()
+    return out
+
+
+def join_branches(per_branch: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """Five TAEHV-encoder state dicts (keys `encoder.{i}...`) -> this encoder's grouped state dict."""
+    keys = per_branch[0].keys()
+    for g, sd in enumerate(per_branch):
+        if sd.keys() != keys:
+            raise AlayaError(f"branch {g}: keys differ from branch 0's ({sorted(set(sd) ^ set(keys))[:5]})")
+    return {k: torch.cat([sd[k] for sd in per_branch], 0) for k in keys}
+
+
+def build(cfg: GBufferEncoderConfig) -> GBufferEncoder:
+    return GBufferEncoder(cfg)
