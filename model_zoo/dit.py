@@ -33,6 +33,7 @@ from .convert import to_wan
 from .errors import AlayaError
 from .kv_cache import KVCache
 from .loading import load_strict, read_metadata, read_shapes, save_safetensors
+from .precision import preferred_dtype
 
 
 @dataclass(frozen=True)
@@ -136,13 +137,15 @@ def config_of_file(path) -> DiTConfig:
     return infer_config(convert_names(read_shapes(path)))
 
 
-def load(path, config: DiTConfig | None = None, *, device="cpu", dtype: torch.dtype = torch.bfloat16) -> "WanDiT":
+def load(path, config: DiTConfig | None = None, *, device="cpu", dtype: torch.dtype | None = None) -> "WanDiT":
     """Load a DiT from a safetensors file (Wan-native or diffusers names), strictly.
 
-    Built on the meta device in the target dtype, so weights are read once and never held twice.
+    Built on the meta device in the target dtype (default: precision.preferred_dtype(device),
+    bf16 where the hardware runs it fast), so weights are read once and never held twice.
     The config comes from `config`, else the file's metadata, else its shapes.
     """
     config = config or config_of_file(path)
+    dtype = dtype or preferred_dtype(device)
     with torch.device("meta"):
         model = WanDiT(config).to(dtype)
     load_strict(model, path, convert=convert_names)
