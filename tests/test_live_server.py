@@ -78,7 +78,7 @@ def test_frames_arrive_change_and_follow_the_prompt(server):
             await ws.send_json({"type": "prompt", "text": "prompt A"})
             await ws.send_json({"type": "control", "action": "reset"})
             status = await _until_text(ws, lambda m: m["type"] == "status" and m["prompt"] == "prompt A"
-                                       and m["epoch"] >= 1)
+                                       and m["epoch"] > hello["status"]["epoch"])
             a, _ = await _frames(ws, 8, epoch=status["epoch"])
             assert len({jpeg for _, jpeg in a}) > 1  # the world moves: frames change
             assert [h["index"] for h, _ in a] == sorted(h["index"] for h, _ in a)
@@ -106,9 +106,10 @@ def test_frames_arrive_change_and_follow_the_prompt(server):
 def test_keys_move_the_player_and_passes_on_request(server):
     async def main():
         async with aiohttp.ClientSession() as s, s.ws_connect(server.url + "ws") as ws:
+            hello = await _until_text(ws, lambda m: m["type"] == "hello")
             await ws.send_json({"type": "passes", "on": True})
             await ws.send_json({"type": "control", "action": "reset"})
-            st = await _until_text(ws, lambda m: m["type"] == "status" and m["player"] is not None)
+            st = await _until_text(ws, lambda m: m["type"] == "status" and m["epoch"] > hello["status"]["epoch"])
             start, _ = await _frames(ws, 1, kind="passes", epoch=st["epoch"])
             y0 = start[0][0]["player"][1]
             await ws.send_json({"type": "input", "move": [0, 1]})  # W: forward, away from the camera
