@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "gbuffers": "gbuffers",
     "model": "model",
     "train": "train",
+    "serve": "serve",
     "world": "world",
 }
 
