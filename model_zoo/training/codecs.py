@@ -124,7 +124,7 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
         with autocast():
             z = vae._encode(video, None)  # normalized mu, with gradients (encode() is inference-only)
             noisy = z + cfg.latent_noise * torch.randn(z.shape, generator=g)
-            recon = vae._decode(noisy, None).float()
+            recon = vae_decode_unclamped(vae, noisy).float()
         rec = F.l1_loss(recon, video) + F.mse_loss(recon, video)
         reg = z.float().pow(2).mean()
         loss = rec + cfg.latent_reg * reg
@@ -136,6 +136,14 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
 
     return train_loop(cfg, {"vae": vae}, {"opt_vae": opt}, step, log, progress,
                       extra={"vae_config": _asdict(vcfg)})
+
+
+def vae_decode_unclamped(vae: wan_vae.WanVAE, z: torch.Tensor) -> torch.Tensor:
+    """WanVAE.decode for training: whole clip, with gradients and WITHOUT the final clamp (a clamped
+    output saturated on the wrong side gets no gradient and stays stuck)."""
+    from ..latents import denormalize
+
+    return vae.decoder(vae.conv2(denormalize(z)), {})
 
 
 def _asdict(cfg) -> dict:

@@ -195,7 +195,7 @@ class StageConfig:
     lr: float = 2e-4
     ckpt_every: int = 200
     log_every: int = 20
-    max_minutes: float = 0.0  # stop (with a checkpoint) after this much wall time; 0 = no limit
+    max_minutes: float = 0.0  # stop (with a checkpoint) after this much training time in all runs; 0 = no limit
     threads: int = 1  # torch CPU threads (1: on a shared CPU, more threads spin and run 5-10x slower)
 
 
@@ -214,19 +214,25 @@ def train_loop(cfg: StageConfig, nets: Mapping[str, nn.Module], optims: Mapping[
     import time
 
     out = Path(cfg.out)
-    start = 0
+    start, before = 0, 0.0  # step and training seconds already done (max_minutes counts across resumes)
     ckpt = latest_checkpoint(out)
     if ckpt is not None:
-        start = load_checkpoint(ckpt, nets, optims)["step"]
-        log.info("resumed from %s at step %d", ckpt.name, start)
+        got = load_checkpoint(ckpt, nets, optims)
+        start, before = got["step"], float(got["extra"].get("elapsed_s", 0.0))
+        log.info("resumed from %s at step %d (%.1f min trained)", ckpt.name, start, before / 60)
     if progress:
         progress(start, {})
-    t0 = time.monotonic()
+    t0 = time.monotonic() - before
     step, running = start, {}
 
     def save(at: int) -> None:
-        save_checkpoint(out / f"ckpt-{at:06d}.safetensors", at, nets, optims, cfg, extra)
+        meta = {**(extra or {}), "elapsed_s": time.monotonic() - t0}
+        save_checkpoint(out / f"ckpt-{at:06d}.safetensors", at, nets, optims, cfg, meta)
         prune_checkpoints(out)
+
+    if cfg.max_minutes and before > 60 * cfg.max_minutes:
+        log.info("nothing to do: max_minutes=%s already spent (step %d)", cfg.max_minutes, start)
+        return start
 
     for step in range(start, cfg.steps):
         for net in nets.values():
