@@ -17,6 +17,9 @@ COMMANDS: dict[str, str] = {
     "gbuffers": "gbuffers",
     "model": "model",
     "world": "world",
+    "run": "run",
+    "render": "render",
+    "bench": "bench",
 }
 
 log = logging.getLogger("alaya_flash")
