@@ -84,7 +84,7 @@ float sun_visibility(vec3 n) {
     vec3 uvz = p.xyz / p.w * 0.5 + 0.5;
     // Slope-scaled depth bias (no lateral normal offset, which would move grazing shadows).
     float tan_t = sqrt(max(1.0 - n_l * n_l, 0.0)) / n_l;
-    float bias = depth_texel * (1.0 + 1.5 * min(tan_t, 20.0));
+    float bias = depth_texel * (1.0 + 2.5 * min(tan_t, 20.0));
     float texel = 1.0 / float(textureSize(shadow0, 0).x);
     float sum = 0.0;
     for (int dx = -1; dx <= 1; dx++)
