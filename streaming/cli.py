@@ -19,6 +19,9 @@ COMMANDS: dict[str, str] = {
     "train": "train",
     "serve": "serve",
     "world": "world",
+    "run": "run",
+    "render": "render",
+    "bench": "bench",
 }
 
 log = logging.getLogger("alaya_flash")
