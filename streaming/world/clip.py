@@ -122,7 +122,10 @@ class _ExtrasWindows:
         self.buf: dict[str, list] = {}
 
     def add(self, extras: dict) -> None:
+        per_preset = any(k.startswith("sun_visibility_") for k in extras)
         for key, value in extras.items():
+            if key == "sun_visibility" and per_preset:
+                continue  # the same array as sun_visibility_<first preset>
             if key == "object_id":
                 self.buf.setdefault(key, []).append(value.astype(np.uint16))
             elif key.startswith("sun_visibility"):
