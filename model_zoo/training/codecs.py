@@ -134,8 +134,51 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
         opt.step()
         return {"rec": rec.item(), "z2": reg.item()}
 
-    return train_loop(cfg, {"vae": vae}, {"opt_vae": opt}, step, log, progress,
-                      extra={"vae_config": _asdict(vcfg)})
+    reached = train_loop(cfg, {"vae": vae}, {"opt_vae": opt}, step, log, progress,
+                         extra={"vae_config": _asdict(vcfg)})
+    stats = Path(cfg.out) / LATENT_STATS
+    if not stats.is_file():
+        calibrate_vae(cfg, clips, log)
+    return reached
+
+
+LATENT_STATS = "latent-stats.safetensors"
+
+
+@torch.no_grad()
+def calibrate_vae(cfg: VAEStageConfig, clips: ClipSet, log, samples: int = 16) -> None:
+    """Per-channel mean and std of the trained VAE's (normalized) latents of ground-truth clips.
+
+    load_vae folds them into the VAE's conv1 / conv2 so that its latents have zero mean and unit
+    variance per channel (what the DiT's noise schedule assumes) with the decoder unchanged in
+    effect; a small VAE trained briefly otherwise leaves latents at a small scale.
+    """
+    from ..loading import save_safetensors
+
+    vae = load_vae(cfg.out, calibrated=False)
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    _, rgb, _ = sample_clips(clips, g, samples, cfg.frames, 0)
+    z = torch.cat([vae.encode(to_video(rgb[i:i + 4]), chunk=None) for i in range(0, samples, 4)])
+    mean, std = z.mean(dim=(0, 2, 3, 4)), z.std(dim=(0, 2, 3, 4)).clamp_min(1e-3)
+    save_safetensors({"mean": mean, "std": std}, Path(cfg.out) / LATENT_STATS, {"samples": samples})
+    log.info("latent stats: mean %s std %s", [round(v, 3) for v in mean.tolist()], [round(v, 3) for v in std.tolist()])
+
+
+def fold_latent_stats(vae: wan_vae.WanVAE, mean: torch.Tensor, std: torch.Tensor) -> None:
+    """Make encode() return (z - mean) / std and decode() accept it, by editing conv1 / conv2 exactly."""
+    from ..latents import WAN21_LATENT_MEAN, WAN21_LATENT_STD
+
+    z = vae.config.z_dim
+    wm, ws = torch.tensor(WAN21_LATENT_MEAN), torch.tensor(WAN21_LATENT_STD)
+    c1w, c1b = vae.conv1.weight.data, vae.conv1.bias.data
+    # mu' = WM + (mu - WM - WS * mean) / std, so normalize(mu') = (normalize(mu) - mean) / std
+    c1w[:z] /= std.view(-1, 1, 1, 1, 1)
+    c1b[:z] = (c1b[:z] - wm - ws * mean) / std + wm
+    # conv2 sees mu' where it saw mu = WM + std * (mu' - WM) + WS * mean: scale its columns, shift its bias
+    c2w, c2b = vae.conv2.weight.data, vae.conv2.bias.data
+    shift = wm * (1 - std) + ws * mean
+    c2b += (c2w.flatten(1) @ shift)
+    c2w *= std.view(1, -1, 1, 1, 1)
 
 
 def vae_decode_unclamped(vae: wan_vae.WanVAE, z: torch.Tensor) -> torch.Tensor:
@@ -152,8 +195,11 @@ def _asdict(cfg) -> dict:
     return asdict(cfg)
 
 
-def load_vae(run_dir: str | Path) -> wan_vae.WanVAE:
-    """The trained codec teacher from a `train vae` output folder (config from its checkpoint)."""
+def load_vae(run_dir: str | Path, calibrated: bool = True) -> wan_vae.WanVAE:
+    """The trained codec teacher from a `train vae` output folder (config from its checkpoint).
+
+    calibrated: fold the folder's latent statistics (calibrate_vae) into it, as every later stage sees it.
+    """
     from ..loading import load_strict, read_metadata
     from .common import latest_checkpoint
 
@@ -166,6 +212,14 @@ def load_vae(run_dir: str | Path) -> wan_vae.WanVAE:
     raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
     vae = wan_vae.build(wan_vae.WanVAEConfig(**raw))
     load_strict(vae, final_weights(Path(run_dir), "vae"))
+    stats = Path(run_dir) / LATENT_STATS
+    if calibrated:
+        if not stats.is_file():
+            raise AlayaError(f"{stats}: missing; run `alaya-flash train vae` again to calibrate the latents")
+        from ..loading import read_state_dict
+
+        got = read_state_dict(stats)
+        fold_latent_stats(vae, got["mean"], got["std"])
     return vae.eval().requires_grad_(False)
 
 

@@ -20,7 +20,7 @@ from .data import ClipSet
 
 
 def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path, codecs_run: str | Path | None,
-                 cond_encoder: str, out: Path, log=None) -> Path:
+                 cond_encoder: str, out: Path, log=None, max_windows: int = 0) -> Path:
     """Encode a split's windows and prompts into `out` (skipped when it exists with the same recipe)."""
     import json
 
@@ -31,7 +31,7 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     from ..loading import load_strict
 
     recipe = {"data": str(data), "split": split, "frames": frames, "vae_run": str(vae_run),
-              "codecs_run": str(codecs_run), "cond_encoder": cond_encoder}
+              "codecs_run": str(codecs_run), "cond_encoder": cond_encoder, "max_windows": max_windows}
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return out
     clips = ClipSet(data, split)
@@ -47,6 +47,8 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     elif cond_encoder != "vae":
         raise AlayaError(f"latents: cond_encoder {cond_encoder!r} is not 'distilled' or 'vae'")
     windows = clips.windows(frames)
+    if max_windows:  # spread over the clips: every k-th window
+        windows = windows[:: max(1, len(windows) // max_windows)][:max_windows]
     rgb, cond = [], []
     with torch.no_grad(), autocast():
         for c, s in windows:

@@ -40,6 +40,7 @@ class TeacherStageConfig(StageConfig):
     prompt_dropout: float = 0.1
     shift: float = 3.0  # training sigma shift (more samples at high noise)
     rope_offset_max: int = 8
+    max_windows: int = 0  # encode at most this many training windows (0 = all)
 
     def validate(self):
         if (self.frames - 1) % TIME_COMPRESSION:
@@ -61,7 +62,7 @@ def latents_path(cfg: TeacherStageConfig, split: str = "train") -> Path:
 
 def prepare_latents(cfg: TeacherStageConfig, split: str, log=None) -> LatentSet:
     path = encode_split(cfg.data, split, cfg.frames, cfg.vae_run, cfg.codecs_run if cfg.cond_encoder == "distilled" else None,
-                        cfg.cond_encoder, latents_path(cfg, split), log)
+                        cfg.cond_encoder, latents_path(cfg, split), log, cfg.max_windows)
     return LatentSet(path)
 
 
