@@ -71,42 +71,30 @@ def speed(args) -> None:
             z_tiny = torch.randn(1, 16, args.latents, h // 8, w // 8, dtype=dt)
             frames = torch.rand(1, 4 * args.latents, 3, h, w, dtype=dt)
             n_dec = 4 * args.latents - 3
-            video = frames[:, :n_dec].permute(0, 2, 1, 3, 4) * 2 - 1
             gbuf = torch.randint(0, 256, (1, n_dec, 5, h, w, 3), dtype=torch.uint8)
-            big = h * w > 256 * 256  # the full VAE: one cold run, it takes minutes here
-            vae_rep = 1 if big else args.repeats
+            # the full VAE costs seconds per frame here: its clip is --vae-latents long, one cold run
+            z_vae = z_tiny[:, :, : args.vae_latents]
+            n_vae = 4 * args.vae_latents - 3
+            video = torch.rand(1, 3, n_vae, h, w, dtype=dt) * 2 - 1
             with torch.no_grad():
                 t = {
                     "tiny decode": (n_dec, timed(lambda: tiny.decode(z_tiny), args.repeats)),
                     "tiny encode": (frames.shape[1], timed(lambda: tiny.encode(frames), args.repeats)),
-                    "Wan VAE decode": (n_dec, timed(lambda: vae.decode(z_tiny), vae_rep, not big)),
-                    "Wan VAE encode": (n_dec, timed(lambda: vae.encode(video), vae_rep, not big)),
                     "G-buffer encoder (grouped)": (n_dec, timed(lambda: genc.encode(gbuf), args.repeats)),
                 }
-                if args.serial_branches:  # the same five branches run one after another
-                    encs = []
-                    for sd in split_branches(genc.state_dict()):
-                        e = torch.nn.Module()
-                        e.encoder = build_encoder(TinyCodecConfig(encoder_width=genc.config.hidden)).to(dt)
-                        e.load_state_dict(sd)
-                        encs.append(e.encoder)
-                    x = genc.to_input(gbuf).unflatten(2, (5, 3))
-                    x = torch.cat([x[:, :1]] * 3 + [x], 1)
-
-                    def serial():
-                        return [run_causal(enc, x[:, :, g], {}) for g, enc in enumerate(encs)]
-
-                    t["G-buffer encoder (5 serial)"] = (n_dec, timed(serial, args.repeats))
+                if not args.no_vae:
+                    t["Wan VAE decode"] = (n_vae, timed(lambda: vae.decode(z_vae), 1, False))
+                    t["Wan VAE encode"] = (n_vae, timed(lambda: vae.encode(video), 1, False))
             fps = {k: n / s for k, (n, s) in t.items()}
             rows.append((size, dname, fps))
             print(f"{size} {dname}: " + ", ".join(f"{k} {v:.2f} fps" for k, v in fps.items()), file=sys.stderr)
-    print(f"| size | dtype | {' | '.join(rows[0][2])} | tiny/VAE decode | tiny/VAE encode |")
-    print("|" + "---|" * (len(rows[0][2]) + 4))
+    names = list(rows[0][2])
+    print(f"| size | dtype | {' | '.join(names)} | tiny/VAE decode | tiny/VAE encode |")
+    print("|" + "---|" * (len(names) + 4))
     for size, dname, fps in rows:
-        cells = " | ".join(f"{v:.2f}" for v in fps.values())
-        dec = fps["tiny decode"] / fps["Wan VAE decode"]
-        enc = fps["tiny encode"] / fps["Wan VAE encode"]
-        print(f"| {size} | {dname} | {cells} | {dec:.0f}x | {enc:.0f}x |")
+        cells = " | ".join(f"{fps[k]:.3g}" for k in names)
+        ratio = lambda a, b: f"{fps[a] / fps[b]:.0f}x" if b in fps else "-"  # noqa: E731
+        print(f"| {size} | {dname} | {cells} | {ratio('tiny decode', 'Wan VAE decode')} | {ratio('tiny encode', 'Wan VAE encode')} |")
 
 
 def rss_mib() -> float:
@@ -125,8 +113,8 @@ def memory(args) -> None:
     torch.manual_seed(0)
     dt = DTYPES[args.dtype]
     h = w = args.size
-    tiny = registry.build("taew2_1", dtype=dt).eval()
-    genc = registry.build("gbuffer-encoder", dtype=dt).eval()
+    tiny = registry.build(args.decoder, dtype=dt).eval()
+    genc = registry.build(args.encoder, dtype=dt).eval()
     dec, enc = TinyStream(tiny), GBufferEncoderStream(genc)
     z = torch.randn(1, 16, h // 8, w // 8, dtype=dt)
     frame = torch.randint(0, 256, (5, h, w, 3), dtype=torch.uint8)
@@ -143,7 +131,8 @@ def memory(args) -> None:
             marks["first"] = (rss_mib(), dec.state_shapes(), enc.state_shapes())
     end = (rss_mib(), dec.state_shapes(), enc.state_shapes())
     wall = time.perf_counter() - start
-    print(f"frames decoded {out_frames}, frames encoded {in_frames}, {h}x{w} {args.dtype}, {wall:.1f} s wall")
+    print(f"{args.decoder} frames decoded {out_frames}, {args.encoder} frames encoded {in_frames}, "
+          f"{h}x{w} {args.dtype}, {wall:.1f} s wall")
     print(f"RSS after 100 frames {marks['first'][0]:.1f} MiB, at the end {end[0]:.1f} MiB, growth {end[0] - marks['first'][0]:+.1f} MiB")
     print(f"decoder state unchanged: {marks['first'][1] == end[1]}, encoder state unchanged: {marks['first'][2] == end[2]}")
 
@@ -155,13 +144,17 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", nargs="+", default=["256x256", "448x832"], help="HxW frame sizes")
     p.add_argument("--dtypes", nargs="+", default=["bf16", "fp32"], choices=sorted(DTYPES), help="weight dtypes")
     p.add_argument("--latents", type=int, default=2, help="latent frames per clip (4*latents-3 pixel frames)")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the VAE above 256x256: 1, no warm-up)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per tiny-codec figure (the VAE: 1, no warm-up)")
+    p.add_argument("--vae-latents", type=int, default=1, help="latent frames of the full VAE's clip")
+    p.add_argument("--no-vae", action="store_true", help="skip the full VAE")
     p.add_argument("--serial-branches", action="store_true", help="also time the 5 G-buffer branches run serially")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     m = sub.add_parser("memory", help="RSS over a long stream (tiny decoder + G-buffer encoder)")
     m.add_argument("--frames", type=int, default=10_000, help="pixel frames to stream")
-    m.add_argument("--size", type=int, default=64, help="square frame size in pixels (multiple of 8)")
-    m.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="weight dtype")
+    m.add_argument("--decoder", default="taew-slim", help="tiny-codec config streamed by the decoder")
+    m.add_argument("--encoder", default="gbuffer-encoder-slim", help="G-buffer encoder config")
+    m.add_argument("--size", type=int, default=32, help="square frame size in pixels (multiple of 8)")
+    m.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="weight dtype")
     m.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
