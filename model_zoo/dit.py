@@ -33,6 +33,7 @@ from .convert import to_wan
 from .errors import AlayaError
 from .kv_cache import KVCache
 from .loading import load_strict, read_metadata, read_shapes, save_safetensors
+from .precision import preferred_dtype
 
 
 @dataclass(frozen=True)
@@ -136,13 +137,15 @@ def config_of_file(path) -> DiTConfig:
     return infer_config(convert_names(read_shapes(path)))
 
 
-def load(path, config: DiTConfig | None = None, *, device="cpu", dtype: torch.dtype = torch.bfloat16) -> "WanDiT":
+def load(path, config: DiTConfig | None = None, *, device="cpu", dtype: torch.dtype | None = None) -> "WanDiT":
     """Load a DiT from a safetensors file (Wan-native or diffusers names), strictly.
 
-    Built on the meta device in the target dtype, so weights are read once and never held twice.
+    Built on the meta device in the target dtype (default: precision.preferred_dtype(device),
+    bf16 where the hardware runs it fast), so weights are read once and never held twice.
     The config comes from `config`, else the file's metadata, else its shapes.
     """
     config = config or config_of_file(path)
+    dtype = dtype or preferred_dtype(device)
     with torch.device("meta"):
         model = WanDiT(config).to(dtype)
     load_strict(model, path, convert=convert_names)
@@ -161,9 +164,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * self.weight.float()).to(x.dtype)
+        return F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype) * self.weight
 
 
 def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -220,18 +221,19 @@ def rope_angles(
 
 
 @functools.lru_cache(maxsize=32)
-def rope_cos_sin(first: int, frames: int, rows: int, cols: int, head_dim: int, theta: float, device: str):
-    """(cos, sin) of rope_angles for frames first..first+frames-1; memoised (a stream repeats them)."""
+def rope_freqs(first: int, frames: int, rows: int, cols: int, head_dim: int, theta: float, device: str) -> torch.Tensor:
+    """Unit complex rotations (N, head_dim/2) for frames first..first+frames-1; memoised (a stream repeats them)."""
     angles = rope_angles(torch.arange(first, first + frames), rows, cols, head_dim, theta, device=device)
-    return angles.cos(), angles.sin()
+    return torch.polar(torch.ones_like(angles), angles)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs of x (B, heads, N, D) by angles given as cos/sin (N, D/2)."""
-    xf = x.float().unflatten(-1, (-1, 2))
-    x0, x1 = xf[..., 0], xf[..., 1]
-    out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
-    return out.flatten(-2).to(x.dtype)
+def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved pairs of x (B, heads, N, D) by complex freqs (N, D/2).
+
+    In float32 (Wan rotates in float64; the difference is far below bf16 resolution).
+    """
+    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
+    return torch.view_as_real(pairs * freqs).flatten(-2).to(x.dtype)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -291,20 +293,20 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, rope, mask=None, cache: KVCache | None = None, layer: int = 0, key_rope=None):
         """x (B, N, dim) float32 -> (B, N, dim).
 
-        rope: (cos, sin) for the tokens' own positions. With a cache in absolute mode keys are
+        rope: complex rotations for the tokens' own positions. With a cache in absolute mode keys are
         stored rotated; in relative mode they are stored raw and rotated on read by key_rope
         (positions 0.. over the cache contents, so they stay bounded however long the stream).
         """
-        q = apply_rope(self._heads(self.norm_q(_linear(self.q, x))), *rope)
+        q = apply_rope(self._heads(self.norm_q(_linear(self.q, x))), rope)
         k = self._heads(self.norm_k(_linear(self.k, x)))
         v = self._heads(_linear(self.v, x))
         if cache is None:
-            out = attention(q, apply_rope(k, *rope), v, mask)
+            out = attention(q, apply_rope(k, rope), v, mask)
         elif cache.rope == "absolute":
-            out = attention(q, *cache.update(layer, apply_rope(k, *rope), v))
+            out = attention(q, *cache.update(layer, apply_rope(k, rope), v))
         else:
             k_all, v_all = cache.update(layer, k, v)
-            out = attention(q, apply_rope(k_all, *key_rope), v_all)
+            out = attention(q, apply_rope(k_all, key_rope), v_all)
         return _linear(self.o, out.transpose(1, 2).flatten(2))
 
 
@@ -503,7 +505,7 @@ class WanDiT(nn.Module):
         if cache is not None:
             first = cache.begin(start_frame, f, tokens_per_frame=h * w, batch=b)
             if cache.rope == "relative":
-                key_rope = rope_cos_sin(0, cache.frames, h, w, cfg.head_dim, cfg.rope_theta, str(x.device))
+                key_rope = rope_freqs(0, cache.frames, h, w, cfg.head_dim, cfg.rope_theta, str(x.device))
         else:
             first = start_frame
             if first + f > cfg.rope_positions:
@@ -511,7 +513,7 @@ class WanDiT(nn.Module):
             if chunk_frames is not None:
                 chunk_of_token = (torch.arange(f, device=x.device) // chunk_frames).repeat_interleave(h * w)
                 mask = chunk_of_token[:, None] >= chunk_of_token[None, :]
-        rope = rope_cos_sin(first, f, h, w, cfg.head_dim, cfg.rope_theta, str(x.device))
+        rope = rope_freqs(first, f, h, w, cfg.head_dim, cfg.rope_theta, str(x.device))
 
         # 2. blocks over a float32 residual stream; modulation per latent frame (or one for all)
         tokens = self.patchify(x).float()

@@ -108,6 +108,15 @@ class KVCache:
         first_slot = self.frames - n_frames
         return start_frame if self.rope == "absolute" else first_slot
 
+    def resume_at(self, end_frame: int) -> None:
+        """After re-encoding the held frames from position 0 (a prompt re-cache), continue the
+        stream at absolute latent frame end_frame. Relative RoPE only: absolute keys would sit
+        at the wrong positions."""
+        if self.rope != "relative":
+            raise AlayaError("KV cache: re-encoding the held frames needs rope='relative'")
+        self.end_frame = end_frame
+        self.chunk = None
+
     def _evict(self, n: int) -> None:
         """Drop the n oldest frames after the sink, shifting the rest left (one copy for all layers)."""
         tpf, sink = self.tokens_per_frame, self.sink_frames

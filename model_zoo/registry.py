@@ -47,3 +47,15 @@ def build(name: str, device: str | torch.device = "cpu", dtype: torch.dtype | No
     with torch.device(device):
         module = _family_module(family).build(cfg)
     return module.to(dtype) if dtype is not None else module
+
+
+def build_config(family: str, config, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> nn.Module:
+    """Build a network of `family` from a config object (e.g. one read from a model folder)."""
+    with torch.device(device):
+        module = _family_module(family).build(config)
+    return module.to(dtype) if dtype is not None else module
+
+
+def config_class(family: str) -> type:
+    """The config dataclass of a family (the type of its CONFIGS values)."""
+    return type(next(iter(_family_module(family).CONFIGS.values())))

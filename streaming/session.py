@@ -21,7 +21,7 @@ Latents are Wan-normalised (the DiT's space), layout BCTHW, float32 on the model
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -42,16 +42,52 @@ class SessionConfig:
     sink_frames: int = 3  # first latent frames of the stream, kept in the cache forever
     rope: str = "relative"  # "absolute": checkpoint-faithful, ends at 1024 latent frames
     context_t: float = 0.0  # timestep of the pass that writes a finished chunk into the cache
+    # On a prompt change, re-encode the held frames under the new prompt (LongLive's KV re-cache).
+    # Keeps the clean inputs of the held frames: B x in_dim x (sink + window) x h x w floats.
+    recache_on_prompt: bool = False
 
     def __post_init__(self):
         if self.rope not in ROPE_MODES:
             raise AlayaError(f"SessionConfig: rope {self.rope!r} is not one of {', '.join(ROPE_MODES)}")
+        if self.recache_on_prompt and self.rope != "relative":
+            raise AlayaError("SessionConfig: recache_on_prompt needs rope='relative'")
         if not self.nominal_steps:
             raise AlayaError("SessionConfig: nominal_steps is empty")
 
     @property
     def timesteps(self) -> torch.Tensor:
         return sampler.warped_timesteps(self.nominal_steps, self.shift)
+
+
+class InputHistory:
+    """Clean DiT inputs (latents + conditioning, B x in_dim x frames x h x w) of exactly the frames
+    the KV cache holds, in the same slots: the sink, then the window; evicted as the cache evicts."""
+
+    def __init__(self, batch: int, channels: int, capacity: int, height: int, width: int, sink: int, device):
+        self.x = torch.zeros(batch, channels, capacity, height, width, device=device)
+        self.sink = sink
+        self.frames = 0
+        self.last_chunk = 0
+
+    def append(self, chunk: torch.Tensor, evicted: int) -> None:
+        """Add a chunk's inputs after dropping the `evicted` oldest non-sink frames (as the cache did)."""
+        if evicted:
+            s, n = self.sink, self.frames
+            self.x[:, :, s : n - evicted] = self.x[:, :, s + evicted : n].clone()
+            self.frames -= evicted
+        n = chunk.shape[2]
+        self.x[:, :, self.frames : self.frames + n] = chunk
+        self.frames += n
+        self.last_chunk = n
+
+    def groups(self) -> list[tuple[int, int]]:
+        """(start, size) runs of the held frames, cut like the chunks from the newest backwards."""
+        out, end = [], self.frames
+        while end > 0:
+            size = min(self.last_chunk, end)
+            out.append((end - size, size))
+            end -= size
+        return out[::-1]
 
 
 @dataclass
@@ -64,7 +100,7 @@ class StreamState:
     cache: KVCache | None = None  # allocated on the first chunk (its size needs the latent size)
     frame: int = 0  # absolute latent-frame index of the next chunk
     chunks: int = 0
-    info: dict = field(default_factory=dict)
+    history: InputHistory | None = None  # only with SessionConfig.recache_on_prompt
 
 
 class FlashSession:
@@ -86,22 +122,38 @@ class FlashSession:
         state.generator.manual_seed(state.seed)
         if state.cache is not None:
             state.cache.reset()
+        if state.history is not None:
+            state.history.frames = 0
         state.frame = state.chunks = 0
         return state
 
     def set_prompt(self, state: StreamState, prompt_emb: torch.Tensor) -> StreamState:
         """Change the prompt mid-stream: recompute the cross-attention K/V of the text.
 
-        The self-attention cache is kept: the frames it holds were made under the old prompt
-        and keep steering continuity; non-sink frames roll out of the window within
-        window_frames latent frames (docs/model.md, "Prompt change"). Call reset() for a cut.
+        By default the self-attention cache is kept: the frames it holds were made under the old
+        prompt and keep steering continuity; non-sink frames roll out of the window within
+        window_frames latent frames. With SessionConfig.recache_on_prompt the held frames are
+        re-encoded under the new prompt (one clean pass per held chunk). docs/model.md,
+        "Prompt change". Call reset() for a hard cut.
         """
         with torch.no_grad():
             prompt = self.model.prepare_prompt(prompt_emb)
         if prompt.batch != state.prompt.batch:
             raise AlayaError(f"new prompt has batch {prompt.batch}, the stream has batch {state.prompt.batch}")
         state.prompt = prompt
+        if self.config.recache_on_prompt and state.history is not None and state.history.frames:
+            self._recache(state)
         return state
+
+    def _recache(self, state: StreamState) -> None:
+        """Re-run the held frames' clean inputs through an emptied cache under the current prompt."""
+        cache, history = state.cache, state.history
+        t = torch.full((history.x.shape[0],), float(self.config.context_t), device=history.x.device)
+        cache.reset()
+        with torch.no_grad():
+            for start, size in history.groups():
+                self.model(history.x[:, :, start : start + size], t, state.prompt, cache=cache, start_frame=start)
+        cache.resume_at(state.frame)
 
     def _check(self, state: StreamState, cond: torch.Tensor) -> None:
         cfg = self.model.config
@@ -120,6 +172,10 @@ class FlashSession:
         cond = cond_latents.to(device=device, dtype=torch.float32)
         if state.cache is None:
             state.cache = model.new_cache(b, h, w, window_frames=cfg.window_frames, sink_frames=cfg.sink_frames, rope=cfg.rope)
+            if cfg.recache_on_prompt:
+                capacity = cfg.sink_frames + cfg.window_frames
+                state.history = InputHistory(b, model.config.in_dim, capacity, h, w, cfg.sink_frames, device)
+        evicted_before = state.cache.evicted
         shape = (b, model.config.out_dim, frames, h, w)
 
         def draw(_step: int = 0) -> torch.Tensor:  # Wan's recipe: float32 noise on the CPU
@@ -136,6 +192,8 @@ class FlashSession:
             )
             # 3. clean pass: the chunk's final keys/values, seen by every later chunk
             velocity(latents, cfg.context_t / 1000)
+        if state.history is not None:
+            state.history.append(torch.cat([latents, cond], 1), state.cache.evicted - evicted_before)
         state.frame += frames
         state.chunks += 1
         return latents, state

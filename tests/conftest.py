@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Test tensors are tiny: one thread avoids OpenMP oversubscription, which made tiny-model tests
@@ -21,3 +23,24 @@ if "alaya_flash" not in sys.modules:
     module = importlib.util.module_from_spec(spec)
     sys.modules["alaya_flash"] = module
     spec.loader.exec_module(module)
+
+
+class _RepoRootIsNotATestPackage:
+    """Collect the repository root as a plain folder, not as a test package.
+
+    The root's __init__.py is the package itself (relative imports). pytest would import it as a
+    top-level module named after the checkout folder: that fails for a clone named `alaya-flash`
+    or `clean-io` ("attempted relative import with no known parent package") and only works by
+    accident for folder names like `io` (stdlib) or `main`.
+    """
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collect_directory(self, path, parent):
+        if path == ROOT:
+            return pytest.Dir.from_parent(parent, path=path)
+        return None
+
+
+def pytest_configure(config):
+    # Registered as a plugin (not a conftest hook) so it applies to the root, above tests/.
+    config.pluginmanager.register(_RepoRootIsNotATestPackage(), "alaya-flash-repo-root")

@@ -197,3 +197,31 @@ def test_bad_inputs_are_named():
         model(torch.randn(1, 96, 3, 4, 4), torch.zeros(1), torch.randn(1, 5, 8))
     with pytest.raises(AlayaError, match="not divisible by the patch"):
         model(torch.randn(1, 96, 3, 5, 4), torch.zeros(1), torch.randn(1, 5, 16))
+
+
+def test_cached_path_trains_through_the_current_chunk():
+    """The cache stores detached K/V, but the chunk's own live K/V carry gradients (trainer use)."""
+    model = tiny()
+    x, prompt = inputs(frames=6)
+    cache = model.new_cache(1, 4, 4, window_frames=6)
+    with torch.no_grad():
+        model(x[:, :, :3], torch.zeros(1), prompt, cache=cache, start_frame=0)
+    x2 = x[:, :, 3:].clone().requires_grad_(True)
+    out = model(x2, torch.full((1,), 625.0), prompt, cache=cache, start_frame=3)
+    out.square().mean().backward()
+    assert x2.grad is not None and x2.grad.abs().sum() > 0
+    assert model.blocks[0].self_attn.k.weight.grad.abs().sum() > 0
+    assert not cache.k.requires_grad
+    full = model(x, torch.tensor([[0.0] * 3 + [625.0] * 3]), prompt, chunk_frames=3)
+    assert (full[:, :, 3:] - out).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precisions_run(dtype):
+    model = tiny().to(dtype)
+    x, prompt = inputs(frames=3)
+    cache = model.new_cache(1, 4, 4, window_frames=3)
+    assert cache.k.dtype == dtype
+    with torch.no_grad():
+        out = model(x, torch.full((1,), 500.0), prompt, cache=cache, start_frame=0)
+    assert out.dtype == torch.float32 and out.isfinite().all()

@@ -5,6 +5,7 @@ import torch
 from alaya_flash.model_zoo import convert, dit, loading
 from alaya_flash.model_zoo.errors import CheckpointError
 from alaya_flash.model_zoo.identify import identify
+from alaya_flash.model_zoo.precision import preferred_dtype
 from alaya_flash.streaming.cli import main
 
 TINY = dit.CONFIGS["dit-tiny"]
@@ -30,7 +31,8 @@ def test_round_trip_with_config_in_metadata(tmp_path):
     back = dit.load(path, dtype=torch.float32)
     assert back.config == TINY
     assert (outputs(back) - outputs(model)).abs().max() <= 1e-6
-    assert dit.load(path).patch_embedding.weight.dtype == torch.bfloat16
+    assert dit.load(path, dtype=torch.bfloat16).patch_embedding.weight.dtype == torch.bfloat16
+    assert dit.load(path).patch_embedding.weight.dtype == preferred_dtype("cpu")
 
 
 def test_diffusers_names_convert_on_load(tmp_path):

@@ -168,3 +168,33 @@ def test_teacher_cfg_and_schedule():
                        teacher_sample(model, cond, pos, None, steps=3, seed=4))
     with pytest.raises(AlayaError, match="conditioning latents have 16 channels"):
         teacher_sample(model, noise, pos)
+
+
+def test_prompt_recache_reencodes_exactly_the_held_frames():
+    model = tiny()
+    sess = session(model, recache_on_prompt=True)  # window 6 + sink 1
+    p1, p2 = torch.randn(1, 5, 16), torch.randn(1, 4, 16)
+    chunks = cond_chunks(5)
+    # no eviction yet: re-encoding under the same prompt reproduces the cache
+    state = sess.new_state(p1, seed=2)
+    for c in chunks[:3]:
+        sess.step(state, c)
+    before = state.cache.k.clone(), state.cache.v.clone()
+    sess.set_prompt(state, p1)
+    assert (state.cache.k - before[0]).abs().max() <= 1e-5 and (state.cache.v - before[1]).abs().max() <= 1e-5
+    # after evictions the history mirrors the cache: block 0's keys depend only on each frame's input
+    for c in chunks[3:]:
+        sess.step(state, c)
+    assert state.cache.evicted == 3 and state.history.frames == state.cache.frames == 7
+    k0 = state.cache.k[0].clone()
+    sess.set_prompt(state, p1)
+    assert (state.cache.k[0] - k0).abs().max() <= 1e-5
+    # a new prompt re-encodes (block 1 sees it through block 0's cross-attention), the stream goes on
+    k1 = state.cache.k[1].clone()
+    sess.set_prompt(state, p2)
+    assert (state.cache.k[0] - k0).abs().max() <= 1e-5 and (state.cache.k[1] - k1).abs().max() > 1e-3
+    frame = state.frame
+    out, _ = sess.step(state, chunks[0])
+    assert out.isfinite().all() and state.frame == frame + 2 and state.cache.frames == 7
+    with pytest.raises(AlayaError, match="recache_on_prompt needs rope='relative'"):
+        SessionConfig(rope="absolute", recache_on_prompt=True)

@@ -65,6 +65,7 @@ uniform sampler2D materials;  // 4 texels per geom: (albedo, metallic) (albedo2,
 uniform int num_suns;
 uniform sampler2DShadow shadow0;
 uniform mat4 sun_matrix0;  // camera space -> shadow map clip space
+uniform float shadow_offset;  // metres
 in vec3 v_local;
 in vec3 v_view;
 in vec3 v_normal;
@@ -74,9 +75,10 @@ layout(location = 0) out vec4 out_albedo;
 layout(location = 1) out vec4 out_normal;
 layout(location = 2) out vec4 out_depth;
 
-float sun_visibility() {
+float sun_visibility(vec3 n) {
     if (num_suns == 0) return 1.0;
-    vec4 p = sun_matrix0 * vec4(v_view, 1.0);
+    // Normal offset (about two shadow-map texels) keeps grazing surfaces free of shadow acne.
+    vec4 p = sun_matrix0 * vec4(v_view + n * shadow_offset, 1.0);
     vec3 uvz = p.xyz / p.w * 0.5 + 0.5;
     float texel = 1.0 / float(textureSize(shadow0, 0).x);
     float sum = 0.0;
@@ -105,7 +107,104 @@ void main() {
     }
     out_albedo = vec4(albedo, m0.a);
     out_normal = vec4(n, m1.a);
-    out_depth = vec4(-v_view.z, float(v_geom + 1), sun_visibility(), 0.0);
+    out_depth = vec4(-v_view.z, float(v_geom + 1), sun_visibility(n), 0.0);
+}
+"""
+
+_SHADE_VERTEX = """
+#version 330
+in vec2 in_xy;
+void main() { gl_Position = vec4(in_xy, 0.0, 1.0); }
+"""
+
+# A line-by-line port of shading.shade() (numpy float32), the definition of the ground truth;
+# tests hold the two within 1/255.
+_SHADE_FRAGMENT = """
+#version 330
+uniform sampler2D t_albedo;  // rgb albedo, a metallic
+uniform sampler2D t_normal;  // xyz normal, a roughness
+uniform sampler2D t_depth;   // x depth, y object id, z sun visibility
+uniform vec2 size;
+uniform float focal;
+uniform vec3 up;
+uniform vec3 sun_dir;
+uniform vec3 sun_color;
+uniform vec3 sky_zenith;
+uniform vec3 sky_horizon;
+uniform vec3 ground;
+uniform float ambient;
+uniform int num_fills;
+uniform vec3 fill_dir[4];
+uniform vec3 fill_color[4];
+uniform vec3 fog_color;
+uniform float fog_density;
+uniform float exposure;
+uniform int use_visibility;
+out vec4 out_rgb;
+const float PI = 3.14159265358979;
+
+vec3 sky(vec3 d) {
+    float u = dot(d, up);
+    if (u >= 0.0) return sky_horizon + (sky_zenith - sky_horizon) * sqrt(max(u, 0.0));
+    return sky_horizon + (ground - sky_horizon) * sqrt(clamp(-u, 0.0, 1.0));
+}
+
+vec3 ggx(vec3 n, vec3 v, vec3 l, vec3 albedo, float metallic, float roughness, vec3 radiance) {
+    vec3 h = l + v;
+    h = h / max(sqrt(dot(h, h)), 1e-8);
+    float n_l = max(dot(n, l), 0.0);
+    float n_v = max(dot(n, v), 1e-4);
+    float n_h = max(dot(n, h), 0.0);
+    float v_h = max(dot(v, h), 0.0);
+    float a = max(roughness * roughness, 2e-3);
+    float a2 = a * a;
+    float q = n_h * n_h * (a2 - 1.0) + 1.0;
+    float d = a2 / (PI * q * q);
+    float k = (roughness + 1.0) * (roughness + 1.0) / 8.0;
+    float g = n_v / (n_v * (1.0 - k) + k) * n_l / (n_l * (1.0 - k) + k);
+    vec3 f0 = 0.04 * (1.0 - metallic) + albedo * metallic;
+    float w = 1.0 - v_h;
+    vec3 f = f0 + (1.0 - f0) * (w * w * w * w * w);
+    vec3 spec = d * g * f / (4.0 * n_v * n_l + 1e-4);
+    vec3 diffuse = (1.0 - f) * (1.0 - metallic) * albedo / PI;
+    return (diffuse + spec) * radiance * n_l;
+}
+
+void main() {
+    ivec2 px = ivec2(gl_FragCoord.xy);
+    vec4 t0 = texelFetch(t_albedo, px, 0);
+    vec4 t1 = texelFetch(t_normal, px, 0);
+    vec4 t2 = texelFetch(t_depth, px, 0);
+    vec3 view = vec3((gl_FragCoord.x - size.x * 0.5) / focal, (gl_FragCoord.y - size.y * 0.5) / focal, -1.0);
+    view = view / max(sqrt(dot(view, view)), 1e-8);
+    vec3 color;
+    if (t2.y < 0.5) {  // background
+        color = sky(view) + sun_color * pow(max(dot(view, sun_dir), 0.0), 2000.0);
+        if (fog_density > 0.0) color = color + (fog_color - color) * 0.6;
+    } else {
+        vec3 albedo = t0.rgb, n = t1.xyz, v = -view;
+        float metallic = t0.a, roughness = t1.a;
+        vec3 radiance = use_visibility == 1 ? sun_color * t2.z : sun_color;
+        color = ggx(n, v, sun_dir, albedo, metallic, roughness, radiance);
+        for (int i = 0; i < num_fills; i++)
+            color += ggx(n, v, fill_dir[i], albedo, metallic, roughness, fill_color[i]);
+        float t = dot(n, up) * 0.5 + 0.5;
+        vec3 irradiance = (ground + (sky_zenith * 0.5 + sky_horizon * 0.5 - ground) * t) * ambient;
+        float n_v = max(dot(n, v), 0.0);
+        vec3 f0 = 0.04 * (1.0 - metallic) + albedo * metallic;
+        float w = 1.0 - n_v;
+        vec3 f_amb = f0 + max(max(1.0 - roughness, 0.0) - f0, 0.0) * (w * w * w * w * w);
+        vec3 mirror = 2.0 * dot(n, v) * n - v;
+        vec3 spec_amb = sky(mirror) * ambient * f_amb * (1.0 - 0.7 * roughness);
+        color = color + irradiance * albedo * (1.0 - metallic) * (1.0 - f_amb) + spec_amb;
+        float fog = 1.0 - exp(-fog_density * t2.x);
+        color = color + (fog_color - color) * fog;
+    }
+    vec3 x = color * exposure;
+    vec3 ldr = clamp(x * (2.51 * x + 0.03) / (x * (2.43 * x + 0.59) + 0.14), 0.0, 1.0);
+    vec3 srgb = mix(1.055 * pow(max(ldr, vec3(0.0031308)), vec3(1.0 / 2.4)) - 0.055, ldr * 12.92,
+                    lessThanEqual(ldr, vec3(0.0031308)));
+    out_rgb = vec4(floor(clamp(srgb, 0.0, 1.0) * 255.0 + 0.5) / 255.0, 1.0);
 }
 """
 
@@ -209,6 +308,13 @@ class GLRenderer:
         self.shadow_map.compare_func = "<="
         self.shadow_map.repeat_x = self.shadow_map.repeat_y = False
         self.shadow_fbo = ctx.framebuffer(depth_attachment=self.shadow_map)
+        self.shade_prog = ctx.program(vertex_shader=_SHADE_VERTEX, fragment_shader=_SHADE_FRAGMENT)
+        quad = np.array([-1, -1, 1, -1, -1, 1, 1, 1], dtype="f4")
+        self.quad = ctx.vertex_array(self.shade_prog, [(ctx.buffer(quad.tobytes()), "2f", "in_xy")])
+        self.rgb_target = ctx.texture((self.width, self.height), 4, dtype="f1")
+        self.rgb_fbo = ctx.framebuffer(color_attachments=[self.rgb_target])
+        for k, name in enumerate(("t_albedo", "t_normal", "t_depth")):
+            self.shade_prog[name].value = 3 + k
         self.prog["modelview"].value = 0
         self.prog["materials"].value = 1
         self.prog["shadow0"].value = 2
@@ -221,19 +327,25 @@ class GLRenderer:
         mv[:, :, 3] = pos @ world_to_view[:3, :3].T + world_to_view[:3, 3]
         self.modelview.write(mv.astype("f4").tobytes())
 
-    def render(self, camera: Camera, sun_dirs: tuple = ()) -> dict[str, np.ndarray]:
-        """G-buffer passes for the scene's current state. With sun_dirs (world directions towards
-        each sun), also "sun_visibility" (S, H, W) float32 in [0, 1] (1 = lit)."""
+    def render(self, camera: Camera, sun_dirs: tuple = (), presets: tuple = ()) -> dict[str, np.ndarray]:
+        """G-buffer passes for the scene's current state.
+
+        sun_dirs (world directions towards each sun) add "sun_visibility" (S, H, W) float32 in
+        [0, 1] (1 = lit). presets (shading.LightingPreset) add "rgb" (P, H, W, 3) uint8: ground
+        truth shaded on the GL side from the float targets, equal to shading.shade() of the
+        returned passes within 1/255; with sun_dirs, preset k is lit by sun k's visibility.
+        """
         import moderngl
 
         if (camera.width, camera.height) != (self.width, self.height):
             raise AlayaError(f"world: camera is {camera.width}x{camera.height}, renderer is {self.width}x{self.height}")
-        visibility = []
+        if sun_dirs and presets and len(sun_dirs) != len(presets):
+            raise AlayaError(f"world: {len(sun_dirs)} sun directions for {len(presets)} presets")
+        visibility, rgbs, outs = [], [], None
         with self.ctx:
-            self.ctx.enable(moderngl.DEPTH_TEST)
-            self.ctx.disable(moderngl.CULL_FACE)
-            outs = None
             for s in range(max(1, len(sun_dirs))):
+                self.ctx.enable(moderngl.DEPTH_TEST)
+                self.ctx.disable(moderngl.CULL_FACE)
                 if sun_dirs:
                     self._shadow_pass(np.asarray(sun_dirs[s]), camera)
                 self.prog["num_suns"].value = 1 if sun_dirs else 0
@@ -246,18 +358,58 @@ class GLRenderer:
                 self.shadow_map.use(2)
                 self.vao.render(moderngl.TRIANGLES)
                 if outs is None:
-                    outs = [np.frombuffer(self.fbo.read(attachment=k, components=4, dtype="f4"), np.float32)
-                            .reshape(self.height, self.width, 4)[::-1] for k in range(3)]
+                    outs = [self._read(k) for k in range(3)]
                     if sun_dirs:
                         visibility.append(outs[2][..., 2].copy())
                 else:
-                    vis = np.frombuffer(self.fbo.read(attachment=2, components=4, dtype="f4"), np.float32)
-                    visibility.append(vis.reshape(self.height, self.width, 4)[::-1, :, 2].copy())
+                    visibility.append(self._read(2)[..., 2].copy())
+                if sun_dirs and presets:
+                    rgbs.append(self._shade(camera, presets[s], True))
+            if presets and not sun_dirs:
+                rgbs = [self._shade(camera, p, False) for p in presets]
         passes = _finish(outs[0], outs[1], outs[2])
         if sun_dirs:
             hit = passes["object_id"] > 0
             passes["sun_visibility"] = np.stack([np.where(hit, v, 1.0) for v in visibility]).astype(np.float32)
+        if presets:
+            passes["rgb"] = np.stack(rgbs)
         return passes
+
+    def _read(self, attachment: int) -> np.ndarray:
+        data = self.fbo.read(attachment=attachment, components=4, dtype="f4")
+        return np.frombuffer(data, np.float32).reshape(self.height, self.width, 4)[::-1]
+
+    def _shade(self, camera: Camera, preset, use_visibility: bool) -> np.ndarray:
+        """Deferred PBR of the current G-buffer targets under one preset -> uint8 (H, W, 3)."""
+        import moderngl
+
+        from .shading import _direction
+
+        rot = camera.rotation
+        prog = self.shade_prog
+        values = {"size": (float(self.width), float(self.height)), "focal": float(camera.focal),
+                  "up": tuple(rot[:, 2]), "sun_dir": tuple(rot @ preset.sun_direction),
+                  "sun_color": preset.sun_color, "sky_zenith": preset.sky_zenith, "sky_horizon": preset.sky_horizon,
+                  "ground": preset.ground, "ambient": float(preset.ambient), "num_fills": len(preset.fills),
+                  "fog_color": preset.fog_color, "fog_density": float(preset.fog_density),
+                  "exposure": float(preset.exposure), "use_visibility": int(use_visibility)}
+        for name, value in values.items():
+            if name in prog:
+                prog[name].value = value
+        fills = list(preset.fills)
+        if len(fills) > 4:
+            raise AlayaError(f"lighting preset {preset.name}: at most 4 fill lights, got {len(fills)}")
+        if fills:
+            pad = 4 - len(fills)
+            prog["fill_dir"].value = [tuple(rot @ _direction(e, a)) for e, a, _ in fills] + [(0.0, 0.0, 1.0)] * pad
+            prog["fill_color"].value = [tuple(map(float, c)) for _, _, c in fills] + [(0.0, 0.0, 0.0)] * pad
+        self.ctx.disable(moderngl.DEPTH_TEST)
+        for k, target in enumerate(self.targets):
+            target.use(3 + k)
+        self.rgb_fbo.use()
+        self.quad.render(moderngl.TRIANGLE_STRIP)
+        data = self.rgb_fbo.read(components=3, dtype="f1")
+        return np.frombuffer(data, np.uint8).reshape(self.height, self.width, 3)[::-1].copy()
 
     def _shadow_pass(self, sun_dir: np.ndarray, camera: Camera) -> None:
         import moderngl
@@ -270,6 +422,7 @@ class GLRenderer:
         self.modelview.use(0)
         self.shadow_vao.render(moderngl.TRIANGLES)
         # Camera space -> shadow clip space, for the geometry pass.
+        self.prog["shadow_offset"].value = 2.0 * 2.0 / proj[0, 0] / self.SHADOW_SIZE
         self.prog["sun_matrix0"].write((proj @ view @ camera.camera_to_world).T.astype("f4").tobytes())
 
     def release(self) -> None:

@@ -14,6 +14,7 @@ import torch
 from ...model_zoo.errors import AlayaError
 from .camera import Camera
 from .geometry import PLANE_INFINITE, mesh_face_normals
+from .shading import shade
 from .scene import BOX, CAPSULE, CYLINDER, ELLIPSOID, MESH, PLANE, SPHERE, Scene
 
 SUPPORTED = {PLANE, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH}
@@ -190,23 +191,33 @@ class RayCaster:
         g_best = torch.full((n_rays,), -1, dtype=torch.long)
         p_best = torch.zeros(n_rays, 3, dtype=torch.float64)
         n_best = torch.zeros(n_rays, 3, dtype=torch.float64)
-        # All geoms' local frames in one matmul each: (N, 3) @ (3, 3G) -> (N, 3G).
-        rot_all = rot.permute(1, 0, 2).reshape(3, -1)
-        d_all = dirs @ rot_all
-        o_all = origins @ rot_all - torch.einsum("gi,gij->gj", pos, rot).reshape(1, -1)
+        rbound = self.scene.model.geom_rbound
         for g in range(self.scene.ngeom):
-            o_l = o_all[:, 3 * g:3 * g + 3]  # R^T (o - p) with row vectors
-            d_l = d_all[:, 3 * g:3 * g + 3]
+            # Only rays that pass within the geom's bounding sphere (MuJoCo's geom_rbound; 0 for
+            # planes, which take every ray) are intersected exactly.
+            if rbound[g] > 0:
+                v = pos[g] - origins
+                tc = _dot(v, dirs)
+                near = (_dot(v, v) - tc * tc <= rbound[g] ** 2) & (tc > t_min - rbound[g])
+                idx = near.nonzero().squeeze(1)
+                if len(idx) == 0:
+                    continue
+            else:
+                idx = torch.arange(n_rays)
+            o_l = (origins[idx] - pos[g]) @ rot[g]  # R^T (o - p) with row vectors
+            d_l = dirs[idx] @ rot[g]
             t, n_l = self._intersect(g, o_l, d_l)
-            t = torch.where(t > t_min, t, INF)
-            better = t < t_best
-            t_best = torch.where(better, t, t_best)
-            g_best = torch.where(better, g, g_best)
-            p_best = torch.where(better[:, None], o_l + torch.nan_to_num(t[:, None] * d_l, posinf=0.0), p_best)
-            n_best = torch.where(better[:, None], n_l @ rot[g].T, n_best)  # world-space normal
+            better = (t > t_min) & (t < t_best[idx])
+            sel = idx[better]
+            t, o_l, d_l, n_l = t[better], o_l[better], d_l[better], n_l[better]
+            t_best[sel] = t
+            g_best[sel] = g
+            p_best[sel] = o_l + t[:, None] * d_l
+            n_best[sel] = n_l @ rot[g].T  # world-space normal
         return t_best, g_best, p_best, n_best
 
-    def render(self, camera: Camera, sun_dirs: tuple = ()) -> dict[str, np.ndarray]:
+    def render(self, camera: Camera, sun_dirs: tuple = (), presets: tuple = ()) -> dict[str, np.ndarray]:
+        """Same passes as GLRenderer.render; "rgb" comes from shading.shade() (the definition)."""
         if (camera.width, camera.height) != (self.width, self.height):
             raise AlayaError(f"world: camera is {camera.width}x{camera.height}, renderer is {self.width}x{self.height}")
         h, w = self.height, self.width
@@ -246,6 +257,12 @@ class RayCaster:
         if sun_dirs:
             passes["sun_visibility"] = self._sun_visibility(eye + t.nan_to_num(posinf=0)[:, None] * d_world,
                                                             n_world, hit, sun_dirs)
+        if presets:
+            if sun_dirs and len(sun_dirs) != len(presets):
+                raise AlayaError(f"world: {len(sun_dirs)} sun directions for {len(presets)} presets")
+            vis = passes.get("sun_visibility")
+            passes["rgb"] = np.stack([shade(passes, camera, p, None if vis is None else vis[k])
+                                      for k, p in enumerate(presets)])
         return passes
 
     def _sun_visibility(self, points, normals, hit, sun_dirs) -> np.ndarray:

@@ -31,7 +31,7 @@ from ..readers import GBufferStream
 from .camera import CAMERA_PATHS, Camera, CameraPath
 from .raster import check_size, make_renderer
 from .scene import MAX_OBJECTS, Scene, SceneConfig, build_scene
-from .shading import get_preset, shade
+from .shading import get_preset
 
 MAX_FRAMES = 1_000_000
 
@@ -108,18 +108,18 @@ class World:
         """Render the current physics state into a canonical frame (+ extras); does not step."""
         camera = camera or self.camera()
         sun_dirs = tuple(p.sun_direction for p in self.presets) if self.config.shadows else ()
-        passes = self.renderer.render(camera, sun_dirs=sun_dirs)
+        passes = self.renderer.render(camera, sun_dirs=sun_dirs, presets=tuple(self.presets))
         visibility = passes.pop("sun_visibility", None)
+        rgbs = passes.pop("rgb", None)
         extras = {"object_id": passes.pop("object_id")}
         for k, preset in enumerate(self.presets):
             vis = visibility[k] if visibility is not None else None
-            rgb = shade(passes, camera, preset, vis)
             if k == 0:
-                extras["rgb"] = rgb
+                extras["rgb"] = rgbs[0]
                 if vis is not None:
                     extras["sun_visibility"] = vis
             if len(self.presets) > 1:
-                extras[f"rgb_{preset.name}"] = rgb
+                extras[f"rgb_{preset.name}"] = rgbs[k]
                 if vis is not None:
                     extras[f"sun_visibility_{preset.name}"] = vis
         frame = GBufferFrame(index=self.index, timestamp=self.index / self.config.fps, extras=extras, **passes)

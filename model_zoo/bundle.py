@@ -1,0 +1,367 @@
+"""Model folders: the on-disk format of a Flash model and of a teacher model.
+
+A model is a folder:
+
+    my-flash/                        my-teacher/
+      config.json                      config.json
+      dit.safetensors                  dit.safetensors
+      gbuffer_encoder.safetensors      vae.safetensors
+      decoder.safetensors
+
+config.json (written by save_flash / save_teacher; every key is checked on load):
+
+    {"format": "alaya-flash/flash", "version": 1,
+     "networks": {"dit": {"family": "dit", "config_name": "dit-small", "config": {...}},
+                  "gbuffer_encoder": {...}, "decoder": {...}},       # teacher: "dit", "vae"
+     "text_encoder": "all-minilm-l6-v2",
+     "session": {"steps": 4, "shift": 5.0, "chunk_frames": 3, "window_frames": 12,
+                 "sink_frames": 3, "rope": "relative"},              # teacher: steps, cfg, shift,
+     "trained_size": [height, width],                                #   window_frames, negative_prompt
+     "random_weights": false, "notes": "..."}
+
+Each network's weights live in `<role>.safetensors` (roles above), keyed exactly as the network's
+state dict (Wan-native DiT keys, TAEHV indices, Wan VAE keys) and loaded strictly: a missing,
+unexpected or misshapen key is an error naming the file and the key. The full dataclass config is
+stored, so a folder loads without knowing the named config it came from.
+
+The embedded default Flash model lives in model_zoo/default/ once the training recipe exports it;
+`default_flash_dir()` says clearly when it does not exist yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import registry
+from .errors import AlayaError, CheckpointError
+from .loading import load_strict, save_safetensors
+
+FORMAT_VERSION = 1
+FLASH_ROLES = {"dit": "dit", "gbuffer_encoder": "gbuffer-encoder", "decoder": "tiny-codec"}  # role -> family
+TEACHER_ROLES = {"dit": "dit", "vae": "wan-vae"}
+TEXT_ENCODERS = ("all-minilm-l6-v2",)
+DEFAULT_DIR = Path(__file__).resolve().parent / "default"
+
+
+@dataclass(frozen=True)
+class FlashSettings:
+    """How a Flash model samples by default (the Flash Sampler's widget defaults)."""
+
+    steps: int = 4  # few-step x0 passes per chunk
+    shift: float = 5.0
+    chunk_frames: int = 3  # latent frames per autoregressive chunk (12 pixel frames)
+    window_frames: int = 12  # latent frames in the rolling KV window, current chunk included
+    sink_frames: int = 3  # first latent frames kept in the cache forever
+    rope: str = "relative"
+
+
+@dataclass(frozen=True)
+class TeacherSettings:
+    """How the teacher samples by default (model.md §1.6: 50 Euler steps, shift 5, CFG 5)."""
+
+    steps: int = 50
+    cfg: float = 5.0
+    shift: float = 5.0
+    window_frames: int = 81  # pixel frames per bidirectional window (21 latent frames)
+    negative_prompt: str = ""
+
+
+@dataclass
+class FlashModel:
+    """The three networks of a Flash model plus its settings. Networks are in eval mode."""
+
+    dit: nn.Module
+    gbuffer_encoder: nn.Module
+    decoder: nn.Module  # TinyCodec; its decoder half is used
+    settings: FlashSettings = FlashSettings()
+    text_encoder_name: str = "all-minilm-l6-v2"
+    trained_size: tuple[int, int] | None = None
+    random_weights: bool = False
+    path: Path | None = None
+    _text: Any = field(default=None, repr=False)
+
+    kind = "flash"
+
+    def text_encoder(self):
+        """The prompt encoder (loaded on first use, then kept)."""
+        if self._text is None:
+            self._text = load_text_encoder(self.text_encoder_name, self.device)
+        return self._text
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.dit.parameters()).device
+
+    @property
+    def text_dim(self) -> int:
+        return self.dit.config.text_dim
+
+    def describe(self) -> str:
+        where = str(self.path) if self.path else "in memory"
+        return f"Flash model ({where}{', RANDOM weights' if self.random_weights else ''})"
+
+
+@dataclass
+class TeacherModel:
+    """The teacher: a bidirectional DiT and the full Wan VAE, plus its settings."""
+
+    dit: nn.Module
+    vae: nn.Module
+    settings: TeacherSettings = TeacherSettings()
+    text_encoder_name: str = "all-minilm-l6-v2"
+    trained_size: tuple[int, int] | None = None
+    random_weights: bool = False
+    path: Path | None = None
+    _text: Any = field(default=None, repr=False)
+
+    kind = "teacher"
+
+    text_encoder = FlashModel.text_encoder
+    device = FlashModel.device
+    text_dim = FlashModel.text_dim
+
+    def describe(self) -> str:
+        where = str(self.path) if self.path else "in memory"
+        return f"teacher model ({where}{', RANDOM weights' if self.random_weights else ''})"
+
+
+def load_text_encoder(name: str, device: str | torch.device = "cpu"):
+    if name not in TEXT_ENCODERS:
+        raise AlayaError(f"text encoder {name!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    from .text_encoder import TextEncoder
+
+    return TextEncoder.load(device=device)
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json
+
+
+def _network_entry(module: nn.Module, family: str, config_name: str | None) -> dict:
+    return {"family": family, "config_name": config_name, "config": dataclasses.asdict(module.config)}
+
+
+def _config_from_entry(path: Path, role: str, entry: Any, family: str):
+    """The dataclass config of one network from its config.json entry."""
+    if not isinstance(entry, dict) or "config" not in entry:
+        raise CheckpointError(f"{path}: networks.{role} needs a 'config' object")
+    if entry.get("family", family) != family:
+        raise CheckpointError(f"{path}: networks.{role} has family {entry.get('family')!r}, expected {family!r}")
+    cls = registry.config_class(family)
+    raw = dict(entry["config"])
+    try:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - set(fields))
+        if unknown:
+            raise TypeError(f"unknown key(s) {', '.join(unknown)}")
+        for k, v in raw.items():  # JSON turns tuples into lists
+            if isinstance(v, list):
+                raw[k] = tuple(v)
+        return cls(**raw)
+    except TypeError as err:
+        raise CheckpointError(f"{path}: networks.{role}.config is not a {cls.__name__}: {err}") from None
+
+
+def _read_config(folder: Path, kind: str) -> dict:
+    if not folder.exists():
+        raise AlayaError(f"{folder}: no such model folder")
+    if not folder.is_dir():
+        raise AlayaError(f"{folder}: a model is a folder with config.json and .safetensors files, not a file")
+    path = folder / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing (a model folder needs config.json)") from None
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    want = f"alaya-flash/{kind}"
+    if not isinstance(cfg, dict) or cfg.get("format") != want:
+        got = cfg.get("format") if isinstance(cfg, dict) else type(cfg).__name__
+        raise CheckpointError(f"{path}: 'format' is {got!r}, expected {want!r}")
+    if cfg.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: 'version' is {cfg.get('version')!r}, this code reads {FORMAT_VERSION}")
+    if not isinstance(cfg.get("networks"), dict):
+        raise CheckpointError(f"{path}: 'networks' is missing")
+    return cfg
+
+
+def _settings(path: Path, cls, raw: Any):
+    raw = raw or {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise CheckpointError(f"{path}: 'session' has unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(names))})")
+    return cls(**raw)
+
+
+def _write_config(folder: Path, cfg: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "config.json.tmp"
+    tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / "config.json")
+
+
+def _load_networks(folder: Path, cfg: dict, roles: dict[str, str], device, dtype) -> dict[str, nn.Module]:
+    path = folder / "config.json"
+    missing = [r for r in roles if r not in cfg["networks"]]
+    if missing:
+        raise CheckpointError(f"{path}: networks {', '.join(missing)} missing (a {cfg['format']} model has {', '.join(roles)})")
+    out = {}
+    for role, family in roles.items():
+        config = _config_from_entry(path, role, cfg["networks"][role], family)
+        weights = folder / f"{role}.safetensors"
+        if not weights.is_file():
+            raise CheckpointError(f"{weights}: missing (the {role} weights of this model)")
+        module = registry.build_config(family, config, device="meta", dtype=dtype)
+        load_strict(module, weights)
+        out[role] = module.to(device).eval().requires_grad_(False)
+    return out
+
+
+def _size(cfg: dict):
+    size = cfg.get("trained_size")
+    return tuple(size) if size else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Flash
+
+
+def save_flash(model: FlashModel, folder: str | os.PathLike, config_names: dict[str, str] | None = None, notes: str = "") -> Path:
+    """Write a Flash model folder (weights first, config.json last, each atomically)."""
+    folder = Path(folder)
+    names = config_names or {}
+    networks = {}
+    for role, family in FLASH_ROLES.items():
+        module = getattr(model, role)
+        save_safetensors(module.state_dict(), folder / f"{role}.safetensors", {"family": family, "role": role})
+        networks[role] = _network_entry(module, family, names.get(role))
+    _write_config(folder, {
+        "format": "alaya-flash/flash", "version": FORMAT_VERSION, "networks": networks,
+        "text_encoder": model.text_encoder_name, "session": dataclasses.asdict(model.settings),
+        "trained_size": list(model.trained_size) if model.trained_size else None,
+        "random_weights": model.random_weights, "notes": notes,
+    })
+    return folder
+
+
+def load_flash(folder: str | os.PathLike | None = None, device: str | torch.device = "cpu",
+               dtype: torch.dtype = torch.bfloat16) -> FlashModel:
+    """Load a Flash model folder strictly; folder=None loads the embedded default."""
+    folder = Path(folder) if folder is not None else default_flash_dir()
+    cfg = _read_config(folder, "flash")
+    nets = _load_networks(folder, cfg, FLASH_ROLES, device, dtype)
+    text = cfg.get("text_encoder", "all-minilm-l6-v2")
+    if text not in TEXT_ENCODERS:
+        raise CheckpointError(f"{folder / 'config.json'}: text_encoder {text!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    return FlashModel(**nets, settings=_settings(folder / "config.json", FlashSettings, cfg.get("session")),
+                      text_encoder_name=text, trained_size=_size(cfg),
+                      random_weights=bool(cfg.get("random_weights")), path=folder)
+
+
+def make_random_flash(dit: str = "dit-tiny", gbuffer_encoder: str = "gbuffer-encoder-slim", decoder: str = "taew-slim",
+                      seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                      settings: FlashSettings = FlashSettings(), text_encoder: str = "all-minilm-l6-v2") -> FlashModel:
+    """A Flash model with random weights from named configs (tests and benchmarks).
+
+    The DiT's text width is set to the text encoder's (384), whatever the named config says.
+    """
+    torch.manual_seed(seed)
+    text_dim = _text_dim(text_encoder)
+    nets = {}
+    for role, name in (("dit", dit), ("gbuffer_encoder", gbuffer_encoder), ("decoder", decoder)):
+        family, cfg = registry.get_config(name)
+        if family != FLASH_ROLES[role]:
+            raise AlayaError(f"config {name!r} is a {family} config; the {role} needs a {FLASH_ROLES[role]} config")
+        if role == "dit":
+            cfg = dataclasses.replace(cfg, text_dim=text_dim)
+        nets[role] = registry.build_config(family, cfg, dtype=dtype).to(device).eval().requires_grad_(False)
+    return FlashModel(**nets, settings=settings, text_encoder_name=text_encoder, random_weights=True)
+
+
+def _text_dim(name: str) -> int:
+    if name not in TEXT_ENCODERS:
+        raise AlayaError(f"text encoder {name!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    from .text_encoder import TextEncoder
+
+    return TextEncoder.text_dim
+
+
+def default_flash_dir() -> Path:
+    """model_zoo/default/, where the exported default Flash model lives (an error until it exists)."""
+    if not (DEFAULT_DIR / "config.json").is_file():
+        raise AlayaError(
+            f"no default Flash model yet: {DEFAULT_DIR} has no config.json (the training recipe exports it there); "
+            "pass a model folder instead"
+        )
+    return DEFAULT_DIR
+
+
+def has_default_flash() -> bool:
+    return (DEFAULT_DIR / "config.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# Teacher
+
+
+def save_teacher(model: TeacherModel, folder: str | os.PathLike, config_names: dict[str, str] | None = None, notes: str = "") -> Path:
+    folder = Path(folder)
+    names = config_names or {}
+    networks = {}
+    for role, family in TEACHER_ROLES.items():
+        module = getattr(model, role)
+        save_safetensors(module.state_dict(), folder / f"{role}.safetensors", {"family": family, "role": role})
+        networks[role] = _network_entry(module, family, names.get(role))
+    _write_config(folder, {
+        "format": "alaya-flash/teacher", "version": FORMAT_VERSION, "networks": networks,
+        "text_encoder": model.text_encoder_name, "session": dataclasses.asdict(model.settings),
+        "trained_size": list(model.trained_size) if model.trained_size else None,
+        "random_weights": model.random_weights, "notes": notes,
+    })
+    return folder
+
+
+def load_teacher(folder: str | os.PathLike, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.bfloat16) -> TeacherModel:
+    folder = Path(folder)
+    cfg = _read_config(folder, "teacher")
+    nets = _load_networks(folder, cfg, TEACHER_ROLES, device, dtype)
+    text = cfg.get("text_encoder", "all-minilm-l6-v2")
+    if text not in TEXT_ENCODERS:
+        raise CheckpointError(f"{folder / 'config.json'}: text_encoder {text!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    return TeacherModel(**nets, settings=_settings(folder / "config.json", TeacherSettings, cfg.get("session")),
+                        text_encoder_name=text, trained_size=_size(cfg),
+                        random_weights=bool(cfg.get("random_weights")), path=folder)
+
+
+def make_random_teacher(dit: str = "dit-tiny", vae: str = "wan2.1-vae-small", seed: int = 0,
+                        device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                        settings: TeacherSettings = TeacherSettings(), text_encoder: str = "all-minilm-l6-v2") -> TeacherModel:
+    """A teacher with random weights from named configs (tests and benchmarks)."""
+    torch.manual_seed(seed)
+    nets = {}
+    for role, name in (("dit", dit), ("vae", vae)):
+        family, cfg = registry.get_config(name)
+        if family != TEACHER_ROLES[role]:
+            raise AlayaError(f"config {name!r} is a {family} config; the {role} needs a {TEACHER_ROLES[role]} config")
+        if role == "dit":
+            cfg = dataclasses.replace(cfg, text_dim=_text_dim(text_encoder))
+        nets[role] = registry.build_config(family, cfg, dtype=dtype).to(device).eval().requires_grad_(False)
+    return TeacherModel(**nets, settings=settings, text_encoder_name=text_encoder, random_weights=True)
+
+
+def is_model_folder(path: Path) -> str | None:
+    """'flash' or 'teacher' when path is a model folder of that kind, else None."""
+    try:
+        fmt = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("format", "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return {"alaya-flash/flash": "flash", "alaya-flash/teacher": "teacher"}.get(fmt)
