@@ -51,9 +51,10 @@ CONFIGS: dict[str, TinyCodecConfig] = {
 
 
 def channels_last(x: Tensor) -> Tensor:
-    """(M, C, H, W) in channels-last memory: the fast oneDNN convolution path on CPU (NCHW bf16
-    convolutions measured ~7x slower than channels-last here). Values are unchanged."""
-    return x.contiguous(memory_format=torch.channels_last)
+    """(M, C, H, W) in channels-last memory when reduced-precision: the fast oneDNN path on CPU (NCHW
+    bf16 convolutions measured ~7x slower than channels-last here). float32 stays NCHW, whose
+    results do not depend on how many frames share a call (chunked == whole clip, bit for bit)."""
+    return x.contiguous(memory_format=torch.channels_last) if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
 def conv(n_in: int, n_out: int, **kwargs) -> nn.Conv2d:
