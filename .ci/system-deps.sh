@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the Debian packages the project needs when they are missing (needs root).
 set -e
-PKGS="libegl1 libegl-mesa0 libgl1-mesa-dri libgbm1"
+# chromium + chromium-driver: the live page's headless browser test (tests/test_live_browser.py)
+PKGS="libegl1 libegl-mesa0 libgl1-mesa-dri libgbm1 chromium chromium-driver"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

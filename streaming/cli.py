@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "demo": "demo",
     "gbuffers": "gbuffers",
     "model": "model",
+    "serve": "serve",
     "world": "world",
 }
 

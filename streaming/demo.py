@@ -3,8 +3,8 @@
 Until the default model ships, the "render" is a tiled panel: the five passes as the model sees
 them (teacher form, 8-bit) plus a plain Lambert shading of albedo and normals, so the video shows
 the whole input at a glance. The source is pluggable: DEMO_SOURCES maps a name to a factory
-(width, height, num_frames, seed) -> GBufferStream; the physics world registers itself here when
-it lands, and any G-buffer path works too.
+(width, height, num_frames, seed) -> GBufferStream ("synthetic", the default, and "world", the
+physics world); any G-buffer path works too.
 """
 from __future__ import annotations
 

@@ -206,3 +206,20 @@ def test_sinks_take_canonical_frames_and_float_rgb(tmp_path, source):
     chans = read_exr(tmp_path / "exr" / "000000.exr")
     np.testing.assert_allclose(chans["G"], srgb_to_linear(rgb)[..., 1], atol=1e-6)
     np.testing.assert_array_equal(chans["depth.Z"], frames[0].depth)
+
+
+@pytest.mark.parametrize("src_fmt,src_bits", [("exr", 8), ("png", 16)])
+@pytest.mark.parametrize("dst_fmt,dst_bits", [("mp4", 8), ("png", 8), ("png", 16), ("npy", 8), ("exr", 8)])
+def test_every_float_reader_to_every_writer(tmp_path, source, src_fmt, src_bits, dst_fmt, dst_bits):
+    src = open_gbuffers(write(source, tmp_path / "src", src_fmt, png_bits=src_bits))
+    back = open_gbuffers(write(src, tmp_path / "dst", dst_fmt, png_bits=dst_bits))
+    if back.source.kind == "teacher":  # 8-bit writers store exactly the source's teacher form
+        np.testing.assert_array_equal(np.stack(list(back.teacher_frames())), np.stack(list(src.teacher_frames())))
+        return
+    for a, b in zip(src, back):  # float writers: exact (EXR float32) or within one 16-bit step
+        tol = 0 if dst_fmt == "exr" else 3e-5
+        for m in ("albedo", "metallic", "normal", "roughness"):
+            assert np.abs(getattr(a, m) - getattr(b, m)).max() <= tol, m
+        fin = np.isfinite(a.depth)
+        np.testing.assert_array_equal(fin, np.isfinite(b.depth))
+        assert np.abs(0.5 / a.depth[fin] - 0.5 / b.depth[fin]).max() <= (0 if dst_fmt == "exr" else 1e-5)

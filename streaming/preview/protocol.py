@@ -1,0 +1,153 @@
+"""The live page's WebSocket protocol: what a client may send, checked and bounded.
+
+Client -> server: JSON text messages, at most MAX_MESSAGE_BYTES, one object with a "type":
+
+  {"type": "control", "action": "start" | "pause" | "reset"}
+  {"type": "prompt", "text": "..."}                 style change mid-stream (1..MAX_PROMPT_CHARS)
+  {"type": "preset", "name": "sunset_dramatic"}     a lighting preset: its prompt (and look)
+  {"type": "source", "name": "world" | "file"}      switch source (file: only when the server has one)
+  {"type": "input", "move": [right, forward], "yaw": deg, "pitch": deg, "zoom": rel,
+   "jump": bool, "push": bool}                      held keys; applied every physics tick until the
+                                                    next input message (jump / push fire once)
+  {"type": "record", "on": true | false}            start / stop recording (when the server allows it)
+  {"type": "passes", "on": true | false}            this client also wants the G-buffer passes
+  {"type": "ping", "t": number}                     answered with {"type": "pong", "t": same}
+
+Anything else (binary, not JSON, not an object, unknown type, unknown or missing field, wrong
+kind, out of range) is refused with one {"type": "error", "message": ...} reply and no other
+effect; messages beyond the rate limit likewise. `parse_message` raises ProtocolError with that
+one-line message.
+
+Server -> client: JSON text messages {"type": "hello" | "status" | "error" | "pong", ...} and binary
+frame messages: 4-byte big-endian header length, a JSON header {"kind": "rgb" | "passes", "epoch",
+"index", "latency_ms", ...}, then the JPEG bytes. docs/live.md has the full description.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+MAX_MESSAGE_BYTES = 4096
+"""Largest client message we parse; larger ones are refused (the socket's hard cap is WS_MAX_BYTES)."""
+WS_MAX_BYTES = 65536
+"""aiohttp's receive limit: a client sending more is disconnected (close code 1009)."""
+MAX_PROMPT_CHARS = 1000
+RATE_PER_SECOND = 60.0  # sustained messages per second per client (key repeat is ~30/s)
+RATE_BURST = 120
+MAX_STRIKES = 50
+"""Refused messages in a row after which the server closes the client (1008 policy violation)."""
+
+ACTIONS = ("start", "pause", "reset")
+SOURCES = ("world", "file")
+LIMITS = {"yaw": 10.0, "pitch": 10.0, "zoom": 0.5}  # per physics tick, as play.Controls allows
+
+
+class ProtocolError(ValueError):
+    """A refused client message; str() is the one line sent back to the client."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One validated client message: type plus its checked fields."""
+
+    type: str
+    args: dict = field(default_factory=dict)
+
+
+def _bool(msg: dict, key: str) -> bool:
+    v = msg.get(key, False)
+    if not isinstance(v, bool):
+        raise ProtocolError(f"{msg['type']}: {key!r} must be true or false, got {v!r:.40}")
+    return v
+
+
+def _number(msg: dict, key: str, lo: float, hi: float, default: float = 0.0) -> float:
+    v = msg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise ProtocolError(f"{msg['type']}: {key!r} must be a number in [{lo:g}, {hi:g}], got {v!r:.40}")
+    return float(v)
+
+
+def _string(msg: dict, key: str, max_chars: int) -> str:
+    v = msg.get(key)
+    if not isinstance(v, str) or not v.strip() or len(v) > max_chars:
+        raise ProtocolError(f"{msg['type']}: {key!r} must be a non-empty string of at most {max_chars} characters")
+    return v.strip()
+
+
+def _choice(msg: dict, key: str, choices) -> str:
+    v = msg.get(key)
+    if v not in choices:
+        raise ProtocolError(f"{msg['type']}: {key!r} must be one of {', '.join(choices)}, got {v!r:.40}")
+    return v
+
+
+# type -> (allowed keys besides "type", parser of the remaining fields)
+_SCHEMA = {
+    "control": ({"action"}, lambda m, ctx: {"action": _choice(m, "action", ACTIONS)}),
+    "prompt": ({"text"}, lambda m, ctx: {"text": _string(m, "text", MAX_PROMPT_CHARS)}),
+    "preset": ({"name"}, lambda m, ctx: {"name": _choice(m, "name", ctx.get("presets", ()))}),
+    "source": ({"name"}, lambda m, ctx: {"name": _choice(m, "name", ctx.get("sources", SOURCES))}),
+    "record": ({"on"}, lambda m, ctx: {"on": _bool(m, "on")}),
+    "passes": ({"on"}, lambda m, ctx: {"on": _bool(m, "on")}),
+    "ping": ({"t"}, lambda m, ctx: {"t": _number(m, "t", -1e15, 1e15)}),
+    "input": ({"move", "yaw", "pitch", "zoom", "jump", "push"}, lambda m, ctx: _input(m)),
+}
+TYPES = tuple(_SCHEMA)
+
+
+def _input(msg: dict) -> dict:
+    move = msg.get("move", [0, 0])
+    if not isinstance(move, list) or len(move) != 2:
+        raise ProtocolError("input: 'move' must be [right, forward], two numbers in [-1, 1]")
+    pair = {"type": "input", "right": move[0], "forward": move[1]}
+    out = {"move": (_number(pair, "right", -1, 1), _number(pair, "forward", -1, 1))}
+    for key, lim in LIMITS.items():
+        out[key] = _number(msg, key, -lim, lim)
+    out["jump"], out["push"] = _bool(msg, "jump"), _bool(msg, "push")
+    return out
+
+
+def parse_message(raw, context: dict | None = None) -> Command:
+    """Check one client message (str or bytes); returns a Command or raises ProtocolError.
+
+    context: {"presets": names, "sources": names} the server currently offers.
+    """
+    if not isinstance(raw, str):
+        raise ProtocolError("binary messages are not accepted; send JSON text")
+    if len(raw.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(raw.encode('utf-8', 'surrogatepass'))} bytes is over the limit of "
+                            f"{MAX_MESSAGE_BYTES} bytes")
+    try:
+        msg = json.loads(raw)
+    except ValueError as err:
+        raise ProtocolError(f"message is not valid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"message must be a JSON object, got {type(msg).__name__}")
+    kind = msg.get("type")
+    if kind not in _SCHEMA:
+        raise ProtocolError(f"unknown message type {kind!r:.40}; known: {', '.join(TYPES)}")
+    allowed, parse = _SCHEMA[kind]
+    extra = sorted(set(msg) - allowed - {"type"})
+    if extra:
+        raise ProtocolError(f"{kind}: unknown field {extra[0]!r:.40}; allowed: {', '.join(sorted(allowed))}")
+    return Command(kind, parse(msg, context or {}))
+
+
+class RateLimiter:
+    """Token bucket: `rate` messages per second sustained, `burst` at once. allow() spends one token."""
+
+    def __init__(self, rate: float = RATE_PER_SECOND, burst: int = RATE_BURST, clock=time.monotonic):
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self.tokens, self.stamp = float(burst), clock()
+
+    def allow(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False

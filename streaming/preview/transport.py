@@ -1,0 +1,126 @@
+"""Frame fan-out with backpressure: one latest-frame slot per client, the renderer never waits.
+
+    hub = Hub(loop)                         # made on the server's event loop
+    client = hub.add(send_bytes, send_str)  # one per WebSocket; its sender task runs client.pump()
+    hub.publish("rgb", payload)             # from the render thread; returns at once
+    hub.remove(client)
+
+Memory is bounded whatever the clients do: the hub holds at most one pending payload per kind
+(the render thread overwrites it), each client holds at most one payload per kind (a newer frame
+replaces an unsent one: that is a dropped frame, counted per client) plus at most MAX_REPLIES
+small text replies. A client that reads nothing only stalls its own sender task, which waits on
+its socket's write buffer; the hub keeps overwriting its slot.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from typing import Awaitable, Callable
+
+MAX_REPLIES = 16  # text replies (errors, pongs) queued per client; the oldest go first
+FRAME_KINDS = ("rgb", "passes")
+
+
+class Client:
+    """One viewer: its latest-frame slot, its reply queue and its counters. Loop thread only."""
+
+    def __init__(self, send_bytes: Callable[[bytes], Awaitable], send_str: Callable[[str], Awaitable]):
+        self.send_bytes, self.send_str = send_bytes, send_str
+        self.slot: dict[str, bytes | str] = {}  # kind -> latest unsent payload ("status" is text)
+        self.replies: deque[str] = deque(maxlen=MAX_REPLIES)
+        self.wants = {"rgb"}  # kinds this client receives; "passes" on request
+        self.sent = 0  # rgb frames sent
+        self.dropped = 0  # rgb frames replaced before they could be sent
+        self._ready = asyncio.Event()
+        self.closed = False
+
+    def offer(self, kind: str, payload: bytes | str) -> None:
+        """Put a payload in the slot, replacing (and counting, for rgb) an unsent one."""
+        if kind in self.slot and kind == "rgb":
+            self.dropped += 1
+        self.slot.pop(kind, None)  # re-insert: the slot stays in arrival order
+        self.slot[kind] = payload
+        self._ready.set()
+
+    def reply(self, text: str) -> None:
+        self.replies.append(text)
+        self._ready.set()
+
+    def pending(self) -> int:
+        """Payloads waiting (bounded by the number of kinds + MAX_REPLIES)."""
+        return len(self.slot) + len(self.replies)
+
+    async def pump(self) -> None:
+        """Send whatever is waiting, newest frame per kind, until closed. Exceptions end the pump."""
+        while not self.closed:
+            if not self.slot and not self.replies:
+                self._ready.clear()
+                await self._ready.wait()
+                continue
+            if self.replies:
+                await self.send_str(self.replies.popleft())
+                continue
+            kind = next(iter(self.slot))
+            payload = self.slot.pop(kind)
+            if isinstance(payload, str):
+                await self.send_str(payload)
+            else:
+                await self.send_bytes(payload)
+                if kind == "rgb":
+                    self.sent += 1
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+
+
+class Hub:
+    """All clients of one server. publish() is thread-safe and never blocks."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.clients: set[Client] = set()
+        self._lock = threading.Lock()
+        self._pending: dict[str, bytes] = {}  # kind -> newest payload not yet fanned out
+        self._scheduled = False
+        self.published = 0
+
+    def add(self, send_bytes, send_str) -> Client:
+        client = Client(send_bytes, send_str)
+        self.clients.add(client)
+        return client
+
+    def remove(self, client: Client) -> None:
+        client.close()
+        self.clients.discard(client)
+
+    def wants(self, kind: str) -> bool:
+        """Whether any client receives this kind (the renderer skips encoding unwanted passes)."""
+        return any(kind in c.wants for c in list(self.clients))
+
+    def publish(self, kind: str, payload: bytes) -> None:
+        """Hand a frame to every client that wants its kind; callable from any thread."""
+        with self._lock:
+            self._pending[kind] = payload
+            self.published += kind == "rgb"
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._fan_out)
+        except RuntimeError:  # loop closed: the server is shutting down
+            pass
+
+    def _fan_out(self) -> None:
+        with self._lock:
+            pending, self._pending, self._scheduled = self._pending, {}, False
+        for kind, payload in pending.items():
+            for client in self.clients:
+                if kind in client.wants:
+                    client.offer(kind, payload)
+
+    def broadcast_status(self, make: Callable[[Client], str]) -> None:
+        """Offer each client its own status text (latest wins, like frames). Loop thread only."""
+        for client in self.clients:
+            client.offer("status", make(client))

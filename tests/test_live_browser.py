@@ -1,0 +1,135 @@
+"""The live page in a real headless browser (Debian's chromium, driven by selenium) on 127.0.0.1.
+
+Checks what a person would: the page loads, frames arrive and change, the FPS readout shows a
+number, a prompt change changes the output (same indices, same seed: equal before, different
+after), and a key press moves the player (the G-buffer passes change and the ball moves forward).
+"""
+import os
+import shutil
+import time
+
+import pytest
+
+from live_helpers import start_server
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)),
+                                reason="needs Debian's chromium and chromium-driver (.ci/system-deps.sh)")
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    server = start_server(**LIVE_OPTIONS)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"]:
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    driver.set_script_timeout(30)
+    try:
+        driver.get(server.url)
+        yield driver, server
+    finally:
+        driver.quit()
+        server.stop()
+
+
+LIVE_OPTIONS = {}
+
+
+def wait_for(driver, script, timeout=60.0, what=""):
+    """Poll a JS expression until it is truthy; returns its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = driver.execute_script("return " + script)
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what or script}")
+
+
+def frames_of(driver, epoch, kind="rgb"):
+    return driver.execute_script(
+        "return window.alaya.history.filter(r => r.kind === arguments[0] && r.epoch === arguments[1])"
+        ".map(r => [r.index, r.digest, r.player])", kind, epoch)
+
+
+def new_epoch(driver, after, prompt=None):
+    """Press Reset (after setting a prompt, if given) and wait for the next epoch's status."""
+    from selenium.webdriver.common.by import By
+
+    if prompt is not None:
+        box = driver.find_element(By.ID, "prompt")
+        box.clear()
+        box.send_keys(prompt)
+        driver.find_element(By.ID, "apply").click()
+        wait_for(driver, f"window.alaya.status && window.alaya.status.prompt === {prompt!r}", what="prompt applied")
+    driver.find_element(By.ID, "reset").click()
+    return wait_for(driver, f"window.alaya.status.epoch > {after} && window.alaya.status.epoch", what="reset")
+
+
+def run_epoch(driver, epoch, n=12, kind="rgb"):
+    wait_for(driver, f"window.alaya.history.filter(r => r.kind === {kind!r} && r.epoch === {epoch}).length >= {n}",
+             what=f"{n} {kind} frames of epoch {epoch}")
+    return {i: d for i, d, _ in frames_of(driver, epoch, kind)}
+
+
+def test_page_loads_frames_arrive_and_change(page):
+    driver, _ = page
+    assert "alaya-flash" in driver.title
+    wait_for(driver, "window.alaya && window.alaya.frames >= 5", what="frames")
+    digests = {r[1] for r in frames_of(driver, driver.execute_script("return window.alaya.last.epoch"))}
+    assert len(digests) > 1
+    fps = wait_for(driver, "parseFloat(document.getElementById('fps').textContent) > 0 && "
+                   "document.getElementById('fps').textContent", what="FPS readout")
+    assert float(fps.split()[0]) > 0
+    assert driver.execute_script("return document.getElementById('latency').textContent").endswith("ms")
+    options = driver.execute_script("return Array.from(document.querySelectorAll('#preset option')).map(o => o.value)")
+    assert "sunset_dramatic" in options
+
+
+def test_prompt_change_changes_the_output(page):
+    driver, _ = page
+    e0 = driver.execute_script("return window.alaya.status.epoch")
+    e1 = new_epoch(driver, e0, prompt="a watercolour painting")
+    a = run_epoch(driver, e1)
+    e2 = new_epoch(driver, e1)  # same prompt, same seed: the same frames
+    a2 = run_epoch(driver, e2)
+    same = [i for i in a if i in a2]
+    assert same and all(a[i] == a2[i] for i in same)
+    e3 = new_epoch(driver, e2, prompt="a neon cyberpunk night")
+    b = run_epoch(driver, e3)
+    common = [i for i in a if i in b]
+    assert common and all(a[i] != b[i] for i in common)
+
+
+def test_key_press_moves_the_player(page):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    driver, _ = page
+    driver.find_element(By.ID, "show-passes").click()
+    driver.find_element(By.ID, "view").click()  # focus the picture, as a player would
+    e0 = driver.execute_script("return window.alaya.status.epoch")
+    e1 = new_epoch(driver, e0)
+    baseline = run_epoch(driver, e1, n=40, kind="passes")
+    e2 = new_epoch(driver, e1)
+    run_epoch(driver, e2, n=3, kind="passes")
+    driver.find_element(By.ID, "view").click()
+    y0 = frames_of(driver, e2, "passes")[-1][2][1]
+    ActionChains(driver).key_down("w").perform()
+    try:
+        wait_for(driver, f"window.alaya.lastPasses.epoch === {e2} && window.alaya.lastPasses.player[1] > {y0 + 0.1}",
+                 what="the player moving forward")
+    finally:
+        ActionChains(driver).key_up("w").perform()
+    moved = {i: d for i, d, _ in frames_of(driver, e2, "passes")}
+    common = [i for i in moved if i in baseline]
+    assert common and any(moved[i] != baseline[i] for i in common)
+    assert driver.execute_script("return window.alaya.errors.length") == 0

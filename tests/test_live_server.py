@@ -1,0 +1,222 @@
+"""The live server over real sockets: frames, commands, bad input, 404s, slow clients, recording."""
+import asyncio
+import json
+import time
+
+import aiohttp
+import numpy as np
+import pytest
+
+from alaya_flash.streaming.preview.engine import unpack_frame
+from alaya_flash.streaming.preview.protocol import MAX_STRIKES, WS_MAX_BYTES
+
+from live_helpers import start_server
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = start_server()
+    yield s
+    s.stop()
+
+
+async def _frames(ws, n, kind="rgb", timeout=30.0, epoch=None):
+    """Collect n frame headers (and JPEGs) of one kind, answering nothing; text messages returned too."""
+    got, texts = [], []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        msg = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            header, jpeg = unpack_frame(msg.data)
+            if header["kind"] == kind and (epoch is None or header["epoch"] == epoch):
+                got.append((header, jpeg))
+        elif msg.type == aiohttp.WSMsgType.TEXT:
+            texts.append(json.loads(msg.data))
+        else:
+            raise AssertionError(f"socket closed: {msg}")
+    return got, texts
+
+
+async def _until_text(ws, pred, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            data = json.loads(msg.data)
+            if pred(data):
+                return data
+        elif msg.type != aiohttp.WSMsgType.BINARY:
+            raise AssertionError(f"socket closed: {msg}")
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def test_page_and_static_files_and_404s(server):
+    async def main():
+        async with aiohttp.ClientSession() as s:
+            async with s.get(server.url) as r:
+                assert r.status == 200 and "alaya-flash" in await r.text()
+                assert "default-src 'self'" in r.headers["Content-Security-Policy"]
+            async with s.get(server.url + "static/app.js") as r:
+                assert r.status == 200 and r.content_type == "text/javascript"
+            for path in ["static/../server.py", "static/..%2Fserver.py", "static/%2e%2e%2fengine.py",
+                         "static/__init__.py", "../../etc/passwd", "static/", "etc/passwd", "static/app.js/x",
+                         "server.py", "static/.%2e/.%2e/pyproject.toml"]:
+                async with s.get(server.url + path) as r:
+                    assert r.status == 404, path
+
+    _run(main())
+
+
+def test_frames_arrive_change_and_follow_the_prompt(server):
+    async def main():
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url + "ws") as ws:
+            hello = await _until_text(ws, lambda m: m["type"] == "hello")
+            assert "bright_sunny" in hello["presets"] and hello["sources"] == ["world"]
+            await ws.send_json({"type": "prompt", "text": "prompt A"})
+            await ws.send_json({"type": "control", "action": "reset"})
+            status = await _until_text(ws, lambda m: m["type"] == "status" and m["prompt"] == "prompt A"
+                                       and m["epoch"] > hello["status"]["epoch"])
+            a, _ = await _frames(ws, 8, epoch=status["epoch"])
+            assert len({jpeg for _, jpeg in a}) > 1  # the world moves: frames change
+            assert [h["index"] for h, _ in a] == sorted(h["index"] for h, _ in a)
+            # the same prompt after a reset gives the same frames (same seed, same world) ...
+            await ws.send_json({"type": "control", "action": "reset"})
+            s2 = await _until_text(ws, lambda m: m["type"] == "status" and m["epoch"] > status["epoch"])
+            a2, _ = await _frames(ws, 8, epoch=s2["epoch"])
+            by_index = {h["index"]: j for h, j in a}
+            common = [(by_index[h["index"]], j) for h, j in a2 if h["index"] in by_index]
+            assert common and all(x == y for x, y in common)
+            # ... and another prompt gives other frames at the same indices
+            await ws.send_json({"type": "prompt", "text": "prompt B"})
+            await ws.send_json({"type": "control", "action": "reset"})
+            s3 = await _until_text(ws, lambda m: m["type"] == "status" and m["epoch"] > s2["epoch"]
+                                   and m["prompt"] == "prompt B")
+            b, _ = await _frames(ws, 8, epoch=s3["epoch"])
+            common = [(by_index[h["index"]], j) for h, j in b if h["index"] in by_index]
+            assert common and all(x != y for x, y in common)
+            st = await _until_text(ws, lambda m: m["type"] == "status" and m["fps"] > 0)
+            assert st["latency_ms"] is not None and st["latency_ms"] >= 0
+
+    _run(main())
+
+
+def test_keys_move_the_player_and_passes_on_request(server):
+    async def main():
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url + "ws") as ws:
+            hello = await _until_text(ws, lambda m: m["type"] == "hello")
+            await ws.send_json({"type": "passes", "on": True})
+            await ws.send_json({"type": "control", "action": "reset"})
+            st = await _until_text(ws, lambda m: m["type"] == "status" and m["epoch"] > hello["status"]["epoch"])
+            start, _ = await _frames(ws, 1, kind="passes", epoch=st["epoch"])
+            y0 = start[0][0]["player"][1]
+            await ws.send_json({"type": "input", "move": [0, 1]})  # W: forward, away from the camera
+            later, _ = await _frames(ws, 30, kind="passes", epoch=st["epoch"])
+            await ws.send_json({"type": "input"})  # keys released
+            header, jpeg = later[-1]
+            assert header["player"][1] > y0 + 0.05  # the default camera looks along +y
+            assert jpeg != start[0][1]
+            from PIL import Image
+            import io
+            assert Image.open(io.BytesIO(jpeg)).size == (5 * 64, 64)  # five passes side by side
+
+    _run(main())
+
+
+def test_bad_input_is_refused_without_harm(server):
+    async def main():
+        async with aiohttp.ClientSession() as s:
+            async with s.ws_connect(server.url + "ws") as ws:
+                for bad in ['{"type": "shutdown"}', "{{{", '{"type": "control", "action": "rm -rf"}',
+                            '{"type": "source", "name": "file"}', '{"type": "prompt", "text": "' + "z" * 5000 + '"}']:
+                    await ws.send_str(bad)
+                    err = await _until_text(ws, lambda m: m["type"] == "error")
+                    assert err["message"]
+                await ws.send_bytes(b"\x00" * 100)
+                assert "binary" in (await _until_text(ws, lambda m: m["type"] == "error"))["message"]
+                # still served after all that
+                got, _ = await _frames(ws, 2)
+                assert got
+            # a message over the socket's hard cap closes that client only
+            async with s.ws_connect(server.url + "ws") as ws:
+                await ws.send_str("x" * (WS_MAX_BYTES + 10))
+                while True:
+                    msg = await ws.receive(timeout=10)
+                    if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
+                        break
+                assert ws.close_code == 1009
+            # a flood trips the rate limit, then too many refusals close the client
+            async with s.ws_connect(server.url + "ws") as ws:
+                for _ in range(MAX_STRIKES + 150):
+                    await ws.send_str('{"type": "ping", "t": 1}')
+                errors = []
+                while True:
+                    msg = await ws.receive(timeout=10)
+                    if msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data)["type"] == "error":
+                        errors.append(json.loads(msg.data)["message"])
+                    elif msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                        break
+                assert any("rate limit" in e for e in errors) and ws.close_code == 1008
+            # a cross-site page may not drive the server
+            with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+                await s.ws_connect(server.url + "ws", headers={"Origin": "http://evil.example"})
+            assert err.value.status == 403
+            # and the renderer kept going for everybody else
+            async with s.ws_connect(server.url + "ws") as ws:
+                got, _ = await _frames(ws, 3)
+                assert len(got) == 3
+        assert server.engine.error is None
+
+    _run(main())
+
+
+def test_a_client_that_reads_nothing_does_not_slow_the_others(server):
+    async def main():
+        async with aiohttp.ClientSession() as s:
+            stalled = await s.ws_connect(server.url + "ws", max_msg_size=0)  # never receive() from this one
+            async with s.ws_connect(server.url + "ws") as ws:
+                got, _ = await _frames(ws, 40)
+                st = await _until_text(ws, lambda m: m["type"] == "status")
+                assert st["viewers"] == 2
+            t = [h["index"] for h, _ in got]
+            assert len(got) == 40 and t == sorted(t)
+            await stalled.close()
+
+    _run(main())
+    bound = max(len(c.slot) + len(c.replies) for c in server.hub.clients) if server.hub.clients else 0
+    assert bound <= 3 + 16
+
+
+def test_record_writes_rgb_gbuffers_and_controls(tmp_path):
+    from alaya_flash.streaming.readers import open_gbuffers
+
+    server = start_server(record_dir=tmp_path / "rec", record_gbuffers=True)
+    try:
+        async def main():
+            async with aiohttp.ClientSession() as s, s.ws_connect(server.url + "ws") as ws:
+                await ws.send_json({"type": "record", "on": True})
+                st = await _until_text(ws, lambda m: m["type"] == "status" and m["recording"])
+                await ws.send_json({"type": "input", "move": [1, 0], "jump": True})
+                await _frames(ws, 12)
+                await ws.send_json({"type": "prompt", "text": "recorded prompt"})
+                await _frames(ws, 6)
+                await ws.send_json({"type": "record", "on": False})
+                done = await _until_text(ws, lambda m: m["type"] == "status" and m["last_recording"])
+                return st["recording"], done["last_recording"]
+
+        rec, done = _run(main())
+    finally:
+        server.stop()
+    assert rec == done
+    folder = tmp_path / "rec" / done.split("/")[-1]
+    assert sorted(p.name for p in folder.iterdir()) == ["controls.jsonl", "gbuffers"]
+    stream = open_gbuffers(folder / "gbuffers")
+    frames = list(stream.teacher_frames(extras=True))
+    assert len(frames) >= 18 and all(ext["rgb"].shape == (64, 64, 3) for _, ext in frames)
+    rows = [json.loads(line) for line in (folder / "controls.jsonl").read_text().splitlines()]
+    assert any(r.get("event") == "prompt" and r["text"] == "recorded prompt" for r in rows)
+    ticks = [r for r in rows if "move" in r]
+    assert any(r["move"] == [1.0, 0.0] for r in ticks) and sum(r["jump"] for r in ticks) == 1
+    assert not list((tmp_path / "rec").glob("*.tmp"))
