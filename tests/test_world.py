@@ -237,4 +237,4 @@ def test_shadow_map_agrees_with_shadow_rays(scene):
     gl = GLRenderer(scene, 64, 64).render(cam, sun_dirs=sun)["sun_visibility"][0]
     rc = RayCaster(scene, 64, 64).render(cam, sun_dirs=sun)["sun_visibility"][0]
     assert (rc == 0).mean() > 0.01  # there are shadows to compare
-    assert (np.abs(gl - rc) < 0.5).mean() > 0.97  # PCF-softened edges may differ
+    assert (np.abs(gl - rc) < 0.5).mean() > 0.99  # PCF-softened edges may differ

@@ -65,7 +65,8 @@ uniform sampler2D materials;  // 4 texels per geom: (albedo, metallic) (albedo2,
 uniform int num_suns;
 uniform sampler2DShadow shadow0;
 uniform mat4 sun_matrix0;  // camera space -> shadow map clip space
-uniform float shadow_offset;  // metres
+uniform vec3 sun_dir0;  // camera space, towards the sun
+uniform float depth_texel;  // one shadow-map texel's width in the map's [0, 1] depth units
 in vec3 v_local;
 in vec3 v_view;
 in vec3 v_normal;
@@ -77,14 +78,18 @@ layout(location = 2) out vec4 out_depth;
 
 float sun_visibility(vec3 n) {
     if (num_suns == 0) return 1.0;
-    // Normal offset (about two shadow-map texels) keeps grazing surfaces free of shadow acne.
-    vec4 p = sun_matrix0 * vec4(v_view + n * shadow_offset, 1.0);
+    float n_l = dot(n, sun_dir0);
+    if (n_l <= 0.0) return 0.0;  // faces away from the sun: in its own shadow
+    vec4 p = sun_matrix0 * vec4(v_view, 1.0);
     vec3 uvz = p.xyz / p.w * 0.5 + 0.5;
+    // Slope-scaled depth bias (no lateral normal offset, which would move grazing shadows).
+    float tan_t = sqrt(max(1.0 - n_l * n_l, 0.0)) / n_l;
+    float bias = depth_texel * (1.0 + 2.5 * min(tan_t, 20.0));
     float texel = 1.0 / float(textureSize(shadow0, 0).x);
     float sum = 0.0;
     for (int dx = -1; dx <= 1; dx++)
         for (int dy = -1; dy <= 1; dy++)
-            sum += texture(shadow0, vec3(uvz.xy + vec2(dx, dy) * texel, uvz.z - 0.002));
+            sum += texture(shadow0, vec3(uvz.xy + vec2(dx, dy) * texel, uvz.z - bias));
     return sum / 9.0;
 }
 
@@ -422,7 +427,9 @@ class GLRenderer:
         self.modelview.use(0)
         self.shadow_vao.render(moderngl.TRIANGLES)
         # Camera space -> shadow clip space, for the geometry pass.
-        self.prog["shadow_offset"].value = 2.0 * 2.0 / proj[0, 0] / self.SHADOW_SIZE
+        texel_m = 2.0 / proj[0, 0] / self.SHADOW_SIZE
+        self.prog["depth_texel"].value = texel_m * proj[2, 2] / -2.0
+        self.prog["sun_dir0"].value = tuple(camera.rotation @ (sun_dir / np.linalg.norm(sun_dir)))
         self.prog["sun_matrix0"].write((proj @ view @ camera.camera_to_world).T.astype("f4").tobytes())
 
     def release(self) -> None:
