@@ -30,6 +30,7 @@ The embedded default Flash model lives in model_zoo/default/ once the training r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -133,6 +134,12 @@ class TeacherModel:
 
 
 def load_text_encoder(name: str, device: str | torch.device = "cpu"):
+    """The named prompt encoder on a device; loaded once per (name, device) and shared (read-only)."""
+    return _load_text_encoder(name, str(torch.device(device)))
+
+
+@functools.lru_cache(maxsize=2)  # models share one encoder: loading it costs seconds, it never changes
+def _load_text_encoder(name: str, device: str):
     if name not in TEXT_ENCODERS:
         raise AlayaError(f"text encoder {name!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
     from .text_encoder import TextEncoder

@@ -18,6 +18,9 @@ COMMANDS: dict[str, str] = {
     "model": "model",
     "serve": "serve",
     "world": "world",
+    "run": "run",
+    "render": "render",
+    "bench": "bench",
 }
 
 log = logging.getLogger("alaya_flash")

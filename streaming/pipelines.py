@@ -101,6 +101,15 @@ class Latents:
             offset += len(c)
         return cls(torch.cat([c.tensor for c in chunks], 2), tuple(starts), sum(c.pad for c in chunks), chunks[0].fps)
 
+    def pieces(self, n: int) -> list["Latents"]:
+        """Consecutive pieces of at most n latent frames (starts and pad kept where they fall)."""
+        out = []
+        for a in range(0, len(self), n):
+            b = min(a + n, len(self))
+            starts = tuple(s - a for s in self.starts if a <= s < b)
+            out.append(Latents(self.tensor[:, :, a:b], starts, self.pad if b == len(self) else 0, self.fps))
+        return out
+
     def split(self) -> list["Latents"]:
         """Pieces that each lie within one clip (a piece starting a clip has starts == (0,))."""
         cuts = sorted(set([0, *self.starts, len(self)]))
@@ -260,6 +269,7 @@ class FlashSample:
         self.pad = 0
         self.fps = 16.0
         self.new_clip = True
+        self.on_chunk: Callable[[torch.Tensor], None] | None = None  # called after each AR chunk
 
     def _sample(self, cond: torch.Tensor) -> torch.Tensor:
         k, emb = self.prompts.at(latent_start_pixel(self.state.frame))
@@ -267,6 +277,8 @@ class FlashSample:
             self.session.set_prompt(self.state, emb)
             self.prompt_index = k
         latents, _ = self.session.step(self.state, cond)
+        if self.on_chunk is not None:
+            self.on_chunk(latents)
         return latents
 
     def _run(self, final: bool) -> Latents | None:
@@ -538,6 +550,44 @@ def gbuffer_chunks(stream, length: int) -> Iterator[GBuffers]:
     """GBuffers chunks of `length` frames from a GBufferStream (streaming/readers.py)."""
     for images in stream.teacher_chunks(length):
         yield GBuffers(images, stream.info.fps, stream.info.depth_near)
+
+
+def gbuffers_from_images(parts: dict[str, torch.Tensor], encoding: str = "teacher",
+                         depth_near: float = DEFAULT_DEPTH_NEAR) -> torch.Tensor:
+    """Five IMAGE batches (T, H, W, C) float -> teacher form uint8 (T, 5, H, W, 3).
+
+    encoding "teacher": the images already hold the teacher's 8-bit encoding (v / 255);
+    "float": canonical values (albedo linear RGB, depth in scene units, normals in [-1, 1] camera
+    space, metallic and roughness in [0, 1]), encoded as streaming/gbuffer.py does. Single-channel
+    passes read channel 0.
+    """
+    from .gbuffer import encode_depth, encode_normal, linear_to_srgb
+
+    if encoding not in ("teacher", "float"):
+        raise AlayaError(f"G-buffer image encoding {encoding!r} is not one of teacher, float")
+    shapes = {m: tuple(parts[m].shape) for m in MODALITIES}
+    t, h, w = shapes["albedo"][:3]
+    for m, shape in shapes.items():
+        if len(shape) != 4 or shape[:3] != (t, h, w):
+            raise AlayaError(f"G-buffer images: {m} is {shape}, expected ({t}, {h}, {w}, C) like albedo")
+        if m in ("albedo", "normal") and shape[3] < 3:
+            raise AlayaError(f"G-buffer images: {m} needs 3 channels, got {shape[3]}")
+    x = {m: parts[m].detach().float().cpu().numpy() for m in MODALITIES}
+
+    def u8(v):
+        return np.clip(np.rint(v * 255.0), 0, 255).astype(np.uint8)
+
+    def gray3(v):
+        return np.repeat(v[..., None], 3, axis=-1)
+
+    if encoding == "teacher":
+        planes = [u8(x["albedo"][..., :3]), gray3(u8(x["depth"][..., 0])), gray3(u8(x["metallic"][..., 0])),
+                  u8(x["normal"][..., :3]), gray3(u8(x["roughness"][..., 0]))]
+    else:
+        planes = [u8(linear_to_srgb(x["albedo"][..., :3])), gray3(encode_depth(x["depth"][..., 0], depth_near)),
+                  gray3(u8(np.clip(x["metallic"][..., 0], 0, 1))), encode_normal(x["normal"][..., :3]),
+                  gray3(u8(np.clip(x["roughness"][..., 0], 0, 1)))]
+    return torch.from_numpy(np.stack(planes, axis=1))
 
 
 def to_uint8(frames: torch.Tensor) -> np.ndarray:

@@ -115,12 +115,26 @@ def execute_whole(wf: Workflow, node_classes: Mapping[str, type]) -> dict[str, t
 # Chunk-by-chunk execution.
 
 
+def _static_key(class_type: str, inputs: dict) -> tuple | None:
+    """A cache key for a run-once node: its class and inputs (objects by identity)."""
+    parts = []
+    for k, v in sorted(inputs.items()):
+        try:
+            hash(v)
+            parts.append((k, type(v).__name__, v))
+        except TypeError:
+            parts.append((k, "id", id(v)))
+    return (class_type, tuple(parts))
+
+
 @dataclass
 class RunStats:
     ticks: int = 0
     frames: int = 0  # frames produced by the sources
     seconds: float = 0.0
     first_chunk_seconds: float | None = None
+    setup_seconds: float = 0.0  # run-once nodes, opening sources and starting stages
+    first_output_seconds: float | None = None  # from the end of setup to the first tick a sink got frames
     node_seconds: dict[str, float] = field(default_factory=dict)  # node id -> time in that node
 
     @property
@@ -141,9 +155,13 @@ class StreamRunner:
         node_classes: Mapping[str, type],
         progress: Callable[[RunStats], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        static_cache: dict | None = None,
     ):
+        """static_cache: a dict kept by the caller across runs; run-once nodes (model loaders, prompt
+        encoding) whose class and inputs match an earlier run reuse its outputs (`run --inputs`)."""
         self.wf, self.classes = wf, node_classes
         self.progress, self.should_stop = progress, should_stop
+        self.static_cache = static_cache
         self.order = validate(wf, node_classes)
         outputs = [n for n in self.order if getattr(self._cls(n), "OUTPUT_NODE", False)]
         needed = upstream_of(wf, outputs)
@@ -194,12 +212,20 @@ class StreamRunner:
                           for k, v in spec.inputs.items() if not (isinstance(v, Link) and v.node in self.streaming)}
                 t0 = time.perf_counter()
                 if nid not in self.streaming:
-                    values[nid] = _result_tuple(_call_function(cls(), static))
+                    key = _static_key(spec.class_type, static) if self.static_cache is not None else None
+                    if key is not None and key in self.static_cache:
+                        values[nid] = self.static_cache[key]
+                    else:
+                        values[nid] = _result_tuple(_call_function(cls(), static))
+                        if key is not None:
+                            self.static_cache[key] = values[nid]
                 elif cls.STREAM == "source":
                     sources[nid] = iter(cls().open_stream(**static))
                 else:
                     stages[nid] = cls().start_stream(**static)
                 stats.node_seconds[nid] = time.perf_counter() - t0
+            stats.setup_seconds = time.perf_counter() - start
+            sinks = [n for n in self.order if getattr(self._cls(n), "OUTPUT_NODE", False) and n in self.streaming]
             # 2. One tick per source chunk: every stream node steps once, in graph order.
             while sources:
                 tick: dict[str, tuple] = {}
@@ -223,6 +249,8 @@ class StreamRunner:
                 stats.seconds = time.perf_counter() - start
                 if stats.first_chunk_seconds is None:
                     stats.first_chunk_seconds = stats.seconds
+                if stats.first_output_seconds is None and any(self._fed(n, tick) for n in sinks):
+                    stats.first_output_seconds = stats.seconds - stats.setup_seconds
                 if self.progress:
                     self.progress(stats)
                 if self.should_stop and self.should_stop():
@@ -231,6 +259,8 @@ class StreamRunner:
             tick = {nid: None for nid in sources}
             for nid in self.order:
                 if nid in stages:
+                    if stats.first_output_seconds is None and nid in sinks and self._fed(nid, tick):
+                        stats.first_output_seconds = time.perf_counter() - start - stats.setup_seconds
                     t0 = time.perf_counter()
                     tick[nid] = self._step(nid, stages[nid], tick, final=True)
                     stats.node_seconds[nid] += time.perf_counter() - t0
@@ -241,6 +271,15 @@ class StreamRunner:
             raise
         stats.seconds = time.perf_counter() - start
         return stats
+
+    def _fed(self, nid: str, tick: dict[str, tuple | None]) -> bool:
+        """Whether a node received any stream value this tick."""
+        for v in self.wf.nodes[nid].inputs.values():
+            if isinstance(v, Link) and v.node in self.streaming:
+                out = tick.get(v.node)
+                if out is not None and out[v.output] is not None:
+                    return True
+        return False
 
     def _step(self, nid: str, stage: Any, tick: dict[str, tuple | None], final: bool) -> tuple | None:
         spec, cls = self.wf.nodes[nid], self._cls(nid)

@@ -1,0 +1,164 @@
+"""The only place that talks to ComfyUI: model folders, devices, progress bars, interruption.
+
+Every comfy import is guarded: outside ComfyUI (tests, the CLI runner) these helpers fall back to
+plain behaviour (no progress bar, never interrupted, the project's own model folders, CPU or CUDA).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_MODEL_DIRS = (PACKAGE_ROOT / "model_zoo",)  # model_zoo/default and any model folder beside it
+
+
+def _folder_paths():
+    try:
+        import folder_paths  # ComfyUI's module
+
+        return folder_paths
+    except ImportError:
+        return None
+
+
+def in_comfyui() -> bool:
+    return _folder_paths() is not None
+
+
+def model_dirs(kind: str) -> list[Path]:
+    """Folders searched for a kind of model file: ComfyUI's (diffusion_models, vae, vae_approx,
+    text_encoders) when inside ComfyUI, else none; plus the project's model_zoo for diffusion_models."""
+    out: list[Path] = list(PROJECT_MODEL_DIRS) if kind == "diffusion_models" else []
+    fp = _folder_paths()
+    if fp is not None:
+        try:
+            out += [Path(p) for p in fp.get_folder_paths(kind)]
+        except Exception:  # an unknown key in an old ComfyUI: nothing to add
+            log.debug("folder_paths has no %r", kind)
+    return out
+
+
+def searched(kind: str) -> str:
+    dirs = model_dirs(kind)
+    return ", ".join(str(d) for d in dirs) if dirs else f"(no {kind} folders outside ComfyUI)"
+
+
+def list_entries(kind: str, folders: bool = False, suffix: str = ".safetensors") -> list[str]:
+    """Names (relative to their search folder) of model folders (with config.json) or files."""
+    names: list[str] = []
+    for root in model_dirs(kind):
+        if not root.is_dir():
+            continue
+        if folders:
+            for cfg in sorted(root.glob("*/config.json")) + sorted(root.glob("*/*/config.json")):
+                names.append(cfg.parent.relative_to(root).as_posix())
+        else:
+            for f in sorted(root.rglob(f"*{suffix}")):
+                names.append(f.relative_to(root).as_posix())
+    return sorted(dict.fromkeys(names))
+
+
+def resolve(kind: str, name: str) -> Path | None:
+    """An absolute path as given, else the first search folder holding `name`; None if none does."""
+    p = Path(name)
+    if p.is_absolute():
+        return p if p.exists() else None
+    for root in model_dirs(kind):
+        if (root / name).exists():
+            return root / name
+    return None
+
+
+def input_path(path: str) -> Path:
+    """A user path: absolute as given; relative to ComfyUI's input folder inside ComfyUI, else the cwd."""
+    p = Path(path).expanduser()
+    fp = _folder_paths()
+    if not p.is_absolute() and fp is not None:
+        return Path(fp.get_input_directory()) / p
+    return p
+
+
+def output_path(path: str) -> Path:
+    """An output path: absolute as given; relative to ComfyUI's output folder inside ComfyUI, else the cwd."""
+    p = Path(path).expanduser()
+    fp = _folder_paths()
+    if not p.is_absolute() and fp is not None:
+        return Path(fp.get_output_directory()) / p
+    return p
+
+
+def torch_device(choice: str = "auto") -> torch.device:
+    """'auto': ComfyUI's device inside ComfyUI, else CUDA when present, else CPU."""
+    if choice != "auto":
+        return torch.device(choice)
+    try:
+        import comfy.model_management as mm
+
+        return mm.get_torch_device()
+    except ImportError:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def torch_dtype(choice: str, device: torch.device) -> torch.dtype:
+    """'auto': bf16 on CUDA and on CPUs with fast bf16 (AMX), else float32."""
+    if choice == "bf16":
+        return torch.bfloat16
+    if choice == "fp32":
+        return torch.float32
+    if device.type == "cuda":
+        return torch.bfloat16
+    from ..model_zoo.precision import cpu_has_fast_bf16
+
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+
+
+class Progress:
+    """ComfyUI's progress bar for one node run, with an optional preview frame; a no-op outside.
+
+    update() also checks for interruption (ComfyUI's hook raises when the user pressed cancel).
+    """
+
+    def __init__(self, total: int):
+        self.total, self.done = max(1, total), 0
+        try:
+            import comfy.utils
+
+            self.bar = comfy.utils.ProgressBar(self.total)
+        except ImportError:
+            self.bar = None
+
+    def update(self, n: int = 1, preview: torch.Tensor | None = None) -> None:
+        """Advance n steps; preview is one IMAGE frame (H, W, 3) float [0, 1]."""
+        self.done = min(self.total, self.done + n)
+        check_interrupted()
+        if self.bar is None:
+            return
+        image = None
+        if preview is not None:
+            from PIL import Image
+
+            image = ("JPEG", Image.fromarray(preview.clamp(0, 1).mul(255).round().byte().cpu().numpy()), 512)
+        self.bar.update_absolute(self.done, self.total, image)
+
+
+def check_interrupted() -> None:
+    """Raise ComfyUI's interruption exception if the user cancelled (no-op outside ComfyUI)."""
+    try:
+        import comfy.model_management as mm
+    except ImportError:
+        return
+    mm.throw_exception_if_processing_interrupted()
+
+
+def intermediate(t: torch.Tensor) -> torch.Tensor:
+    """Where IMAGE outputs live (ComfyUI's intermediate device; the CPU outside)."""
+    try:
+        import comfy.model_management as mm
+
+        return t.to(mm.intermediate_device())
+    except ImportError:
+        return t.cpu()

@@ -1,0 +1,218 @@
+"""G-buffer nodes: Load G-Buffers, Physics World (sources), G-Buffers From / To Images (stages).
+
+The G-buffer stream type is ALAYA_GBUFFERS: streaming.pipelines.GBuffers, teacher-form uint8
+(T, 5, H, W, 3) in MODALITIES order (albedo sRGB, inverse depth, metallic, normal, roughness).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..streaming.runner import run_source_whole, run_stage_whole
+from . import comfy
+
+CATEGORY = "alaya-flash/gbuffers"
+GBUFFERS = "ALAYA_GBUFFERS"
+LAYOUT_CHOICES = ["auto", "teacher-mp4", "image-sequence", "npy-windows"]
+RESIZE_CHOICES = ["stretch", "crop"]
+MAX_FRAMES = 1_000_000
+
+
+def _chunk_input(default: int = 16):
+    return ("INT", {"default": default, "min": 1, "max": 1024,
+                    "tooltip": "Frames per chunk when streaming (the runner's tick); does not change the frames rendered."})
+
+
+class LoadGBuffers:
+    DESCRIPTION = ("Read a G-buffer sequence from disk, lazily: teacher {mod}.mp4 folders, image sequences "
+                   "(PNG 8/16-bit, EXR incl. multi-layer) or npy windows. Streams chunk by chunk in the runner.")
+    CATEGORY = CATEGORY
+    STREAM = "source"
+    RETURN_TYPES = (GBUFFERS, "INT")
+    RETURN_NAMES = ("gbuffers", "frame_count")
+    OUTPUT_TOOLTIPS = ("G-buffer frames (teacher form)", "Frames in the selected range (0 when unknown)")
+    FUNCTION = "load"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "path": ("STRING", {"default": "gbuffers/clip", "tooltip": "Folder or .npy file; relative paths start at ComfyUI's input folder (the current folder outside ComfyUI)."}),
+            "layout": (LAYOUT_CHOICES, {"default": "auto", "tooltip": "On-disk layout; auto detects it from the files."}),
+            "start": ("INT", {"default": 0, "min": 0, "max": MAX_FRAMES, "tooltip": "First frame to read."}),
+            "frames": ("INT", {"default": 0, "min": 0, "max": MAX_FRAMES, "tooltip": "Frames to read after start (before stride); 0 reads to the end."}),
+            "stride": ("INT", {"default": 1, "min": 1, "max": 64, "tooltip": "Read every n-th frame (the fps divides by n)."}),
+            "resize": (RESIZE_CHOICES, {"default": "stretch", "tooltip": "stretch: scale to the size (teacher's LANCZOS); crop: keep aspect, centre crop."}),
+            "width": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 8, "tooltip": "Output width in pixels, a multiple of 8; 0 keeps the source's."}),
+            "height": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 8, "tooltip": "Output height in pixels, a multiple of 8; 0 keeps the source's."}),
+            "chunk": _chunk_input(),
+        }}
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, path, width=0, height=0):
+        p = comfy.input_path(path)
+        if not p.exists():
+            return f"G-buffer path {path!r} not found (looked at {p})"
+        if (width == 0) != (height == 0):
+            return f"width and height must both be 0 (source size) or both set, got {width}x{height}"
+        return True
+
+    @classmethod
+    def IS_CHANGED(cls, path, **_):
+        p = comfy.input_path(path)
+        return p.stat().st_mtime if p.exists() else float("nan")
+
+    def _stream(self, path, layout, start, frames, stride, resize, width, height):
+        from ..streaming.readers import open_gbuffers
+
+        size = (height, width) if width and height else None
+        return open_gbuffers(comfy.input_path(path), None if layout == "auto" else layout, start=start,
+                             stop=start + frames if frames else None, stride=stride, size=size, resize=resize)
+
+    def open_stream(self, path, layout, start, frames, stride, resize, width, height, chunk):
+        from ..streaming.pipelines import gbuffer_chunks
+
+        stream = self._stream(path, layout, start, frames, stride, resize, width, height)
+        count = stream.info.num_frames or 0
+        for i, g in enumerate(gbuffer_chunks(stream, chunk)):
+            yield g, (count if i == 0 else None)
+
+    def load(self, **inputs):
+        return run_source_whole(self, **inputs)
+
+
+class PhysicsWorld:
+    DESCRIPTION = ("A procedural physics scene (MuJoCo rigid bodies, headless rasterizer) as a G-buffer source: "
+                   "the same seed gives the same frames.")
+    CATEGORY = CATEGORY
+    STREAM = "source"
+    RETURN_TYPES = (GBUFFERS,)
+    RETURN_NAMES = ("gbuffers",)
+    FUNCTION = "simulate"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        from ..streaming.world.camera import CAMERA_PATHS
+
+        return {"required": {
+            "seed": ("INT", {"default": 0, "min": 0, "max": 2**31 - 1, "tooltip": "Scene seed: objects, materials, initial motion."}),
+            "width": ("INT", {"default": 256, "min": 8, "max": 2048, "step": 8, "tooltip": "Frame width in pixels (multiple of 8 for the models)."}),
+            "height": ("INT", {"default": 256, "min": 8, "max": 2048, "step": 8, "tooltip": "Frame height in pixels (multiple of 8 for the models)."}),
+            "frames": ("INT", {"default": 64, "min": 1, "max": MAX_FRAMES, "tooltip": "Frames to simulate."}),
+            "objects": ("INT", {"default": 16, "min": 0, "max": 200, "tooltip": "Number of rigid bodies in the scene."}),
+            "camera": (list(CAMERA_PATHS), {"default": "orbit", "tooltip": "Camera path through the scene."}),
+            "fps": ("FLOAT", {"default": 16.0, "min": 1.0, "max": 240.0, "tooltip": "Frames per second of simulated time."}),
+            "chunk": _chunk_input(),
+        }}
+
+    def open_stream(self, seed, width, height, frames, objects, camera, fps, chunk):
+        from ..streaming.pipelines import gbuffer_chunks
+        from ..streaming.world import WorldConfig, world_stream
+
+        cfg = WorldConfig(seed=seed, width=width, height=height, num_frames=frames, num_objects=objects,
+                          camera=camera, fps=fps, presets=())
+        for g in gbuffer_chunks(world_stream(cfg), chunk):
+            yield (g,)
+
+    def simulate(self, **inputs):
+        return run_source_whole(self, **inputs)
+
+
+class GBuffersFromImages:
+    DESCRIPTION = ("Build G-buffers from five IMAGE inputs (any image or EXR loader can feed it). "
+                   "encoding 'teacher': images already in the teacher's 8-bit encoding; 'float': albedo linear, "
+                   "depth in scene units (channel 0), normals in [-1, 1] camera space (OpenGL), metallic/roughness in [0, 1].")
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("albedo", "depth", "metallic", "normal", "roughness")
+    RETURN_TYPES = (GBUFFERS,)
+    RETURN_NAMES = ("gbuffers",)
+    FUNCTION = "build"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        img = lambda what: ("IMAGE", {"tooltip": what})  # noqa: E731
+        return {"required": {
+            "albedo": img("Albedo frames [T, H, W, 3]."),
+            "depth": img("Depth frames [T, H, W, C] (channel 0 is read)."),
+            "metallic": img("Metallic frames (channel 0 is read)."),
+            "normal": img("Normal frames [T, H, W, 3]."),
+            "roughness": img("Roughness frames (channel 0 is read)."),
+            "encoding": (["teacher", "float"], {"default": "teacher", "tooltip": "How the images encode the passes (see the node description)."}),
+            "depth_near": ("FLOAT", {"default": 0.5, "min": 1e-4, "max": 1e4, "step": 0.01, "tooltip": "Scene units shown at full brightness in inverse depth (float encoding only)."}),
+            "fps": ("FLOAT", {"default": 16.0, "min": 1.0, "max": 240.0, "tooltip": "Frame rate carried with the G-buffers."}),
+        }}
+
+    def start_stream(self, encoding, depth_near, fps):
+        return _FromImages(encoding, depth_near, fps)
+
+    def build(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+class _FromImages:
+    def __init__(self, encoding, depth_near, fps):
+        self.encoding, self.depth_near, self.fps = encoding, depth_near, fps
+        self.pending: dict[str, list[torch.Tensor]] = {m: [] for m in GBuffersFromImages.STREAM_INPUTS}
+
+    def step(self, **images):
+        from ..streaming.gbuffer import MODALITIES
+        from ..streaming.pipelines import GBuffers, gbuffers_from_images
+
+        for name, value in images.items():
+            if value is not None:
+                self.pending[name].append(value)
+        ready = min(sum(len(v) for v in self.pending[m]) for m in MODALITIES)
+        if ready == 0:
+            return None
+        parts = {}
+        for m in MODALITIES:
+            joined = torch.cat(self.pending[m])
+            parts[m], rest = joined[:ready], joined[ready:]
+            self.pending[m] = [rest] if len(rest) else []
+        return (GBuffers(gbuffers_from_images(parts, self.encoding, self.depth_near), self.fps, self.depth_near),)
+
+    def flush(self):
+        left = {m: sum(len(v) for v in vs) for m, vs in self.pending.items()}
+        if any(left.values()):
+            from ..model_zoo.errors import AlayaError
+
+            raise AlayaError(f"G-Buffers From Images: the passes have different frame counts (left over: {left})")
+        return None
+
+
+class GBuffersToImages:
+    DESCRIPTION = "Show the five passes as IMAGE batches (teacher encoding, [0, 1]) to inspect them on the canvas."
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("gbuffers",)
+    RETURN_TYPES = ("IMAGE",) * 5
+    RETURN_NAMES = ("albedo", "depth", "metallic", "normal", "roughness")
+    FUNCTION = "split"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"gbuffers": (GBUFFERS, {"tooltip": "G-buffer frames to show."})}}
+
+    def start_stream(self):
+        return _ToImages()
+
+    def split(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+class _ToImages:
+    def step(self, gbuffers):
+        if gbuffers is None:
+            return None
+        x = gbuffers.images.float().div(255)  # (T, 5, H, W, 3)
+        return tuple(comfy.intermediate(x[:, i].contiguous()) for i in range(5))
+
+    def flush(self):
+        return None
+
+
+NODES = {
+    "AlayaFlash_LoadGBuffers": (LoadGBuffers, "Load G-Buffers (Alaya Flash)"),
+    "AlayaFlash_PhysicsWorld": (PhysicsWorld, "Physics World (Alaya Flash)"),
+    "AlayaFlash_GBuffersFromImages": (GBuffersFromImages, "G-Buffers From Images (Alaya Flash)"),
+    "AlayaFlash_GBuffersToImages": (GBuffersToImages, "G-Buffers To Images (Alaya Flash)"),
+}

@@ -1,0 +1,280 @@
+"""Model nodes: Load Flash Model, Load Teacher Model, Encode Prompt.
+
+Loaders look in the project's model_zoo/ and, inside ComfyUI, in its model folders
+(diffusion_models for model folders and teacher DiT files, vae for the Wan VAE, vae_approx for
+TAEHV-style tiny decoders, text_encoders for MiniLM-style text encoder folders). "random:tiny" and
+"random:small" build models with random weights (tests, benchmarks, trying a workflow out).
+Each loader also outputs the model's parts as the handles the other nodes take, as ComfyUI's
+checkpoint loader does (MODEL, CLIP, VAE).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import comfy
+
+CATEGORY = "alaya-flash/models"
+FROM_MODEL = "(from model)"
+RANDOM = {"random:tiny": ("dit-tiny", "gbuffer-encoder-slim", "taew-slim"),
+          "random:small": ("dit-small", "gbuffer-encoder-slim", "taew-slim")}
+RANDOM_TEACHER = {"random:tiny": ("dit-tiny", "wan2.1-vae-small"), "random:small": ("dit-small", "wan2.1-vae-small")}
+DEVICES = ["auto", "cpu", "cuda"]
+PRECISIONS = ["auto", "bf16", "fp32"]
+
+
+@dataclass
+class EncoderHandle:
+    """ALAYA_GBUFFER_ENCODER: the Flash G-buffer encoder, or the teacher's Wan VAE (per window)."""
+
+    kind: str  # "flash" | "teacher"
+    module: Any
+    window_frames: int = 81
+
+
+@dataclass
+class DecoderHandle:
+    """ALAYA_DECODER: the tiny streaming decoder or the full Wan VAE."""
+
+    kind: str  # "tiny" | "vae"
+    module: Any
+
+
+@dataclass
+class TextHandle:
+    """ALAYA_TEXT_ENCODER: prompt strings -> (B, L, text_dim) for a model."""
+
+    model: Any  # FlashModel | TeacherModel
+
+    @property
+    def text_dim(self) -> int:
+        return self.model.text_dim
+
+    def __call__(self, prompts: list[str]):
+        return self.model.text_encoder()(prompts)
+
+
+def _flash_choices() -> list[str]:
+    from ..model_zoo.bundle import is_model_folder
+
+    found = [n for n in comfy.list_entries("diffusion_models", folders=True)
+             if is_model_folder(comfy.resolve("diffusion_models", n)) == "flash"]
+    return found + list(RANDOM)
+
+
+def _teacher_choices() -> list[str]:
+    from ..model_zoo.bundle import is_model_folder
+
+    folders = [n for n in comfy.list_entries("diffusion_models", folders=True)
+               if is_model_folder(comfy.resolve("diffusion_models", n)) == "teacher"]
+    # bare DiT files: .safetensors not inside a model folder
+    files = [n for n in comfy.list_entries("diffusion_models")
+             if not (comfy.resolve("diffusion_models", n).parent / "config.json").exists()]
+    return folders + files + list(RANDOM_TEACHER)
+
+
+def _check_entry(kind: str, name: str, what: str, allowed: tuple = ()) -> str | None:
+    if name in allowed or comfy.resolve(kind, name) is not None:
+        return None
+    return f"{what} {name!r} not found (searched: {comfy.searched(kind)})"
+
+
+def _text_choices() -> list[str]:
+    from pathlib import PurePosixPath
+
+    found = comfy.list_entries("text_encoders", folders=False, suffix="tokenizer.json")
+    return [FROM_MODEL] + sorted({str(PurePosixPath(n).parent) for n in found} - {"."})
+
+
+def _common_inputs() -> dict:
+    return {
+        "device": (DEVICES, {"default": "auto", "tooltip": "auto: ComfyUI's device inside ComfyUI, else CUDA when present, else CPU."}),
+        "precision": (PRECISIONS, {"default": "auto", "tooltip": "auto: bf16 on CUDA and on CPUs with fast bf16 (AMX), else fp32."}),
+        "text_encoder": (_text_choices(), {"default": FROM_MODEL, "tooltip": "A text encoder folder (model.safetensors + tokenizer.json) in text_encoders, or the model's own (all-MiniLM-L6-v2)."}),
+    }
+
+
+def _text_override(model, name: str, device) -> None:
+    if name == FROM_MODEL:
+        return
+    from ..model_zoo.errors import AlayaError
+    from ..model_zoo.text_encoder import TextEncoder
+
+    path = comfy.resolve("text_encoders", name)
+    if path is None:
+        raise AlayaError(f"text encoder {name!r} not found (searched: {comfy.searched('text_encoders')})")
+    enc = TextEncoder.load(path, device=device)
+    if enc.text_dim != model.text_dim:
+        raise AlayaError(f"text encoder {name!r} gives {enc.text_dim}-wide embeddings, the model takes {model.text_dim}")
+    model._text = enc
+
+
+class LoadFlashModel:
+    DESCRIPTION = ("Load a Flash model folder (config.json + dit / gbuffer_encoder / decoder safetensors) from the "
+                   "project's model_zoo or ComfyUI's diffusion_models; optionally a TAEHV decoder from vae_approx.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("ALAYA_FLASH", "ALAYA_GBUFFER_ENCODER", "ALAYA_DECODER", "ALAYA_TEXT_ENCODER")
+    RETURN_NAMES = ("model", "gbuffer_encoder", "decoder", "text_encoder")
+    FUNCTION = "load"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "model": (_flash_choices(), {"tooltip": "A Flash model folder, or random:tiny / random:small (random weights, for trying things out)."}),
+            "decoder": ([FROM_MODEL] + comfy.list_entries("vae_approx"), {"default": FROM_MODEL, "tooltip": "A TAEHV-style tiny decoder (e.g. taew2_1.safetensors) from vae_approx, or the model's own."}),
+            **_common_inputs(),
+        }}
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, model, decoder=FROM_MODEL, text_encoder=FROM_MODEL):
+        problems = [_check_entry("diffusion_models", model, "Flash model", tuple(RANDOM)),
+                    _check_entry("vae_approx", decoder, "decoder", (FROM_MODEL,)),
+                    _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
+        problems = [p for p in problems if p]
+        return "; ".join(problems) if problems else True
+
+    def load(self, model, decoder, device, precision, text_encoder):
+        from ..model_zoo import bundle
+
+        dev = comfy.torch_device(device)
+        dtype = comfy.torch_dtype(precision, dev)
+        if model in RANDOM:
+            flash = bundle.make_random_flash(*RANDOM[model], device=dev, dtype=dtype)
+        else:
+            path = comfy.resolve("diffusion_models", model)
+            if path is None:
+                from ..model_zoo.errors import AlayaError
+
+                raise AlayaError(f"Flash model {model!r} not found (searched: {comfy.searched('diffusion_models')})")
+            flash = bundle.load_flash(path, dev, dtype)
+        if decoder != FROM_MODEL:
+            flash.decoder = load_tiny_decoder(comfy.resolve("vae_approx", decoder), dev, dtype)
+        _text_override(flash, text_encoder, dev)
+        return (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash))
+
+
+def load_tiny_decoder(path, device, dtype):
+    """A TAEHV-style checkpoint (e.g. taew2_1.safetensors): the config whose shapes match, loaded strictly."""
+    from ..model_zoo.codecs import tiny
+    from ..model_zoo.errors import CheckpointError
+    from ..model_zoo.loading import load_strict, read_shapes
+
+    shapes = read_shapes(path)
+    for cfg in tiny.CONFIGS.values():
+        codec = tiny.build(cfg)
+        if {k: tuple(v.shape) for k, v in codec.state_dict().items()} == shapes:
+            return load_strict(codec.to(dtype), path).to(device).eval().requires_grad_(False)
+    codec = tiny.build(tiny.CONFIGS["taew2_1"])
+    load_strict(codec, path)  # raises, naming the offending keys
+    raise CheckpointError(f"{path}: not a tiny decoder checkpoint")  # pragma: no cover
+
+
+class LoadTeacherModel:
+    DESCRIPTION = ("Load the teacher (bidirectional DiT + full Wan VAE): a teacher model folder, or a DiT "
+                   ".safetensors from diffusion_models with a Wan2.1 VAE from vae.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("ALAYA_TEACHER", "ALAYA_GBUFFER_ENCODER", "ALAYA_DECODER", "ALAYA_TEXT_ENCODER")
+    RETURN_NAMES = ("model", "gbuffer_encoder", "decoder", "text_encoder")
+    FUNCTION = "load"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "model": (_teacher_choices(), {"tooltip": "A teacher model folder, a teacher DiT .safetensors (Wan-native or diffusers keys), or random:tiny / random:small."}),
+            "vae": ([FROM_MODEL] + comfy.list_entries("vae"), {"default": FROM_MODEL, "tooltip": "A Wan2.1 VAE .safetensors from the vae folder (needed with a bare DiT file), or the model folder's."}),
+            "window_frames": ("INT", {"default": 81, "min": 1, "max": 1001, "step": 4, "tooltip": "Pixel frames per bidirectional window (4k+1; the teacher was trained on 81)."}),
+            **_common_inputs(),
+        }}
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, model, vae=FROM_MODEL, text_encoder=FROM_MODEL, window_frames=81):
+        problems = [_check_entry("diffusion_models", model, "teacher model", tuple(RANDOM_TEACHER)),
+                    _check_entry("vae", vae, "VAE", (FROM_MODEL,)),
+                    _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
+        if not isinstance(window_frames, int) or window_frames < 1 or (window_frames - 1) % 4:
+            problems.append(f"window_frames must be 4k+1 (e.g. 81), got {window_frames}")
+        path = comfy.resolve("diffusion_models", model) if model not in RANDOM_TEACHER else None
+        if path is not None and path.is_file() and vae == FROM_MODEL:
+            problems.append(f"teacher DiT file {model!r} needs a VAE: pick one from the vae folder")
+        problems = [p for p in problems if p]
+        return "; ".join(problems) if problems else True
+
+    def load(self, model, vae, window_frames, device, precision, text_encoder):
+        import dataclasses
+
+        from ..model_zoo import bundle, dit
+        from ..model_zoo.codecs import wan_vae
+        from ..model_zoo.errors import AlayaError
+        from ..model_zoo.loading import load_strict
+
+        dev = comfy.torch_device(device)
+        dtype = comfy.torch_dtype(precision, dev)
+        if model in RANDOM_TEACHER:
+            teacher = bundle.make_random_teacher(*RANDOM_TEACHER[model], device=dev, dtype=dtype)
+        else:
+            path = comfy.resolve("diffusion_models", model)
+            if path is None:
+                raise AlayaError(f"teacher model {model!r} not found (searched: {comfy.searched('diffusion_models')})")
+            if path.is_dir():
+                teacher = bundle.load_teacher(path, dev, dtype)
+            else:
+                if vae == FROM_MODEL:
+                    raise AlayaError(f"teacher DiT file {model!r} needs a VAE from the vae folder")
+                teacher = bundle.TeacherModel(dit.load(path, device=dev, dtype=dtype).eval().requires_grad_(False), None, path=path)
+        if vae != FROM_MODEL:
+            module = wan_vae.build(wan_vae.CONFIGS["wan2.1-vae"]).to(dtype)
+            teacher.vae = load_strict(module, comfy.resolve("vae", vae)).to(dev).eval().requires_grad_(False)
+        teacher.settings = dataclasses.replace(teacher.settings, window_frames=window_frames)
+        _text_override(teacher, text_encoder, dev)
+        return (teacher, EncoderHandle("teacher", teacher.vae, window_frames), DecoderHandle("vae", teacher.vae), TextHandle(teacher))
+
+
+class EncodePrompt:
+    DESCRIPTION = ("Encode a prompt, or a schedule keyed by pixel frame ('0: a sunny street' / '48: a rainy night', "
+                   "one entry per line). A ComfyUI CONDITIONING input is used instead when its width fits the model.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("ALAYA_PROMPT",)
+    RETURN_NAMES = ("prompt",)
+    FUNCTION = "encode"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "text_encoder": ("ALAYA_TEXT_ENCODER", {"tooltip": "From Load Flash Model or Load Teacher Model."}),
+                "text": ("STRING", {"default": "a sunny street, photorealistic", "multiline": True, "tooltip": "One prompt, or lines 'FRAME: prompt' (the first at frame 0); each applies from that pixel frame on."}),
+            },
+            "optional": {
+                "conditioning": ("CONDITIONING", {"tooltip": "ComfyUI conditioning whose width equals the model's text width (used instead of text)."}),
+            },
+        }
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, text):
+        from ..model_zoo.errors import AlayaError
+        from ..streaming.pipelines import parse_schedule
+
+        try:
+            parse_schedule(text)
+        except AlayaError as err:
+            return str(err)
+        return True
+
+    def encode(self, text_encoder, text, conditioning=None):
+        from ..model_zoo.errors import AlayaError
+        from ..streaming.pipelines import PromptSchedule
+
+        if conditioning is not None:
+            emb = conditioning[0][0]
+            if emb.ndim != 3 or emb.shape[-1] != text_encoder.text_dim:
+                raise AlayaError(f"Encode Prompt: CONDITIONING is {tuple(emb.shape)} wide, the model's text input is "
+                                 f"{text_encoder.text_dim}; use the text widget instead")
+            return (PromptSchedule.constant(emb[:1].float(), "(conditioning)"),)
+        return (PromptSchedule.encode(text_encoder, text),)
+
+
+NODES = {
+    "AlayaFlash_LoadFlashModel": (LoadFlashModel, "Load Flash Model (Alaya Flash)"),
+    "AlayaFlash_LoadTeacherModel": (LoadTeacherModel, "Load Teacher Model (Alaya Flash)"),
+    "AlayaFlash_EncodePrompt": (EncodePrompt, "Encode Prompt (Alaya Flash)"),
+}

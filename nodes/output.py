@@ -1,0 +1,167 @@
+"""Output nodes: Save (mp4 / png / exr / npy through streaming/sinks.py) and Stream Preview.
+
+Both are sink stages: they write as frames come (the runner's memory stays flat), into
+`name.tmp`, and move the result into place when the stream ends; an error or interruption
+removes the temporary output (abort), so no partial file is ever left at the destination.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..streaming.runner import run_stage_whole
+from . import comfy
+
+CATEGORY = "alaya-flash/output"
+FORMATS = ["mp4", "png", "exr", "npy"]
+
+
+class Save:
+    DESCRIPTION = ("Write the rendered frames: mp4 (H.264 video), png / exr (numbered frame folder), or npy "
+                   "(windows of 16 frames, with the G-buffers: training-data layout). Connect the G-buffers to also "
+                   "write the aligned passes (png, exr, npy). Relative paths start at ComfyUI's output folder.")
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("images", "gbuffers")
+    RETURN_TYPES = ()
+    OUTPUT_NODE = True
+    FUNCTION = "save"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "images": ("IMAGE", {"tooltip": "Frames to write (IMAGE [T, H, W, 3] in [0, 1])."}),
+                "filename": ("STRING", {"default": "alaya-flash/render.mp4", "tooltip": "Output file (mp4) or folder (png, exr, npy); relative to ComfyUI's output folder (the current folder outside ComfyUI)."}),
+                "format": (FORMATS, {"default": "mp4", "tooltip": "mp4: H.264 yuv420p; png: 8-bit frames; exr: float32 linear frames; npy: uint8 windows (needs G-buffers)."}),
+                "fps": ("FLOAT", {"default": 16.0, "min": 1.0, "max": 240.0, "tooltip": "Frame rate of the video (mp4)."}),
+                "overwrite": ("BOOLEAN", {"default": False, "tooltip": "Replace an existing output (it is replaced only once the new one is complete)."}),
+            },
+            "optional": {
+                "gbuffers": ("ALAYA_GBUFFERS", {"tooltip": "The input G-buffers, written beside the frames (png, exr, npy)."}),
+            },
+        }
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, filename, format="mp4", overwrite=False):
+        path = destination(filename, format)
+        if path.exists() and not overwrite:
+            return f"output {path} already exists (set overwrite to replace it)"
+        return True
+
+    def start_stream(self, filename, format, fps, overwrite):
+        return _Saving(destination(filename, format), format, fps, overwrite)
+
+    def save(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+def destination(filename: str, format: str) -> Path:
+    """The output path: mp4 gets a .mp4 suffix when it has none; sequences are folders."""
+    path = comfy.output_path(filename)
+    if format == "mp4" and path.suffix.lower() != ".mp4":
+        path = path.with_name(path.name + ".mp4")
+    return path
+
+
+class _Saving:
+    def __init__(self, path: Path, format: str, fps: float, overwrite: bool):
+        from ..streaming import sinks
+
+        self.path = path
+        if format == "mp4":
+            self.sink = sinks.Mp4Sink(path, fps=fps, overwrite=overwrite)
+        elif format == "png":
+            self.sink = sinks.PngSequenceSink(path, overwrite=overwrite)
+        elif format == "exr":
+            self.sink = sinks.ExrSequenceSink(path, overwrite=overwrite)
+        else:
+            self.sink = sinks.NpyWindowSink(path, overwrite=overwrite)
+        self.frames: list = []  # decoded frames waiting for their G-buffers (the decoder lags the input)
+        self.gbuffers: list = []
+        self.with_gbuffers: bool | None = None
+
+    def step(self, images=None, gbuffers=None):
+        comfy.check_interrupted()
+        if images is not None:
+            self.frames.extend(images.clamp(0, 1).mul(255).round().byte().cpu().numpy())
+        if gbuffers is not None:
+            self.with_gbuffers = True
+            self.gbuffers.extend(gbuffers.images.numpy())
+        self._write()
+
+    def _write(self):
+        n = min(len(self.frames), len(self.gbuffers)) if self.with_gbuffers else len(self.frames)
+        for i in range(n):
+            self.sink.write(rgb=self.frames[i], gbuffer=self.gbuffers[i] if self.with_gbuffers else None)
+        del self.frames[:n]
+        if self.with_gbuffers:
+            del self.gbuffers[:n]
+
+    def flush(self):
+        self._write()
+        if self.with_gbuffers and (self.frames or self.gbuffers):
+            from ..model_zoo.errors import AlayaError
+
+            self.abort()
+            raise AlayaError(f"{self.path}: {len(self.frames)} frame(s) and {len(self.gbuffers)} G-buffer(s) left "
+                             "unpaired: the frames and G-buffers differ in length")
+        out = self.sink.close()
+        return {"ui": {"text": [f"wrote {self.sink.count} frames to {out}" if out else "no frames written"]}}
+
+    def abort(self):
+        self.sink.abort()
+
+
+class StreamPreview:
+    DESCRIPTION = ("Show the stream as it renders: the newest frame is written to a JPEG (replaced atomically "
+                   "every chunk, for a live page or an image viewer) and, inside ComfyUI, shown on the progress bar.")
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("images",)
+    RETURN_TYPES = ()
+    OUTPUT_NODE = True
+    FUNCTION = "preview"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "images": ("IMAGE", {"tooltip": "Frames to show."}),
+            "filename": ("STRING", {"default": "alaya-flash/latest.jpg", "tooltip": "JPEG holding the newest frame; relative to ComfyUI's output folder (the current folder outside ComfyUI). Empty: no file."}),
+        }}
+
+    def start_stream(self, filename):
+        return _Previewing(comfy.output_path(filename) if filename else None)
+
+    def preview(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+class _Previewing:
+    def __init__(self, path: Path | None):
+        self.path, self.frames = path, 0
+        self.bar = comfy.Progress(1)
+
+    def step(self, images):
+        if images is None or not len(images):
+            return
+        self.frames += len(images)
+        last = images[-1]
+        if self.path is not None:
+            from PIL import Image
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            Image.fromarray(last.clamp(0, 1).mul(255).round().byte().cpu().numpy()).save(tmp, format="JPEG", quality=90)
+            os.replace(tmp, self.path)
+        self.bar.done = 0
+        self.bar.update(1, preview=last)
+
+    def flush(self):
+        return {"ui": {"text": [f"previewed {self.frames} frames"]}}
+
+
+NODES = {
+    "AlayaFlash_Save": (Save, "Save (Alaya Flash)"),
+    "AlayaFlash_StreamPreview": (StreamPreview, "Stream Preview (Alaya Flash)"),
+}

@@ -1,0 +1,229 @@
+"""Rendering nodes: Encode G-Buffers, Flash Sampler, Teacher Sampler, Decode.
+
+All four are stream stages (docs/runner.md): the runner steps them chunk by chunk, ComfyUI calls
+them once over the whole sequence (run_stage_whole). Each wraps one stage of
+streaming/pipelines.py; inside ComfyUI they drive a progress bar per chunk (Decode's carries a
+preview frame) and check for interruption every chunk.
+"""
+from __future__ import annotations
+
+import math
+
+from ..streaming.runner import run_stage_whole
+from . import comfy
+
+CATEGORY = "alaya-flash/render"
+LATENTS = "ALAYA_LATENTS"
+SEED = ("INT", {"default": 0, "min": 0, "max": 2**63 - 1, "tooltip": "Noise seed: the same seed gives the same frames in ComfyUI and in the runner."})
+
+
+class EncodeGBuffers:
+    DESCRIPTION = ("G-buffers -> conditioning latents (80 channels: 16 per pass). With a Flash model: the streaming "
+                   "G-buffer encoder; with the teacher: the Wan VAE on each pass, one window at a time.")
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("gbuffers",)
+    RETURN_TYPES = (LATENTS,)
+    RETURN_NAMES = ("cond",)
+    FUNCTION = "encode"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "gbuffer_encoder": ("ALAYA_GBUFFER_ENCODER", {"tooltip": "From Load Flash Model (streaming encoder) or Load Teacher Model (Wan VAE)."}),
+            "gbuffers": ("ALAYA_GBUFFERS", {"tooltip": "G-buffer frames (sides multiples of 8)."}),
+        }}
+
+    def start_stream(self, gbuffer_encoder):
+        from ..streaming.pipelines import GBufferEncode, TeacherEncode
+
+        if gbuffer_encoder.kind == "flash":
+            return _Wrap(GBufferEncode(gbuffer_encoder.module))
+        return _Wrap(TeacherEncode(gbuffer_encoder.module, gbuffer_encoder.window_frames))
+
+    def encode(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+class _Wrap:
+    """A pipelines stage as a runner stage: one stream input, one output, interruption checked per step."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def step(self, **inputs):
+        comfy.check_interrupted()
+        (value,) = inputs.values()
+        return (self.inner.step(value),)
+
+    def flush(self):
+        return (self.inner.flush(),)
+
+
+class FlashSampler:
+    DESCRIPTION = ("Few-step autoregressive sampling with a rolling KV cache, chunk by chunk; the prompt schedule "
+                   "is applied by pixel frame (a change keeps the cache).")
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("cond",)
+    RETURN_TYPES = (LATENTS,)
+    RETURN_NAMES = ("latents",)
+    FUNCTION = "sample"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "model": ("ALAYA_FLASH", {"tooltip": "From Load Flash Model."}),
+            "cond": (LATENTS, {"tooltip": "Conditioning latents from Encode G-Buffers (Flash encoder)."}),
+            "prompt": ("ALAYA_PROMPT", {"tooltip": "From Encode Prompt (a prompt or a schedule keyed by frame)."}),
+            "seed": SEED,
+            "steps": ("INT", {"default": 4, "min": 1, "max": 50, "tooltip": "Denoising passes per chunk (the model was distilled for 4)."}),
+            "chunk_frames": ("INT", {"default": 3, "min": 1, "max": 21, "tooltip": "Latent frames per autoregressive chunk (1 latent = 4 pixel frames)."}),
+            "window_frames": ("INT", {"default": 12, "min": 1, "max": 240, "tooltip": "Latent frames the KV cache attends to, current chunk included (memory is fixed by this)."}),
+            "sink_frames": ("INT", {"default": 3, "min": 0, "max": 21, "tooltip": "First latent frames of the stream kept in the cache forever (attention sink)."}),
+        }}
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, chunk_frames=3, window_frames=12):
+        if window_frames < chunk_frames:
+            return f"window_frames ({window_frames}) must be at least chunk_frames ({chunk_frames})"
+        return True
+
+    def start_stream(self, model, prompt, seed, steps, chunk_frames, window_frames, sink_frames):
+        from ..streaming.pipelines import FlashSample
+
+        return _Sampling(FlashSample(model, prompt, seed=seed, steps=steps, chunk_frames=chunk_frames,
+                                     window_frames=window_frames, sink_frames=sink_frames), chunk_frames)
+
+    def sample(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+class _Sampling:
+    """Progress per AR chunk (a fresh bar per step call: ComfyUI makes one call over everything)."""
+
+    def __init__(self, inner, chunk_frames: int):
+        self.inner, self.chunk = inner, chunk_frames
+
+    def step(self, cond):
+        if cond is None:
+            return (None,)
+        bar = comfy.Progress(math.ceil(len(cond) / self.chunk))
+        self.inner.on_chunk = lambda _latents: bar.update(1)
+        return (self.inner.step(cond),)
+
+    def flush(self):
+        self.inner.on_chunk = None
+        return (self.inner.flush(),)
+
+
+class TeacherSampler:
+    DESCRIPTION = ("The teacher: bidirectional flow-matching Euler over each window with classifier-free guidance "
+                   "(negative prompt) and time shift. Slow (50 steps x 2 passes); the reference for Flash.")
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("cond",)
+    RETURN_TYPES = (LATENTS,)
+    RETURN_NAMES = ("latents",)
+    FUNCTION = "sample"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "model": ("ALAYA_TEACHER", {"tooltip": "From Load Teacher Model."}),
+            "cond": (LATENTS, {"tooltip": "Conditioning latents from Encode G-Buffers (teacher VAE)."}),
+            "prompt": ("ALAYA_PROMPT", {"tooltip": "From Encode Prompt; a schedule switches per window."}),
+            "negative_prompt": ("STRING", {"default": "", "multiline": True, "tooltip": "What to steer away from (the unconditional branch of CFG)."}),
+            "seed": SEED,
+            "steps": ("INT", {"default": 50, "min": 1, "max": 200, "tooltip": "Euler steps per window."}),
+            "cfg": ("FLOAT", {"default": 5.0, "min": 1.0, "max": 30.0, "step": 0.1, "tooltip": "Guidance scale; 1 disables CFG (one pass per step)."}),
+            "shift": ("FLOAT", {"default": 5.0, "min": 0.1, "max": 20.0, "step": 0.1, "tooltip": "Time shift of the sigma schedule (Wan: 5)."}),
+        }}
+
+    def start_stream(self, model, prompt, negative_prompt, seed, steps, cfg, shift):
+        from ..streaming.pipelines import TeacherSample
+
+        negative = model.text_encoder()([negative_prompt]) if cfg != 1.0 else None
+        return _TeacherSampling(TeacherSample(model, prompt, negative, seed=seed, steps=steps, cfg=cfg, shift=shift), steps)
+
+    def sample(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+class _TeacherSampling:
+    def __init__(self, inner, steps: int):
+        self.inner, self.steps = inner, steps
+
+    def step(self, cond):
+        if cond is None:
+            return (None,)
+        bar = comfy.Progress(self.steps * max(1, len(cond.split())))
+        self.inner.callback = lambda i, n: bar.update(1)
+        return (self.inner.step(cond),)
+
+    def flush(self):
+        return (self.inner.flush(),)
+
+
+class Decode:
+    DESCRIPTION = ("Latents -> RGB frames (IMAGE [T, H, W, 3] in [0, 1]): the tiny streaming decoder (fast) or the "
+                   "full Wan VAE (final quality). N G-buffer frames in give N frames out.")
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("latents",)
+    RETURN_TYPES = ("IMAGE",)
+    RETURN_NAMES = ("images",)
+    FUNCTION = "decode"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "decoder": ("ALAYA_DECODER", {"tooltip": "Tiny decoder (Load Flash Model) or full Wan VAE (Load Teacher Model)."}),
+            "latents": (LATENTS, {"tooltip": "From Flash Sampler or Teacher Sampler."}),
+        }}
+
+    def start_stream(self, decoder):
+        from ..streaming.pipelines import Decode as DecodeStage, TinyDecoder, VAEDecoder
+
+        inner = TinyDecoder(decoder.module) if decoder.kind == "tiny" else VAEDecoder(decoder.module)
+        return _Decoding(DecodeStage(inner))
+
+    def decode(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+class _Decoding:
+    """Decode 3 latent frames at a time (bounded memory), with a progress bar and preview frame per piece."""
+
+    PIECE = 3
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def step(self, latents):
+        if latents is None:
+            return (None,)
+        pieces = latents.pieces(self.PIECE)
+        bar = comfy.Progress(len(pieces))
+        outs = []
+        for piece in pieces:
+            frames = self.inner.step(piece)
+            if frames is not None:
+                outs.append(frames)
+            bar.update(1, preview=frames[-1] if frames is not None else None)
+        if not outs:
+            return (None,)
+        import torch
+
+        return (comfy.intermediate(torch.cat(outs)),)
+
+    def flush(self):
+        return (None,)
+
+
+NODES = {
+    "AlayaFlash_EncodeGBuffers": (EncodeGBuffers, "Encode G-Buffers (Alaya Flash)"),
+    "AlayaFlash_FlashSampler": (FlashSampler, "Flash Sampler (Alaya Flash)"),
+    "AlayaFlash_TeacherSampler": (TeacherSampler, "Teacher Sampler (Alaya Flash)"),
+    "AlayaFlash_Decode": (Decode, "Decode (Alaya Flash)"),
+}

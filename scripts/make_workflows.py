@@ -1,0 +1,156 @@
+"""Write the saved workflows in workflows/: each in ComfyUI's UI format and its API twin.
+
+    .venv/bin/python scripts/make_workflows.py        # rewrites workflows/*.json
+
+The graphs are defined once here (API form); the UI form is laid out left to right by graph
+depth, with widget values in the canvas's positional order (a control value after seeds) and
+one link per connected socket. tests/test_workflows.py checks that converting each UI file back
+gives its API twin and that both validate against the node classes.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MODEL = {"model": "random:tiny", "decoder": "(from model)", "device": "auto", "precision": "auto", "text_encoder": "(from model)"}
+TEACHER = {"model": "random:tiny", "vae": "(from model)", "window_frames": 81, "device": "auto", "precision": "auto",
+           "text_encoder": "(from model)"}
+SAMPLER = {"seed": 0, "steps": 4, "chunk_frames": 3, "window_frames": 12, "sink_frames": 3}
+LOAD = {"path": "gbuffers/clip", "layout": "auto", "start": 0, "frames": 0, "stride": 1, "resize": "stretch",
+        "width": 0, "height": 0, "chunk": 16}
+
+
+def L(node: str, slot: int = 0) -> list:
+    return [node, slot]
+
+
+def flash_branch(source: str, first: int, prompt: str, save: dict) -> dict:
+    """Load Flash Model .. Save, fed by the G-buffer source `source`; node ids from `first`."""
+    m, p, e, s, d, o = (str(first + i) for i in range(6))
+    return {
+        m: ("AlayaFlash_LoadFlashModel", "Load Flash Model", dict(MODEL)),
+        p: ("AlayaFlash_EncodePrompt", "Encode Prompt", {"text_encoder": L(m, 3), "text": prompt}),
+        e: ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers", {"gbuffer_encoder": L(m, 1), "gbuffers": L(source)}),
+        s: ("AlayaFlash_FlashSampler", "Flash Sampler", {"model": L(m), "cond": L(e), "prompt": L(p), **SAMPLER}),
+        d: ("AlayaFlash_Decode", "Decode", {"decoder": L(m, 2), "latents": L(s)}),
+        o: save(d),
+    }
+
+
+def _save(filename: str, fmt: str = "mp4", title: str = "Save"):
+    return lambda images: ("AlayaFlash_Save", title, {"images": L(images), "filename": filename, "format": fmt,
+                                                      "fps": 16.0, "overwrite": True})
+
+
+WORKFLOWS = {
+    "render-gbuffer-sequence": {
+        "1": ("AlayaFlash_LoadGBuffers", "Load G-Buffers", dict(LOAD)),
+        **flash_branch("1", 2, "a sunny city street, photorealistic", _save("alaya-flash/render.mp4")),
+    },
+    "physics-world-demo": {
+        "1": ("AlayaFlash_PhysicsWorld", "Physics World", {"seed": 0, "width": 128, "height": 128, "frames": 32,
+                                                            "objects": 12, "camera": "orbit", "fps": 16.0, "chunk": 16}),
+        **flash_branch("1", 2, "0: toys on a wooden floor, morning light\n16: toys on a wooden floor, night, lamp light",
+                       _save("alaya-flash/world.mp4")),
+    },
+    "teacher-vs-flash": {
+        "1": ("AlayaFlash_LoadGBuffers", "Load G-Buffers", dict(LOAD)),
+        **flash_branch("1", 2, "a sunny city street, photorealistic", _save("alaya-flash/flash.mp4", title="Save Flash")),
+        "8": ("AlayaFlash_LoadTeacherModel", "Load Teacher Model", dict(TEACHER)),
+        "9": ("AlayaFlash_EncodePrompt", "Encode Prompt (teacher)", {"text_encoder": L("8", 3), "text": "a sunny city street, photorealistic"}),
+        "10": ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers (teacher)", {"gbuffer_encoder": L("8", 1), "gbuffers": L("1")}),
+        "11": ("AlayaFlash_TeacherSampler", "Teacher Sampler", {"model": L("8"), "cond": L("10"), "prompt": L("9"),
+                                                                 "negative_prompt": "blurry, distorted", "seed": 0,
+                                                                 "steps": 50, "cfg": 5.0, "shift": 5.0}),
+        "12": ("AlayaFlash_Decode", "Decode (full VAE)", {"decoder": L("8", 2), "latents": L("11")}),
+        "13": ("AlayaFlash_Save", "Save Teacher", {"images": L("12"), "filename": "alaya-flash/teacher.mp4", "format": "mp4",
+                                                   "fps": 16.0, "overwrite": True}),
+    },
+    "live-preview": {
+        "1": ("AlayaFlash_PhysicsWorld", "Physics World", {"seed": 0, "width": 128, "height": 128, "frames": 100000,
+                                                            "objects": 12, "camera": "orbit", "fps": 16.0, "chunk": 12}),
+        **flash_branch("1", 2, "toys on a wooden floor, soft light",
+                       lambda images: ("AlayaFlash_StreamPreview", "Stream Preview", {"images": L(images), "filename": "alaya-flash/latest.jpg"})),
+    },
+}
+
+
+def to_api(graph: dict) -> dict:
+    return {nid: {"class_type": cls, "inputs": inputs, "_meta": {"title": title}} for nid, (cls, title, inputs) in graph.items()}
+
+
+def to_ui(graph: dict, classes: dict) -> dict:
+    from alaya_flash.streaming.workflow import _has_control_value, widget_inputs
+
+    depth: dict[str, int] = {}
+
+    def d(nid: str) -> int:
+        if nid not in depth:
+            ups = [v[0] for v in graph[nid][2].values() if isinstance(v, list)]
+            depth[nid] = 1 + max((d(u) for u in ups), default=-1)
+        return depth[nid]
+
+    rows: dict[int, int] = {}
+    nodes, links = [], []
+    out_links: dict[tuple[str, int], list[int]] = {}
+    for nid, (cls_name, title, inputs) in graph.items():
+        for name, v in inputs.items():
+            if isinstance(v, list):
+                links.append([len(links) + 1, int(v[0]), v[1], int(nid), None, None, name])
+                out_links.setdefault((v[0], v[1]), []).append(len(links))
+    link_by_target = {(str(l[3]), l[6]): l for l in links}
+    for order, nid in enumerate(sorted(graph, key=lambda n: (d(n), int(n)))):
+        cls_name, title, inputs = graph[nid]
+        cls = classes[cls_name]
+        types = cls.INPUT_TYPES()
+        widgets = widget_inputs(cls)
+        widget_names = {n for n, _ in widgets}
+        values = []
+        for name, spec in widgets:
+            opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+            values.append(inputs.get(name, opts.get("default")))
+            if _has_control_value(name, spec):
+                values.append("fixed")
+        sockets = []
+        for section in ("required", "optional"):
+            for name, spec in (types.get(section) or {}).items():
+                if name in widget_names:
+                    continue
+                link = link_by_target.get((nid, name))
+                if link is not None:
+                    link[4] = len(sockets)
+                    link[5] = spec[0]
+                sockets.append({"name": name, "type": spec[0], "link": link[0] if link else None})
+        outputs = [{"name": (getattr(cls, "RETURN_NAMES", None) or cls.RETURN_TYPES)[i], "type": t,
+                    "links": out_links.get((nid, i), []), "slot_index": i} for i, t in enumerate(cls.RETURN_TYPES)]
+        col = d(nid)
+        row = rows.get(col, 0)
+        height = 60 + 26 * len(values) + 22 * max(len(sockets), len(outputs))
+        rows[col] = row + height + 40
+        nodes.append({"id": int(nid), "type": cls_name, "title": title, "pos": [40 + 380 * col, 40 + row],
+                      "size": [340, height], "flags": {}, "order": order, "mode": 0, "inputs": sockets,
+                      "outputs": outputs, "properties": {"Node name for S&R": cls_name}, "widgets_values": values})
+    return {"id": "00000000-0000-4000-8000-000000000000", "revision": 0, "last_node_id": max(int(n) for n in graph),
+            "last_link_id": len(links), "nodes": nodes, "links": [l[:6] for l in links], "groups": [], "config": {},
+            "extra": {"ds": {"scale": 0.8, "offset": [0, 0]}}, "version": 0.4}
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import conftest  # noqa: F401  (registers the checkout as alaya_flash)
+    from alaya_flash.nodes import NODE_CLASS_MAPPINGS
+
+    out = ROOT / "workflows"
+    out.mkdir(exist_ok=True)
+    for name, graph in WORKFLOWS.items():
+        (out / f"{name}.json").write_text(json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n")
+        (out / f"{name}.api.json").write_text(json.dumps(to_api(graph), indent=1) + "\n")
+        print(f"wrote workflows/{name}.json and workflows/{name}.api.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""The node pack: both runtimes give the same frames, `alaya-flash run` / `render`, bad input."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from alaya_flash.model_zoo import bundle
+from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
+from alaya_flash.nodes import comfy
+from alaya_flash.streaming import runner as rn
+from alaya_flash.streaming import workflow as wfm
+from alaya_flash.streaming.cli import main
+from alaya_flash.streaming.pipelines import GBuffers
+from alaya_flash.streaming.sinks import NpyWindowSink, write_stream
+from alaya_flash.streaming.synthetic import synthetic_stream
+
+ROOT = Path(__file__).resolve().parents[1]
+RENDER = ROOT / "workflows" / "render-gbuffer-sequence.api.json"
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    """A generated 64-frame G-buffer clip (npy windows), 32x32."""
+    out = tmp_path_factory.mktemp("clip") / "clip"
+    write_stream(synthetic_stream(32, 32, 64, seed=1), NpyWindowSink(out, window=16))
+    return out
+
+
+class Collect:
+    """Test sink: keeps every IMAGE chunk it receives (stream stage, output node)."""
+
+    STREAM, STREAM_INPUTS, RETURN_TYPES, OUTPUT_NODE, FUNCTION, CATEGORY = "stage", ("images",), (), True, "save", "test"
+    got: list = []
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"images": ("IMAGE",)}}
+
+    def start_stream(self):
+        parts = Collect.got
+
+        class _S:
+            def step(self, images):
+                parts.append(images.clone())
+
+            def flush(self):
+                return {"ui": {}}
+
+        return _S()
+
+    save = rn.run_stage_whole
+
+
+CLASSES = {**NODES, "Collect": Collect}
+
+
+def graph(clip, frames=20, chunk=5, **sets):
+    g = json.loads(RENDER.read_text())
+    g["1"]["inputs"].update(path=str(clip), frames=frames, chunk=chunk)
+    g["2"]["inputs"].update(model="random:tiny", precision="fp32", device="cpu")
+    g["3"]["inputs"]["text"] = "0: a sunny street\n8: a rainy night"
+    g["5"]["inputs"]["seed"] = 5
+    g["7"] = {"class_type": "Collect", "inputs": {"images": ["6", 0]}}
+    for k, v in sets.items():
+        node, name = k.split("__")
+        g[node]["inputs"][name] = v
+    return g
+
+
+def test_two_runtimes_same_frames(clip):
+    """The workflow through execute_whole (ComfyUI's way) vs StreamRunner chunk by chunk."""
+    Collect.got.clear()
+    rn.execute_whole(wfm.parse_workflow(graph(clip, chunk=64), CLASSES), CLASSES)
+    whole = torch.cat(Collect.got)
+    Collect.got.clear()
+    stats = rn.StreamRunner(wfm.parse_workflow(graph(clip, chunk=3), CLASSES), CLASSES).run()
+    chunked = torch.cat(Collect.got)
+    assert len(Collect.got) >= 2  # frames really arrived chunk by chunk (two AR chunks)
+    assert stats.frames == 20 and whole.shape == (20, 32, 32, 3)
+    assert torch.equal(chunked, whole)
+    Collect.got.clear()
+    rn.StreamRunner(wfm.parse_workflow(graph(clip, chunk=3, **{"5__seed": 6}), CLASSES), CLASSES).run()
+    assert not torch.equal(torch.cat(Collect.got), whole)  # the seed matters
+
+
+def _mp4_frames(path):
+    import av
+
+    with av.open(str(path)) as f:
+        return sum(1 for _ in f.decode(video=0))
+
+
+def test_run_renders_64_frames_to_mp4(clip, tmp_path, capsys):
+    out = tmp_path / "render.mp4"
+    code = main(["--quiet", "run", str(RENDER), "--set", f"Load G-Buffers.path={clip}", "--set", "2.precision=fp32",
+                 "--set", f"Save.filename={out}", "--set", "1.chunk=16"])
+    assert code == 0
+    assert _mp4_frames(out) == 64
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_render_command_says_random_weights(clip, tmp_path, capsys):
+    out = tmp_path / "r.mp4"
+    assert main(["render", str(clip), "--prompt", "a street", "--out", str(out), "--frames", "9"]) == 0
+    assert _mp4_frames(out) == 9
+    if not bundle.has_default_flash():
+        assert "RANDOM weights" in capsys.readouterr().err
+    assert main(["render", str(clip), "--prompt", "x", "--out", str(out)]) == 2  # exists, no --overwrite
+
+
+def test_inputs_glob_skips_finished_and_loads_models_once(clip, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    inputs = tmp_path / "in"
+    for name in ("a", "b"):
+        shutil.copytree(clip, inputs / name)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.mp4").write_bytes(b"finished earlier")
+    loads = []
+    real = bundle.make_random_flash
+    monkeypatch.setattr(bundle, "make_random_flash", lambda *a, **k: loads.append(1) or real(*a, **k))
+    for name in ("c", "d"):
+        shutil.copytree(clip, inputs / name)
+    code = main(["run", str(RENDER), "--inputs", str(inputs / "*"), "--set", "1.frames=5",
+                 "--set", "2.precision=fp32", "--set", f"Save.filename={out}/{{name}}.mp4"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert (out / "a.mp4").read_bytes() == b"finished earlier"
+    assert "a: skipped" in err and "3 rendered, 1 skipped" in err
+    assert all(_mp4_frames(out / f"{n}.mp4") == 5 for n in "bcd")
+    assert len(loads) == 1
+
+
+def test_interruption_leaves_no_partial_output(clip, tmp_path, monkeypatch):
+    from alaya_flash.streaming import pipelines
+
+    calls = []
+    real = pipelines.Decode.step
+
+    def step(self, latents):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, latents)
+
+    monkeypatch.setattr(pipelines.Decode, "step", step)
+    out = tmp_path / "o" / "render.mp4"
+    code = main(["--quiet", "run", str(RENDER), "--set", f"1.path={clip}", "--set", "1.chunk=8",
+                 "--set", "2.precision=fp32", "--set", f"Save.filename={out}"])
+    assert code == 130
+    assert len(calls) == 3
+    assert not out.exists() and not (tmp_path / "o").exists()
+
+
+def test_validation_errors_name_node_and_input(clip, tmp_path, capsys):
+    code = main(["run", str(RENDER), "--validate-only", "--set", "1.path=/nonexistent/clip",
+                 "--set", "2.model=no-such-model", "--set", "5.window_frames=2", "--set", "5.steps=0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "node 1 (Load G-Buffers): G-buffer path '/nonexistent/clip' not found" in err
+    assert "node 2 (Load Flash Model): Flash model 'no-such-model' not found (searched: " in err
+    assert str(comfy.PACKAGE_ROOT / "model_zoo") in err
+    assert "node 5 (Flash Sampler): window_frames (2) must be at least chunk_frames (3)" in err
+    assert "node 5 (Flash Sampler): input 'steps' is 0, out of range [1, 50]" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"1": {"class_type": "AlayaFlash_Decode",\n "inputs": {]}}')
+    assert main(["run", str(bad)]) == 2
+    assert "line 2, column" in capsys.readouterr().err
+    assert main(["run", str(RENDER), "--validate-only", "--set", f"1.path={clip}"]) == 0
+
+
+def test_bad_model_file_is_named(clip, tmp_path, capsys):
+    folder = bundle.save_flash(bundle.make_random_flash(), tmp_path / "m")
+    (folder / "dit.safetensors").write_bytes(b"not a safetensors file")
+    code = main(["run", str(RENDER), "--set", f"1.path={clip}", "--set", f"2.model={folder}",
+                 "--set", f"Save.filename={tmp_path / 'x.mp4'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "dit.safetensors" in err
+    assert not (tmp_path / "x.mp4").exists()
+
+
+def test_gbuffers_to_images_and_back_is_exact():
+    images = torch.randint(0, 256, (6, 5, 8, 16, 3), dtype=torch.uint8)
+    passes = NODES["AlayaFlash_GBuffersToImages"]().split(gbuffers=GBuffers(images))
+    (back,) = NODES["AlayaFlash_GBuffersFromImages"]().build(**dict(zip(("albedo", "depth", "metallic", "normal", "roughness"), passes)),
+                                                             encoding="teacher", depth_near=0.5, fps=16.0)
+    grey = images.clone()
+    for m in (1, 2, 4):  # single-channel passes read channel 0
+        grey[:, m] = images[:, m, ..., :1]
+    assert torch.equal(back.images, grey)
+
+
+def test_gbuffers_from_float_images_match_canonical_encoding():
+    from alaya_flash.streaming.gbuffer import frame_to_teacher
+
+    frame = next(iter(synthetic_stream(16, 8, 1)))
+    img = lambda a: torch.from_numpy(np.ascontiguousarray(a if a.ndim == 3 else a[..., None]))[None]  # noqa: E731
+    (g,) = NODES["AlayaFlash_GBuffersFromImages"]().build(
+        albedo=img(frame.albedo), depth=img(np.where(np.isinf(frame.depth), 1e9, frame.depth).astype(np.float32)),
+        metallic=img(frame.metallic), normal=img(frame.normal), roughness=img(frame.roughness),
+        encoding="float", depth_near=0.5, fps=16.0)
+    assert torch.equal(g.images[0], torch.from_numpy(frame_to_teacher(frame)))
+
+
+def test_encode_prompt_accepts_conditioning_of_the_right_width():
+    flash, _, _, text = NODES["AlayaFlash_LoadFlashModel"]().load("random:tiny", "(from model)", "cpu", "fp32", "(from model)")
+    node = NODES["AlayaFlash_EncodePrompt"]()
+    emb = torch.randn(1, 7, flash.text_dim)
+    (p,) = node.encode(text, "ignored", conditioning=[[emb, {}]])
+    assert torch.equal(p.entries[0][2], emb)
+    with pytest.raises(Exception, match="384"):
+        node.encode(text, "x", conditioning=[[torch.randn(1, 7, 4096), {}]])
+
+
+def test_comfy_progress_and_interruption_hooks(monkeypatch):
+    """With a stand-in for ComfyUI's modules: one bar update per chunk with a preview, and cancel raises."""
+    import sys
+    import types
+
+    updates, cancelled = [], []
+
+    class Bar:
+        def __init__(self, total):
+            self.total = total
+
+        def update_absolute(self, value, total, preview):
+            updates.append((value, total, preview[0] if preview else None))
+
+    class Interrupted(Exception):
+        pass
+
+    def check():
+        if cancelled:
+            raise Interrupted
+
+    comfy_mod = types.ModuleType("comfy")
+    comfy_mod.utils = types.SimpleNamespace(ProgressBar=Bar)
+    comfy_mod.model_management = types.SimpleNamespace(throw_exception_if_processing_interrupted=check,
+                                                       intermediate_device=lambda: "cpu")
+    monkeypatch.setitem(sys.modules, "comfy", comfy_mod)
+    monkeypatch.setitem(sys.modules, "comfy.utils", comfy_mod.utils)
+    monkeypatch.setitem(sys.modules, "comfy.model_management", comfy_mod.model_management)
+    bar = comfy.Progress(2)
+    bar.update(1, preview=torch.rand(8, 8, 3))
+    assert updates == [(1, 2, "JPEG")]
+    cancelled.append(True)
+    with pytest.raises(Interrupted):
+        bar.update(1)

@@ -1,0 +1,66 @@
+"""Saved workflows: only existing node types with valid inputs, in both formats; UI -> API = the API twin."""
+import json
+from pathlib import Path
+
+import pytest
+
+from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
+from alaya_flash.nodes import NODE_DISPLAY_NAME_MAPPINGS as NAMES
+from alaya_flash.streaming import runner as rn
+from alaya_flash.streaming import workflow as wfm
+
+WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
+NAMES_REQUIRED = ("render-gbuffer-sequence", "physics-world-demo", "teacher-vs-flash", "live-preview")
+
+
+@pytest.fixture(autouse=True)
+def gbuffer_input(tmp_path, monkeypatch):
+    """Load G-Buffers' default path (gbuffers/clip) exists, relative to the working folder."""
+    (tmp_path / "gbuffers" / "clip").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("name", NAMES_REQUIRED)
+def test_workflow_pair_is_valid_and_ui_converts_to_api_twin(name):
+    ui_data = json.loads((WORKFLOWS / f"{name}.json").read_text())
+    api_data = json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+    ui = wfm.parse_workflow(ui_data, NODES, name)
+    api = wfm.parse_workflow(api_data, NODES, name)
+    assert ui.format == "ui" and api.format == "api"
+    wfm.validate(ui, NODES)
+    wfm.validate(api, NODES)
+    rn.StreamRunner(api, NODES)  # stream roles fit: one source, no run-once node fed a stream
+    assert ui.to_api() == api.to_api()
+    # every node type exists, every UI node names a real class and lies on the canvas without overlap
+    assert {n["type"] for n in ui_data["nodes"]} <= set(NODES)
+    boxes = [(n["pos"][0], n["pos"][1], n["pos"][0] + n["size"][0], n["pos"][1] + n["size"][1]) for n in ui_data["nodes"]]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (name, a, b)
+
+
+def test_no_stray_workflow_files():
+    files = {p.name for p in WORKFLOWS.glob("*.json")}
+    assert files == {f"{n}.json" for n in NAMES_REQUIRED} | {f"{n}.api.json" for n in NAMES_REQUIRED}
+
+
+def test_node_pack_conventions():
+    for node_id, cls in NODES.items():
+        assert node_id.startswith("AlayaFlash_") and node_id in NAMES
+        assert cls.CATEGORY.startswith("alaya-flash/") and cls.DESCRIPTION
+        for section in ("required", "optional"):
+            for name, spec in (cls.INPUT_TYPES().get(section) or {}).items():
+                assert len(spec) > 1 and spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
+        assert hasattr(cls, cls.FUNCTION)
+
+
+def test_generator_output_is_what_is_saved(tmp_path, monkeypatch):
+    """workflows/ is what scripts/make_workflows.py writes (no hand edits drifting from it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_workflows", WORKFLOWS.parent / "scripts" / "make_workflows.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name, graph in mod.WORKFLOWS.items():
+        assert mod.to_api(graph) == json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+        assert mod.to_ui(graph, NODES) == json.loads((WORKFLOWS / f"{name}.json").read_text())
