@@ -85,6 +85,20 @@ def speed(args) -> None:
                 if not args.no_vae:
                     t["Wan VAE decode"] = (n_vae, timed(lambda: vae.decode(z_vae), 1, False))
                     t["Wan VAE encode"] = (n_vae, timed(lambda: vae.encode(video), 1, False))
+                if args.serial_branches:  # the same five branches, one TAEHV encoder after another
+                    encs = []
+                    for sd in split_branches(genc.state_dict()):
+                        holder = torch.nn.Module()
+                        holder.encoder = build_encoder(TinyCodecConfig(encoder_width=genc.config.hidden)).to(dt)
+                        holder.load_state_dict(sd)
+                        encs.append(holder.encoder)
+                    x = genc.to_input(gbuf).unflatten(2, (5, 3))
+                    x = torch.cat([x[:, :1]] * 3 + [x], 1)  # the Wan alignment the grouped encoder uses
+
+                    def serial():
+                        return [run_causal(enc, x[:, :, g], {}) for g, enc in enumerate(encs)]
+
+                    t["G-buffer encoder (5 serial)"] = (n_dec, timed(serial, args.repeats))
             fps = {k: n / s for k, (n, s) in t.items()}
             rows.append((size, dname, fps))
             print(f"{size} {dname}: " + ", ".join(f"{k} {v:.2f} fps" for k, v in fps.items()), file=sys.stderr)
