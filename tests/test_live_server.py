@@ -220,3 +220,38 @@ def test_record_writes_rgb_gbuffers_and_controls(tmp_path):
     ticks = [r for r in rows if "move" in r]
     assert any(r["move"] == [1.0, 0.0] for r in ticks) and sum(r["jump"] for r in ticks) == 1
     assert not list((tmp_path / "rec").glob("*.tmp"))
+
+
+def test_file_source_loops_and_serve_cli_refuses_bad_options(tmp_path, capsys):
+    from alaya_flash.streaming.cli import main
+    from alaya_flash.streaming.sinks import NpyWindowSink
+
+    clip = tmp_path / "clip"
+    with NpyWindowSink(clip, window=3) as sink:
+        for i in range(5):
+            sink.write(gbuffer=np.full((5, 32, 32, 3), 40 * i, np.uint8))
+    server = start_server(source="file", gbuffers=clip, width=32, height=32)
+    try:
+        async def main_():
+            async with aiohttp.ClientSession() as s, s.ws_connect(server.url + "ws") as ws:
+                hello = await _until_text(ws, lambda m: m["type"] == "hello")
+                assert hello["sources"] == ["world", "file"] and hello["status"]["source"] == "file"
+                await ws.send_json({"type": "input", "move": [1, 1]})  # ignored by a file source
+                got, _ = await _frames(ws, 14)
+                return got
+
+        got = _run(main_())
+    finally:
+        server.stop()
+    by_index = {h["index"]: j for h, j in got}
+    assert all(h["player"] is None for h, _ in got)
+    loops = [(i, i + 5) for i in by_index if i + 5 in by_index]
+    assert loops and all(by_index[i] == by_index[k] for i, k in loops)  # 5 frames, looped
+    assert len(set(by_index.values())) == 5
+    for argv, words in [(["serve", "--size", "50", "--random-model"], "multiples of 16"),
+                        (["serve", "--source", "file", "--random-model"], "--gbuffers"),
+                        (["serve", "--gbuffers", str(tmp_path / "none"), "--random-model"], "no such file"),
+                        (["serve", "--model", str(tmp_path / "none")], "no such model folder")]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1

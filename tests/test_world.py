@@ -160,6 +160,7 @@ def test_playable_loop_follows_controls():
     for _ in range(20):
         frame = game.step(Controls(move=(0.0, 1.0)))
     moved = body - start
+    np.testing.assert_array_equal(game.player_position, body)
     assert moved @ forward > 0.3 and abs(moved @ np.array([forward[1], -forward[0], 0])) < 0.2
     z = body[2]
     game.step(Controls(jump=True))

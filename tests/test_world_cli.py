@@ -27,7 +27,8 @@ def test_world_command_writes_a_clip_the_readers_load(tmp_path):
     # The lossless teacher MP4s and npy windows hold exactly what the world source yields.
     source = WorldSource(WorldConfig(seed=0, width=128, height=128, num_frames=16, num_objects=10,
                                      presets=("bright_sunny", "moonlit_night")))
-    want = [(frame_to_teacher(f), f.extras["rgb"]) for f in source]
+    source_frames = list(source)
+    want = [(frame_to_teacher(f), f.extras["rgb"]) for f in source_frames]
     got = list(stream.teacher_frames(extras=True))
     for (images, rgb), (images2, ext) in zip(want, got):
         np.testing.assert_array_equal(images, images2)
@@ -44,6 +45,8 @@ def test_world_command_writes_a_clip_the_readers_load(tmp_path):
     w2c = np.array(meta["cameras"][3]["world_to_camera"])
     np.testing.assert_allclose(w2c @ np.array(meta["cameras"][3]["camera_to_world"]), np.eye(4), atol=1e-9)
     assert (out / "presets" / "moonlit_night.mp4").stat().st_size > 0 and (out / "scene.xml").exists()
+    ids = np.load(out / "extras" / "object_id-0000.npy")
+    np.testing.assert_array_equal(ids, np.stack([f.extras["object_id"] for f in source_frames]))
     assert not list(tmp_path.glob("*.tmp"))
 
 

@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use tiny random weights (no model needed; shows the plumbing, not pictures)")
     parser.add_argument("--workflow", type=Path, help="API-format workflow to render with instead of the "
                         "standard Flash pipeline (its G-buffer source is fed from the page's source)")
+    parser.add_argument("--chunk-latents", type=int, default=None,
+                        help="latent frames per autoregressive chunk (default: the model's; 1 = 4 frames, lowest latency)")
+    parser.add_argument("--steps", type=int, default=None, help="sampling steps per chunk (default: the model's)")
     parser.add_argument("--device", default="cpu", help="torch device for the model, e.g. cpu or cuda")
     parser.add_argument("--jpeg-quality", type=int, default=85, help="JPEG quality of the streamed frames (10..100)")
     parser.add_argument("--record", action="store_true", help="record from the start (the page can start/stop it)")
@@ -73,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
                         jpeg_quality=args.jpeg_quality, record_dir=args.record_dir, record=args.record,
                         record_gbuffers=args.record_gbuffers, autostart=not args.paused).validate()
     make_pipeline = pipeline_factory(model=args.model, workflow=args.workflow, random_model=args.random_model,
-                                     size=(height, width), seed=args.seed, device=args.device)
+                                     seed=args.seed, fps=args.fps, device=args.device,
+                                     chunk_latents=args.chunk_latents, steps=args.steps)
     server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port)
 
     def ready(url: str) -> None:

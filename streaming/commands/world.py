@@ -8,6 +8,7 @@ OUT becomes one clip folder (written atomically; an existing OUT needs --overwri
   windows/window-0000.npy   uint8 (T, 5, H, W, 3) G-buffer windows (+ rgb-0000.npy)
   presets/{preset}.mp4      ground truth per preset (H.264 yuv420p, for viewing)
   exr/000000.exr            with --exr: canonical float passes (exact; shade() them to get any preset)
+  extras/object_id-0000.npy uint16 (T, H, W) object ids per window (+ sun_visibility with --shadows)
   clip.json                 seed, presets and prompts, camera intrinsics and per-frame extrinsics
   scene.xml                 the MuJoCo scene (MJCF) the clip was simulated from
 `alaya-flash gbuffers info OUT` (or open_gbuffers(OUT)) reads the clip back.

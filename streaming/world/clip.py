@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ...model_zoo.errors import AlayaError
 from ..gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
 from ..sinks import AtomicOutput, ExrSequenceSink, Mp4Sink, NpyWindowSink, TeacherMp4Sink
@@ -34,6 +36,7 @@ def write_clip(config: WorldConfig, out, overwrite: bool = False, window: int = 
     if exr:
         sinks["exr"] = ExrSequenceSink(tmp / "exr", depth_near=depth_near)
     frames_meta, world = [], None
+    extras = _ExtrasWindows(tmp / "extras", window)
     try:
         world = World(config)
         for _ in range(config.num_frames):
@@ -47,6 +50,7 @@ def write_clip(config: WorldConfig, out, overwrite: bool = False, window: int = 
                 sinks[f"preset:{name}"].write(rgb=frame.extras[key])
             if exr:
                 sinks["exr"].write(gbuffer=frame)
+            extras.add(frame.extras)
             frames_meta.append({"index": frame.index, "timestamp": frame.timestamp,
                                 "world_to_camera": camera.world_to_camera.tolist(),
                                 "camera_to_world": camera.camera_to_world.tolist()})
@@ -54,6 +58,7 @@ def write_clip(config: WorldConfig, out, overwrite: bool = False, window: int = 
                 progress(1)
         for sink in sinks.values():
             sink.close()
+        extras.flush()
         for name in MODALITIES + (("rgb",) if config.presets else ()):
             os.replace(tmp / "_teacher" / f"{name}.mp4", tmp / f"{name}.mp4")
         os.rmdir(tmp / "_teacher")
@@ -96,9 +101,42 @@ def _metadata(config: WorldConfig, camera, frames, window, exr, backend, depth_n
             "npy_windows": f"windows/window-NNNN.npy uint8 (T<={window}, 5, H, W, 3)",
             "exr": "exr/NNNNNN.exr canonical float passes" if exr else None,
             "scene": "scene.xml (MJCF)",
+            "object_id": f"extras/object_id-NNNN.npy uint16 (T<={window}, H, W), geom id + 1, 0 = background",
+            "sun_visibility": (f"extras/sun_visibility[_<preset>]-NNNN.npy float16 (T<={window}, H, W)"
+                               if config.shadows else None),
         },
         "intrinsics": {"K": cam["K"], "fov_y_deg": cam["fov_y_deg"], "near": cam["near"], "far": cam["far"],
                        "width": cam["width"], "height": cam["height"]},
         "convention": cam["convention"],
         "cameras": frames,
     }
+
+
+class _ExtrasWindows:
+    """Per-pixel extras the sinks do not carry, saved beside the npy windows in the same windows:
+    object_id-NNNN.npy uint16 (T, H, W) and, with shadows, sun_visibility[_<preset>]-NNNN.npy
+    float16 (T, H, W). Written into the clip's temporary folder, so they commit with it."""
+
+    def __init__(self, folder: Path, window: int):
+        self.folder, self.window, self.k = folder, window, 0
+        self.buf: dict[str, list] = {}
+
+    def add(self, extras: dict) -> None:
+        per_preset = any(k.startswith("sun_visibility_") for k in extras)
+        for key, value in extras.items():
+            if key == "sun_visibility" and per_preset:
+                continue  # the same array as sun_visibility_<first preset>
+            if key == "object_id":
+                self.buf.setdefault(key, []).append(value.astype(np.uint16))
+            elif key.startswith("sun_visibility"):
+                self.buf.setdefault(key, []).append(value.astype(np.float16))
+        if self.buf and len(next(iter(self.buf.values()))) == self.window:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buf or not next(iter(self.buf.values())):
+            return
+        self.folder.mkdir(exist_ok=True)
+        for key, frames in self.buf.items():
+            np.save(self.folder / f"{key}-{self.k:04d}.npy", np.stack(frames))
+        self.buf, self.k = {}, self.k + 1

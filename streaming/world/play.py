@@ -69,6 +69,11 @@ class PlayableWorld:
         self._mass = float(scene.model.body_mass[self._player])
         self.camera: Camera | None = None
 
+    @property
+    def player_position(self) -> np.ndarray:
+        """World position (3,) of the player ball, metres (a copy)."""
+        return self.world.scene.data.xpos[self._player].copy()
+
     def _free_dofs(self, body: int) -> int:
         m = self.world.scene.model
         return int(m.jnt_dofadr[m.body_jntadr[body]])
