@@ -130,3 +130,13 @@ def test_cli_model_spec_lists_the_shared_key_file(capsys):
 
     assert main(["model", "spec", "taew2_1"]) == 0
     assert capsys.readouterr().out.splitlines() == key_file_lines("taew2_1.keys.txt")
+
+
+def test_bf16_channels_last_path_agrees_with_fp32():
+    codec = micro_codec()
+    z = torch.randn(1, 16, 3, 2, 2)
+    ref = codec.decode(z)
+    fast = TinyCodec(MICRO).to(torch.bfloat16)
+    fast.load_state_dict(codec.state_dict())
+    got = fast.decode(z, chunk=1).float()
+    assert got.shape == ref.shape and (got - ref).abs().max() < 0.05

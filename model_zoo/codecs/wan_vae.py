@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from ..errors import AlayaError
 from ..latents import denormalize, latent_frames, normalize
+from .tiny import channels_last
 
 Cache = dict  # nn.Module -> its causal memory (a tensor, or True for "frame 0 has passed")
 
@@ -72,6 +73,8 @@ class CausalConv3d(nn.Conv3d):
                 cache[self] = x[:, :, -self.time_pad :].clone()
         if any(self.space_pad):
             x = F.pad(x, self.space_pad)
+        if x.dtype in (torch.bfloat16, torch.float16):  # the fast oneDNN path on CPU, as in tiny.channels_last
+            x = x.contiguous(memory_format=torch.channels_last_3d)
         return super().forward(x)
 
 
@@ -90,7 +93,7 @@ class RMSNorm(nn.Module):
 def _frames(fn, x: Tensor) -> Tensor:
     """Apply a 2-D op to every frame of BCTHW x."""
     b, t = x.shape[0], x.shape[2]
-    y = fn(x.transpose(1, 2).flatten(0, 1))
+    y = fn(channels_last(x.transpose(1, 2).flatten(0, 1)))
     return y.unflatten(0, (b, t)).transpose(1, 2)
 
 
