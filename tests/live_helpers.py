@@ -1,7 +1,10 @@
 """Shared pieces of the live-page tests: a deterministic stand-in pipeline and a server fixture."""
 from __future__ import annotations
 
+import base64
 import hashlib
+import os
+import socket
 
 import numpy as np
 
@@ -41,3 +44,20 @@ def start_server(pipeline=TintPipeline, **config) -> LiveServer:
     server = LiveServer(lambda hub: LiveEngine(pipeline, cfg, hub), host="127.0.0.1", port=0)
     server.start_background()
     return server
+
+
+def stalled_client(url: str) -> socket.socket:
+    """A WebSocket client that handshakes and then never reads (the socket is kept open)."""
+    host, port = url.split("//")[1].strip("/").split(":")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    if b" 101 " not in head.split(b"\r\n")[0]:
+        raise RuntimeError(f"handshake refused: {head[:80]!r}")
+    return s

@@ -53,3 +53,36 @@ def test_prompt_change_mid_stream_changes_only_later_frames(model):
     b.set_prompt("a rainy night in a neon city")
     later_a, later_b = a.render(frames[5:9]), b.render(frames[5:9])
     assert later_a.shape == later_b.shape == (4, 32, 32, 3) and not np.array_equal(later_a, later_b)
+
+
+def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
+    """workflows/live-preview.api.json as the live pipeline: the page's frames replace its source."""
+    import json
+    from pathlib import Path
+
+    from alaya_flash.model_zoo.errors import AlayaError
+    from alaya_flash.nodes import NODE_CLASS_MAPPINGS
+    from alaya_flash.streaming.preview.pipeline import WorkflowLive
+
+    path = Path(__file__).resolve().parents[1] / "workflows" / "live-preview.api.json"
+    live = WorkflowLive(path, NODE_CLASS_MAPPINGS, fps=30)
+    live.set_prompt("a sunny street")
+    frames = _frames(9, seed=2)
+    got = _live(live, frames)
+    assert got.shape == (9, 32, 32, 3)
+    flash = live.values["2"][0]  # the model the workflow's Load Flash Model made
+    sampler = json.loads(path.read_text())["5"]["inputs"]
+    ref = pl.FlashPipeline(flash, pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street"),
+                           seed=sampler["seed"], steps=sampler["steps"], chunk_frames=sampler["chunk_frames"],
+                           window_frames=sampler["window_frames"], sink_frames=sampler["sink_frames"])
+    assert np.array_equal(got, pl.to_uint8(ref.step(pl.GBuffers(frames, fps=30))))
+    live.reset()
+    assert np.array_equal(_live(live, frames), got)
+    live.set_prompt("a rainy night")
+    assert not np.array_equal(_live(live, frames), got)
+    # a workflow that shows no frames is refused with one line naming the file
+    bad = json.loads(path.read_text())
+    del bad["7"]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(AlayaError, match="bad.json"):
+        WorkflowLive(tmp_path / "bad.json", NODE_CLASS_MAPPINGS)

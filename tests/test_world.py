@@ -239,3 +239,15 @@ def test_shadow_map_agrees_with_shadow_rays(scene):
     rc = RayCaster(scene, 64, 64).render(cam, sun_dirs=sun)["sun_visibility"][0]
     assert (rc == 0).mean() > 0.01  # there are shadows to compare
     assert (np.abs(gl - rc) < 0.5).mean() > 0.99  # PCF-softened edges may differ
+
+
+def test_world_is_a_demo_source_and_a_reader_stream():
+    from alaya_flash.streaming.demo import DEMO_SOURCES
+    from alaya_flash.streaming.readers import GBufferStream
+
+    stream = DEMO_SOURCES["world"](width=32, height=24, num_frames=3, seed=1)
+    assert isinstance(stream, GBufferStream) and stream.info.num_frames == 3
+    chunks = list(stream.teacher_chunks(2))
+    assert [c.shape for c in chunks] == [(2, 5, 24, 32, 3), (1, 5, 24, 32, 3)]
+    resized = WorldSource(WorldConfig(seed=1, width=32, height=24, num_frames=3, presets=())).stream(size=(12, 16))
+    assert next(iter(resized)).depth.shape == (12, 16)

@@ -75,9 +75,14 @@ def run(args: argparse.Namespace) -> int:
                         preset=args.preset, source=args.source, gbuffers=args.gbuffers,
                         jpeg_quality=args.jpeg_quality, record_dir=args.record_dir, record=args.record,
                         record_gbuffers=args.record_gbuffers, autostart=not args.paused).validate()
+    node_classes = None
+    if args.workflow is not None:
+        from .run import node_classes as lookup
+
+        node_classes = lookup()
     make_pipeline = pipeline_factory(model=args.model, workflow=args.workflow, random_model=args.random_model,
                                      seed=args.seed, fps=args.fps, device=args.device,
-                                     chunk_latents=args.chunk_latents, steps=args.steps)
+                                     chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes)
     server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port)
 
     def ready(url: str) -> None:

@@ -295,6 +295,8 @@ class LiveEngine:
         if req.prompt is not None and req.prompt != self.prompt:
             self.pipeline.set_prompt(req.prompt)
             self.prompt = req.prompt
+            if getattr(self.pipeline, "prompt_restarts", False):  # its stream restarted: held frames are gone
+                self._inflight.clear()
         if req.reset:
             self.source.reset()
             self.pipeline.reset()

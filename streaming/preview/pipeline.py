@@ -1,4 +1,4 @@
-"""What the live engine renders with: the standard Flash pipeline (or, later, a saved workflow).
+"""What the live engine renders with: the standard Flash pipeline, or a saved workflow.
 
 `pipeline_factory(...)` returns a zero-argument callable that the render thread calls once, so the
 model loads on the thread that uses it. Every pipeline follows engine.LivePipeline:
@@ -92,10 +92,18 @@ def load_flash_model(model: Path | None, random_model: bool, device: str):
 
 def pipeline_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
                      seed: int = 0, fps: float = 30.0, device: str = "cpu", chunk_latents: int | None = None,
-                     steps: int | None = None) -> Callable:
-    """A callable that builds the live pipeline on the render thread (see the module docstring)."""
+                     steps: int | None = None, node_classes: dict | None = None) -> Callable:
+    """A callable that builds the live pipeline on the render thread (see the module docstring).
+
+    workflow: a saved workflow run by WorkflowLive; node_classes (the CLI looks them up) is then required.
+    """
     if workflow is not None:
-        raise AlayaError(f"{workflow}: workflows as the live pipeline are not supported by this build yet")
+        if node_classes is None:
+            raise AlayaError("a workflow pipeline needs the node classes")
+        from ..workflow import load_workflow, validate
+
+        validate(load_workflow(workflow, node_classes), node_classes)  # report problems now, not in the thread
+        return lambda: WorkflowLive(workflow, node_classes, fps=fps)
     if model is not None and not Path(model).is_dir():
         raise AlayaError(f"{model}: no such model folder")
     if model is None and not random_model:
@@ -109,3 +117,105 @@ def pipeline_factory(model: Path | None = None, workflow: Path | None = None, ra
                          chunk_latents=chunk_latents, steps=steps)
 
     return make
+
+
+class WorkflowLive:
+    """engine.LivePipeline over a saved workflow (API or UI format).
+
+    The workflow's one G-buffer source node (Load G-Buffers, Physics World, ...) is replaced by the
+    page's source: each render() is one runner tick with the live chunk as that node's output. The
+    frames shown are those feeding the first output node's `images` input (Stream Preview, Save,
+    ...); output nodes themselves do not run (nothing is written). Static nodes (model loading,
+    prompt encoding) run once. A prompt change re-runs the Encode Prompt nodes with the new text and
+    restarts the stream stages (a cut: `prompt_restarts`), since a generic graph has no handle on
+    its sampler's cache; reset() restarts the stages too.
+    """
+
+    prompt_restarts = True
+
+    def __init__(self, path: Path, node_classes: dict, fps: float = 30.0):
+        from ..runner import _call_function, _result_tuple
+        from ..workflow import Link, load_workflow, upstream_of, validate
+
+        self._call, self._result, self.Link = _call_function, _result_tuple, Link
+        self.fps = fps
+        wf = load_workflow(path, node_classes)
+        order = validate(wf, node_classes)
+        self.wf, self.classes = wf, node_classes
+        shown = [(nid, spec.inputs["images"]) for nid in order for spec in [wf.nodes[nid]]
+                 if getattr(node_classes[spec.class_type], "OUTPUT_NODE", False)
+                 and isinstance(spec.inputs.get("images"), Link)]
+        if not shown:
+            raise AlayaError(f"{path}: no output node shows frames (an 'images' input, e.g. Stream Preview or Save)")
+        self.display: Link = shown[0][1]
+        needed = upstream_of(wf, [self.display.node])
+        self.order = [n for n in order if n in needed]
+        sources = [n for n in self.order if getattr(self._cls(n), "STREAM", None) == "source"]
+        if len(sources) != 1:
+            raise AlayaError(f"{path}: the live page feeds exactly one G-buffer source node; the shown frames depend "
+                             f"on {len(sources)} ({', '.join(sources) or 'none'})")
+        self.source = sources[0]
+        self.streaming = self._stream_nodes()
+        self.prompt_nodes = [n for n in self.order if wf.nodes[n].class_type == "AlayaFlash_EncodePrompt"]
+        self.values: dict[str, tuple] = {}
+        for nid in self.order:
+            if nid not in self.streaming:
+                self.values[nid] = self._run_static(nid)
+        self.text = None
+        self.reset()
+
+    def _cls(self, nid: str) -> type:
+        return self.classes[self.wf.nodes[nid].class_type]
+
+    def _stream_nodes(self) -> set[str]:
+        streaming = {self.source}
+        for nid in self.order:
+            fed = any(isinstance(v, self.Link) and v.node in streaming for v in self.wf.nodes[nid].inputs.values())
+            if fed or getattr(self._cls(nid), "STREAM", None) == "stage":
+                streaming.add(nid)
+        return streaming
+
+    def _static_inputs(self, nid: str) -> dict:
+        return {k: self.values[v.node][v.output] if isinstance(v, self.Link) else v
+                for k, v in self.wf.nodes[nid].inputs.items()
+                if not (isinstance(v, self.Link) and v.node in self.streaming)}
+
+    def _run_static(self, nid: str) -> tuple:
+        return self._result(self._call(self._cls(nid)(), self._static_inputs(nid)))
+
+    @property
+    def chunk_frames(self) -> int:
+        return 1 if self._frames == 0 else TIME_COMPRESSION  # Wan: one frame, then one latent's four
+
+    def reset(self) -> None:
+        self.stages = {nid: self._cls(nid)().start_stream(**self._static_inputs(nid))
+                       for nid in self.order if nid in self.streaming and nid != self.source}
+        self._frames = 0
+
+    def set_prompt(self, text: str) -> None:
+        if not self.prompt_nodes:
+            raise AlayaError(f"{self.wf.source}: the workflow has no Encode Prompt node to take the page's prompt")
+        for nid in self.prompt_nodes:
+            self.wf.nodes[nid].inputs["text"] = text
+            self.values[nid] = self._run_static(nid)
+        self.text = text
+        self.reset()
+
+    def render(self, chunk: np.ndarray) -> np.ndarray:
+        from ..pipelines import GBuffers, to_uint8
+
+        self._frames += len(chunk)
+        n_out = len(self._cls(self.source).RETURN_TYPES)
+        tick = {self.source: (GBuffers(chunk, fps=self.fps),) + (None,) * (n_out - 1)}
+        for nid in self.order:
+            if nid in self.stages:
+                inputs = {k: (None if tick.get(v.node) is None else tick[v.node][v.output])
+                          for k, v in self.wf.nodes[nid].inputs.items()
+                          if isinstance(v, self.Link) and v.node in self.streaming}
+                out = self.stages[nid].step(**inputs) if any(x is not None for x in inputs.values()) else None
+                tick[nid] = out
+        result = tick.get(self.display.node)
+        frames = None if result is None else result[self.display.output]
+        if frames is None:
+            return np.zeros((0, *chunk.shape[2:4], 3), np.uint8)
+        return to_uint8(frames.float().cpu())

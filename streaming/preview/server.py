@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import threading
 from pathlib import Path
 from typing import Callable
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_CLIENTS = 32
+SEND_BUFFER_BYTES = 128 * 1024
+"""Kernel send buffer per viewer (fixed, not auto-tuned up to megabytes): a viewer that cannot keep
+up stalls after a few frames and then skips frames, instead of watching seconds-old ones."""
 STATUS_PERIOD = 0.25  # seconds between status messages to each client
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 SECURITY_HEADERS = {
@@ -94,6 +98,9 @@ class LiveServer:
             raise web.HTTPServiceUnavailable(text=f"too many viewers (limit {MAX_CLIENTS})")
         ws = web.WebSocketResponse(max_msg_size=WS_MAX_BYTES, heartbeat=20.0, compress=False)
         await ws.prepare(request)
+        sock = request.transport.get_extra_info("socket") if request.transport else None
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         client = self.hub.add(ws.send_bytes, ws.send_str)
         pump = asyncio.ensure_future(client.pump())
         engine, limiter, strikes = self.engine, RateLimiter(), 0

@@ -25,7 +25,7 @@ import numpy as np
 from ...model_zoo.errors import AlayaError
 from .camera import Camera
 from .geometry import geom_triangles
-from .scene import CAPSULE, ELLIPSOID, HFIELD, SPHERE, Scene
+from .scene import BOX, CAPSULE, CYLINDER, ELLIPSOID, MESH, PLANE, SPHERE, Scene
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ class GLRenderer:
         import moderngl
 
         check_size(width, height)
-        bad = scene.unsupported_geoms({0, 2, 3, 4, 5, 6, 7})
+        bad = scene.unsupported_geoms({PLANE, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH})
         if bad:
             raise AlayaError(f"world: the rasterizer cannot draw {', '.join(bad)}")
         self.scene, self.width, self.height = scene, width, height
@@ -281,7 +281,7 @@ class GLRenderer:
 
         ctx, scene = self.ctx, self.scene
         defines = "\n".join(f"#define KIND_{n} {k}" for n, k in
-                            (("PLANE", 0), ("SPHERE", SPHERE), ("ELLIPSOID", ELLIPSOID), ("CAPSULE", CAPSULE)))
+                            (("PLANE", PLANE), ("SPHERE", SPHERE), ("ELLIPSOID", ELLIPSOID), ("CAPSULE", CAPSULE)))
         frag = _FRAGMENT.replace("#version 330", "#version 330\n" + defines)
         self.prog = ctx.program(vertex_shader=_VERTEX, fragment_shader=frag)
         self.shadow_prog = ctx.program(vertex_shader=_SHADOW_VERTEX, fragment_shader=_SHADOW_FRAGMENT)
@@ -478,7 +478,7 @@ def make_renderer(scene: Scene, width: int, height: int, backend: str = "auto"):
         return RayCaster(scene, width, height)
 
 
-_warned: set[str] = set()
+_warned: set[str] = set()  # "say so once" per process: the fallback warning is not repeated per renderer
 
 
 def _warn_once(message: str) -> None:
@@ -486,5 +486,3 @@ def _warn_once(message: str) -> None:
         _warned.add(message)
         log.warning(message)
 
-
-__all__ = ["GLRenderer", "GLUnavailable", "make_renderer", "check_size", "HFIELD"]
