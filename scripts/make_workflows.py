@@ -70,7 +70,7 @@ WORKFLOWS = {
                                                    "fps": 16.0, "overwrite": True}),
     },
     "live-preview": {
-        "1": ("AlayaFlash_PhysicsWorld", "Physics World", {"seed": 0, "width": 128, "height": 128, "frames": 100000,
+        "1": ("AlayaFlash_PhysicsWorld", "Physics World", {"seed": 0, "width": 128, "height": 128, "frames": 1000,
                                                             "objects": 12, "camera": "orbit", "fps": 16.0, "chunk": 12}),
         **flash_branch("1", 2, "toys on a wooden floor, soft light",
                        lambda images: ("AlayaFlash_StreamPreview", "Stream Preview", {"images": L(images), "filename": "alaya-flash/latest.jpg"})),

@@ -64,3 +64,9 @@ def test_generator_output_is_what_is_saved(tmp_path, monkeypatch):
     for name, graph in mod.WORKFLOWS.items():
         assert mod.to_api(graph) == json.loads((WORKFLOWS / f"{name}.api.json").read_text())
         assert mod.to_ui(graph, NODES) == json.loads((WORKFLOWS / f"{name}.json").read_text())
+
+
+def test_node_reference_lists_every_node():
+    text = (WORKFLOWS.parent / "docs" / "nodes.md").read_text()
+    for node_id in NODES:
+        assert f"(`{node_id}`)" in text, f"docs/nodes.md lacks {node_id}; run scripts/node_reference.py"

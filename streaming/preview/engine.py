@@ -219,10 +219,11 @@ class LiveEngine:
         return None
 
     def status(self) -> dict:
-        times = list(self._emit_times)
+        # frames/s over the last 64 frames (at most 10 s), measured up to now: steady for bursty
+        # pipelines (a chunk of frames every few seconds) and falling to 0 when frames stop
         now = time.perf_counter()
-        recent = [t for t in times if now - t <= 2.0]
-        fps = (len(recent) - 1) / (recent[-1] - recent[0]) if len(recent) >= 2 and recent[-1] > recent[0] else 0.0
+        recent = [t for t in list(self._emit_times)[-64:] if now - t <= 10.0]
+        fps = (len(recent) - 1) / (now - recent[0]) if len(recent) >= 2 and now > recent[0] else 0.0
         lat = sorted(self._latencies)
         return {
             "state": "error" if self.error else ("running" if self.running else "paused"),

@@ -50,12 +50,18 @@ async function onFrame(buf) {
   alaya.last = record;
   const now = performance.now();
   arrivals.push(now);
-  while (arrivals.length && now - arrivals[0] > 2000) arrivals.shift();
-  alaya.clientFps = arrivals.length > 1 ? (1000 * (arrivals.length - 1)) / (now - arrivals[0]) : 0;
+  if (arrivals.length > 64) arrivals.shift();
+}
+
+function receiveFps() { // frames/s over the last 64 frames (at most 10 s), measured up to now
+  const now = performance.now();
+  while (arrivals.length && now - arrivals[0] > 10000) arrivals.shift();
+  return arrivals.length > 1 ? (1000 * (arrivals.length - 1)) / (now - arrivals[0]) : 0;
 }
 
 function showStatus(s) {
   alaya.status = s;
+  alaya.clientFps = receiveFps();
   $("state").textContent = s.state;
   $("fps").textContent = `${s.fps.toFixed(1)} (view ${alaya.clientFps.toFixed(1)})`;
   const net = alaya.rttMs == null ? 0 : alaya.rttMs / 2;
