@@ -20,7 +20,7 @@ from .data import ClipSet
 
 
 def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path, codecs_run: str | Path | None,
-                 cond_encoder: str, out: Path, log=None, max_windows: int = 0) -> Path:
+                 cond_encoder: str, out: Path, log=None, max_windows: int = 0, size: int = 0) -> Path:
     """Encode a split's windows and prompts into `out` (skipped when it exists with the same recipe)."""
     import json
 
@@ -31,7 +31,8 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     from ..loading import load_strict
 
     recipe = {"data": str(data), "split": split, "frames": frames, "vae_run": str(vae_run),
-              "codecs_run": str(codecs_run), "cond_encoder": cond_encoder, "max_windows": max_windows}
+              "codecs_run": str(codecs_run), "cond_encoder": cond_encoder, "max_windows": max_windows,
+              "size": size}
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return out
     clips = ClipSet(data, split)
@@ -52,8 +53,8 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     rgb, cond = [], []
     with torch.no_grad(), autocast():
         for c, s in windows:
-            gb = torch.from_numpy(clips.gbuffers[c, s:s + frames])[None]
-            video = to_video(torch.from_numpy(clips.rgb[c, :, s:s + frames]))  # (P, 3, T, H, W)
+            gb = _resize(torch.from_numpy(clips.gbuffers[c, s:s + frames]), size)[None]
+            video = to_video(_resize(torch.from_numpy(clips.rgb[c, :, s:s + frames]), size))  # (P, 3, T, H, W)
             rgb.append(vae.encode(video, chunk=None).float())
             cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
     if log:
@@ -66,6 +67,16 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
                 tensors[f"prompt.{name}.{kind}.{w}"] = text([prompt])[0]
     save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
     return out
+
+
+def _resize(u8: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 (..., H, W, 3) -> (..., size, size, 3) by area averaging (size 0: unchanged)."""
+    if not size or u8.shape[-3] == size:
+        return u8
+    lead = u8.shape[:-3]
+    x = u8.reshape(-1, *u8.shape[-3:]).permute(0, 3, 1, 2).float()
+    x = torch.nn.functional.interpolate(x, size=(size, size), mode="area")
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).reshape(*lead, size, size, 3)
 
 
 def _latest(run: str | Path) -> Path:

@@ -41,6 +41,7 @@ class TeacherStageConfig(StageConfig):
     shift: float = 3.0  # training sigma shift (more samples at high noise)
     rope_offset_max: int = 8
     max_windows: int = 0  # encode at most this many training windows (0 = all)
+    size: int = 0  # train on frames resized to size x size (0 = the dataset's size)
 
     def validate(self):
         if (self.frames - 1) % TIME_COMPRESSION:
@@ -62,7 +63,7 @@ def latents_path(cfg: TeacherStageConfig, split: str = "train") -> Path:
 
 def prepare_latents(cfg: TeacherStageConfig, split: str, log=None) -> LatentSet:
     path = encode_split(cfg.data, split, cfg.frames, cfg.vae_run, cfg.codecs_run if cfg.cond_encoder == "distilled" else None,
-                        cfg.cond_encoder, latents_path(cfg, split), log, cfg.max_windows)
+                        cfg.cond_encoder, latents_path(cfg, split), log, cfg.max_windows, cfg.size)
     return LatentSet(path)
 
 
