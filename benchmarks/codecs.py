@@ -3,6 +3,7 @@
   .venv/bin/python benchmarks/codecs.py speed                      # 256x256 and 448x832, bf16 and fp32
   .venv/bin/python benchmarks/codecs.py speed --sizes 256x256 --dtypes bf16
   .venv/bin/python benchmarks/codecs.py memory --frames 10000      # RSS over a long stream
+  .venv/bin/python benchmarks/codecs.py flops                      # GFLOP per frame, exact
 
 `speed` prints a markdown table of frames per second (pixel frames out of a decoder, pixel frames
 into an encoder; median of --repeats runs after one warm-up run on the same shapes) and the
@@ -85,6 +86,20 @@ def speed(args) -> None:
                 if not args.no_vae:
                     t["Wan VAE decode"] = (n_vae, timed(lambda: vae.decode(z_vae), 1, False))
                     t["Wan VAE encode"] = (n_vae, timed(lambda: vae.encode(video), 1, False))
+                if args.serial_branches:  # the same five branches, one TAEHV encoder after another
+                    encs = []
+                    for sd in split_branches(genc.state_dict()):
+                        holder = torch.nn.Module()
+                        holder.encoder = build_encoder(TinyCodecConfig(encoder_width=genc.config.hidden)).to(dt)
+                        holder.load_state_dict(sd)
+                        encs.append(holder.encoder)
+                    x = genc.to_input(gbuf).unflatten(2, (5, 3))
+                    x = torch.cat([x[:, :1]] * 3 + [x], 1)  # the Wan alignment the grouped encoder uses
+
+                    def serial():
+                        return [run_causal(enc, x[:, :, g], {}) for g, enc in enumerate(encs)]
+
+                    t["G-buffer encoder (5 serial)"] = (n_dec, timed(serial, args.repeats))
             fps = {k: n / s for k, (n, s) in t.items()}
             rows.append((size, dname, fps))
             print(f"{size} {dname}: " + ", ".join(f"{k} {v:.2f} fps" for k, v in fps.items()), file=sys.stderr)
@@ -137,6 +152,38 @@ def memory(args) -> None:
     print(f"decoder state unchanged: {marks['first'][1] == end[1]}, encoder state unchanged: {marks['first'][2] == end[2]}")
 
 
+def flops(args) -> None:
+    """Analytic FLOPs per pixel frame (torch FlopCounterMode on the meta device: no data, exact)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from alaya_flash.model_zoo import registry
+
+    def count(fn) -> float:
+        with FlopCounterMode(display=False) as mode:
+            fn()
+        return mode.get_total_flops()
+
+    n_lat = 6
+    n_pix = 4 * n_lat - 3
+    print("| size | tiny decode | tiny encode | Wan VAE decode | Wan VAE encode | G-buffer encoder | VAE/tiny decode | VAE/tiny encode |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size in args.sizes:
+        h, w = (int(v) for v in size.split("x"))
+        with torch.device("meta"):
+            tiny, vae = registry.build("taew2_1", device="meta"), registry.build("wan2.1-vae", device="meta")
+            genc = registry.build("gbuffer-encoder", device="meta")
+            z = torch.randn(1, 16, n_lat, h // 8, w // 8)
+            g = {
+                "td": count(lambda: tiny.decode(z)) / n_pix,
+                "te": count(lambda: tiny.encode(torch.rand(1, 4 * n_lat, 3, h, w))) / (4 * n_lat),
+                "vd": count(lambda: vae.decode(z)) / n_pix,
+                "ve": count(lambda: vae.encode(torch.rand(1, 3, n_pix, h, w))) / n_pix,
+                "ge": count(lambda: genc.encode(torch.rand(1, n_pix, 5, h, w, 3) * 2 - 1)) / n_pix,
+            }
+        cells = " | ".join(f"{g[k] / 1e9:.1f}" for k in ("td", "te", "vd", "ve", "ge"))
+        print(f"| {size} | {cells} | {g['vd'] / g['td']:.1f}x | {g['ve'] / g['te']:.1f}x |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -156,10 +203,13 @@ def main(argv=None) -> int:
     m.add_argument("--size", type=int, default=32, help="square frame size in pixels (multiple of 8)")
     m.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="weight dtype")
     m.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    f = sub.add_parser("flops", help="GFLOP per pixel frame of each codec (analytic, meta device)")
+    f.add_argument("--sizes", nargs="+", default=["256x256", "448x832"], help="HxW frame sizes")
+    f.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import_package()
-    (speed if args.what == "speed" else memory)(args)
+    {"speed": speed, "memory": memory, "flops": flops}[args.what](args)
     return 0
 
 

@@ -2,8 +2,8 @@
 
 All four are stream stages (docs/runner.md): the runner steps them chunk by chunk, ComfyUI calls
 them once over the whole sequence (run_stage_whole). Each wraps one stage of
-streaming/pipelines.py; inside ComfyUI they drive a progress bar per chunk (Decode's carries a
-preview frame) and check for interruption every chunk.
+streaming/pipelines.py; inside ComfyUI they drive a progress bar per chunk (the Flash Sampler's
+and Decode's carry a preview frame) and check for interruption every chunk.
 """
 from __future__ import annotations
 
@@ -93,23 +93,39 @@ class FlashSampler:
         from ..streaming.pipelines import FlashSample
 
         return _Sampling(FlashSample(model, prompt, seed=seed, steps=steps, chunk_frames=chunk_frames,
-                                     window_frames=window_frames, sink_frames=sink_frames), chunk_frames)
+                                     window_frames=window_frames, sink_frames=sink_frames), chunk_frames,
+                         preview_decoder=model.decoder)
 
     def sample(self, **inputs):
         return run_stage_whole(self, **inputs)
 
 
 class _Sampling:
-    """Progress per AR chunk (a fresh bar per step call: ComfyUI makes one call over everything)."""
+    """Progress per AR chunk (a fresh bar per step call: ComfyUI makes one call over everything).
 
-    def __init__(self, inner, chunk_frames: int):
-        self.inner, self.chunk = inner, chunk_frames
+    Inside ComfyUI each chunk's progress update carries a preview: the chunk's last frame from the
+    model's own tiny decoder (a fresh decoder memory per chunk: cheap, approximate at the chunk's
+    first frames, which is fine for a preview). Outside ComfyUI nothing extra is decoded.
+    """
+
+    def __init__(self, inner, chunk_frames: int, preview_decoder=None):
+        self.inner, self.chunk, self.preview_decoder = inner, chunk_frames, preview_decoder
+
+    def _preview(self, latents):
+        from ..streaming.pipelines import TinyDecoder
+
+        decoder = TinyDecoder(self.preview_decoder)
+        frames = decoder.decode(latents.to(next(self.preview_decoder.parameters()).dtype))
+        return None if frames is None or not len(frames) else frames[-1]
 
     def step(self, cond):
         if cond is None:
             return (None,)
         bar = comfy.Progress(math.ceil(len(cond) / self.chunk))
-        self.inner.on_chunk = lambda _latents: bar.update(1)
+        if bar.bar is not None and self.preview_decoder is not None:
+            self.inner.on_chunk = lambda latents: bar.update(1, preview=self._preview(latents))
+        else:
+            self.inner.on_chunk = lambda _latents: bar.update(1)
         return (self.inner.step(cond),)
 
     def flush(self):

@@ -14,8 +14,10 @@ from ..model_zoo.errors import AlayaError
 # Subcommand name -> module under streaming/commands/. Add a line to add a command.
 COMMANDS: dict[str, str] = {
     "demo": "demo",
+    "eval": "eval",
     "gbuffers": "gbuffers",
     "model": "model",
+    "train": "train",
     "serve": "serve",
     "world": "world",
     "run": "run",

@@ -73,3 +73,44 @@ def render_demo(stream: GBufferStream, out: Path, overwrite: bool = False, progr
             if progress:
                 progress(1)
     return sink.count
+
+
+DEMO_PROMPT = ("colourful toy objects tumbling and rolling across a walled courtyard; the scene is lit by a low "
+               "golden sun at sunset under an orange and purple sky with long shadows, creating a dramatic, "
+               "cinematic atmosphere.")
+
+
+def render_model_demo(stream: GBufferStream, out: Path, model, prompt: str = DEMO_PROMPT, seed: int = 0,
+                      overwrite: bool = False, progress=None, chunk: int = 4) -> int:
+    """Render stream with a Flash model (streaming, chunk by chunk) into the panel video: the five
+    passes plus the model's RGB frame. Returns frames written."""
+    import torch
+
+    from .gbuffer import frame_to_teacher
+    from .pipelines import FlashPipeline, GBuffers, PromptSchedule, to_uint8
+    from .sinks import Mp4Sink
+
+    pipe = FlashPipeline(model, PromptSchedule.encode(model.text_encoder(), prompt), seed=seed)
+    pending: list[np.ndarray] = []  # G-buffer images waiting for their rendered frame
+    batch: list[np.ndarray] = []
+    with Mp4Sink(out, fps=stream.info.fps, overwrite=overwrite) as sink:
+
+        def emit(rgb) -> None:
+            if rgb is None:
+                return
+            for frame in to_uint8(rgb):
+                sink.write(panel(pending.pop(0), frame, "alaya-flash"))
+                if progress:
+                    progress(1)
+
+        for frame in stream:
+            images = frame_to_teacher(frame, stream.info.depth_near)
+            pending.append(images)
+            batch.append(images)
+            if len(batch) == chunk:
+                emit(pipe.step(GBuffers(torch.from_numpy(np.stack(batch)), stream.info.fps, stream.info.depth_near)))
+                batch = []
+        if batch:
+            emit(pipe.step(GBuffers(torch.from_numpy(np.stack(batch)), stream.info.fps, stream.info.depth_near)))
+        emit(pipe.flush())
+    return sink.count

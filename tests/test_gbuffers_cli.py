@@ -109,14 +109,33 @@ def test_demo_writes_a_panel_video(tmp_path, capsys):
     import av
 
     out = tmp_path / "o" / "demo.mp4"
-    assert main(["--quiet", "demo", "--out", str(out), "--frames", "5", "--size", "32x16"]) == 0
+    assert main(["--quiet", "demo", "--out", str(out), "--frames", "5", "--size", "32x16", "--preview",
+                 "--source", "synthetic"]) == 0
     with av.open(str(out)) as c:
         frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
     assert len(frames) == 5 and frames[0].shape == (32, 96, 3)
-    assert main(["--quiet", "demo", "--out", str(out), "--frames", "5", "--size", "32x16"]) == 2
+    assert main(["--quiet", "demo", "--out", str(out), "--frames", "5", "--size", "32x16", "--preview"]) == 2
     assert "already exists" in capsys.readouterr().err
     assert main(["--quiet", "demo", "--out", str(out), "--source", "nowhere"]) == 2
     assert "neither a bundled stream" in capsys.readouterr().err
+
+
+def test_demo_renders_with_a_flash_model(tmp_path):
+    """With a model the sixth tile is the model's render: one output frame per input frame, streamed."""
+    import av
+
+    from alaya_flash.model_zoo import bundle
+
+    flash = bundle.make_random_flash(settings=bundle.FlashSettings(chunk_frames=1, window_frames=2, sink_frames=0))
+    bundle.save_flash(flash, tmp_path / "model")
+    out = tmp_path / "demo.mp4"
+    assert main(["--quiet", "demo", "--out", str(out), "--frames", "6", "--size", "32x32", "--source", "synthetic",
+                 "--model", str(tmp_path / "model")]) == 0
+    with av.open(str(out)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert len(frames) == 6 and frames[0].shape == (64, 96, 3)
+    assert main(["--quiet", "demo", "--out", str(tmp_path / "b.mp4"), "--size", "40x32",
+                 "--model", str(tmp_path / "model")]) == 2
 
 
 @pytest.mark.parametrize("argv", [["gbuffers", "--help"], ["gbuffers", "info", "--help"],

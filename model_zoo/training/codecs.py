@@ -1,0 +1,279 @@
+"""Stage a: the codec teacher (a small Wan VAE) and the distilled codecs matching its latent space.
+
+`train vae`: a Wan2.1-VAE-structured autoencoder (model_zoo/codecs/wan_vae.py) trained on random
+crops of ground-truth clips AND of G-buffer images (each pass as an RGB video, as the teacher
+encodes them), with L1 + MSE reconstruction, a little latent noise and a small pull of the
+normalized latents towards zero mean / unit scale (so the DiT sees a well-scaled space).
+
+`train codecs`: with the VAE frozen, distil
+- the slim tiny codec (model_zoo/codecs/tiny.py, TAEHV layout): decoder from VAE latents to the
+  ground-truth frames (L1 + MSE), encoder to the VAE latents (MSE);
+- the 5-branch G-buffer encoder (model_zoo/codecs/gbuffer_encoder.py) to the VAE latents of the
+  five passes (MSE), in the Wan frame alignment (latent 0 = frame 0 alone).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..codecs import gbuffer_encoder, tiny, wan_vae
+from ..errors import AlayaError
+from ..latents import TIME_COMPRESSION
+from .common import StageConfig, autocast, final_weights, step_generator, train_loop
+from .data import ClipSet
+
+
+@dataclass(frozen=True)
+class VAEStageConfig(StageConfig):
+    out: str = "runs/vae"
+    vae: str = "wan2.1-vae-small"  # a named WanVAEConfig
+    base_dim: int = 0  # override the named config's base width (0 = keep)
+    frames: int = 5  # 4k+1 frames per sample
+    crop: int = 64  # square crop (multiple of 8; 0 = whole frame)
+    gbuffer_fraction: float = 0.5  # share of samples that are G-buffer passes rather than RGB
+    latent_noise: float = 0.05
+    latent_reg: float = 1e-3
+
+    def validate(self):
+        if (self.frames - 1) % TIME_COMPRESSION or self.crop % 8:
+            raise AlayaError(f"vae stage: frames {self.frames} must be 4k+1 and crop {self.crop} a multiple of 8")
+        if self.vae not in wan_vae.CONFIGS:
+            raise AlayaError(f"vae stage: vae {self.vae!r} is unknown; choose from {', '.join(wan_vae.CONFIGS)}")
+
+
+@dataclass(frozen=True)
+class CodecStageConfig(StageConfig):
+    out: str = "runs/codecs"
+    vae_run: str = "runs/vae"  # folder of the trained codec teacher
+    tiny: str = "taew-slim"  # a named TinyCodecConfig
+    gbuffer_encoder: str = "gbuffer-encoder-slim"  # a named GBufferEncoderConfig
+    frames: int = 9
+    crop: int = 64
+    lr: float = 1e-3
+
+    def validate(self):
+        if (self.frames - 1) % TIME_COMPRESSION or self.crop % 8:
+            raise AlayaError(f"codecs stage: frames {self.frames} must be 4k+1 and crop {self.crop} a multiple of 8")
+        if self.tiny not in tiny.CONFIGS or self.gbuffer_encoder not in gbuffer_encoder.CONFIGS:
+            raise AlayaError(f"codecs stage: unknown codec config {self.tiny!r} or {self.gbuffer_encoder!r}")
+
+
+def vae_config(cfg: VAEStageConfig) -> wan_vae.WanVAEConfig:
+    from dataclasses import replace
+
+    base = wan_vae.CONFIGS[cfg.vae]
+    return replace(base, base_dim=cfg.base_dim) if cfg.base_dim else base
+
+
+def sample_clips(clips: ClipSet, g: torch.Generator, batch: int, frames: int, crop: int):
+    """Random windows: gbuffers uint8 (B, T, 5, h, w, 3), rgb uint8 (B, T, h, w, 3), preset index (B,)."""
+    n, p, t, h, w = clips.rgb.shape[:5]
+    if frames > t or crop > min(h, w):
+        raise AlayaError(f"dataset clips are {t} frames of {h}x{w}; cannot cut {frames} frames of {crop}x{crop}")
+    c = crop or h
+    cw = crop or w
+    idx = torch.randint(n, (batch,), generator=g).tolist()
+    pre = torch.randint(p, (batch,), generator=g).tolist()
+    gb, rgb = [], []
+    for i, k in zip(idx, pre):
+        s = int(torch.randint(t - frames + 1, (1,), generator=g))
+        y = int(torch.randint(h - c + 1, (1,), generator=g))
+        x = int(torch.randint(w - cw + 1, (1,), generator=g))
+        gb.append(clips.gbuffers[i, s:s + frames, :, y:y + c, x:x + cw])
+        rgb.append(clips.rgb[i, k, s:s + frames, y:y + c, x:x + cw])
+    return torch.from_numpy(np.stack(gb)), torch.from_numpy(np.stack(rgb)), torch.tensor(pre)
+
+
+def to_video(u8: torch.Tensor) -> torch.Tensor:
+    """uint8 (B, T, H, W, 3) -> Wan VAE pixels (B, 3, T, H, W) in [-1, 1]."""
+    return u8.permute(0, 4, 1, 2, 3).float().mul(2 / 255).sub(1)
+
+
+def gbuffer_videos(gb: torch.Tensor) -> torch.Tensor:
+    """Teacher-form uint8 (B, T, 5, H, W, 3) -> (B * 5, 3, T, H, W) in [-1, 1], modality-major per sample."""
+    b, t, m, h, w, c = gb.shape
+    return to_video(gb.permute(0, 2, 1, 3, 4, 5).reshape(b * m, t, h, w, c))
+
+
+@torch.no_grad()
+def vae_gbuffer_latents(vae: wan_vae.WanVAE, gb: torch.Tensor) -> torch.Tensor:
+    """Teacher-form G-buffers (B, T, 5, H, W, 3) -> (B, 80, T', h, w): the VAE latent of each pass, concatenated."""
+    z = vae.encode(gbuffer_videos(gb), chunk=None).float()
+    b = gb.shape[0]
+    return z.reshape(b, 5 * z.shape[1], *z.shape[2:])
+
+
+def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
+    clips = ClipSet(cfg.data, "train")
+    vcfg = vae_config(cfg)
+    vae = wan_vae.build(vcfg)
+    opt = torch.optim.AdamW(vae.parameters(), lr=cfg.lr, weight_decay=0.0)
+    log.info("vae %s: %.2fM parameters, %d training clips", vcfg, sum(p.numel() for p in vae.parameters()) / 1e6, len(clips))
+
+    def step(i: int) -> dict[str, float]:
+        g = step_generator(cfg.seed, i)
+        gb, rgb, _ = sample_clips(clips, g, cfg.batch, cfg.frames, cfg.crop)
+        use_gb = torch.rand(cfg.batch, generator=g) < cfg.gbuffer_fraction
+        passes = torch.randint(5, (cfg.batch,), generator=g)
+        video = torch.stack([to_video(gb[j:j + 1, :, passes[j]])[0] if use_gb[j] else to_video(rgb[j:j + 1])[0]
+                             for j in range(cfg.batch)])
+        with autocast():
+            z = vae._encode(video, None)  # normalized mu, with gradients (encode() is inference-only)
+            noisy = z + cfg.latent_noise * torch.randn(z.shape, generator=g)
+            recon = vae_decode_unclamped(vae, noisy).float()
+        rec = F.l1_loss(recon, video) + F.mse_loss(recon, video)
+        reg = z.float().pow(2).mean()
+        loss = rec + cfg.latent_reg * reg
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        return {"rec": rec.item(), "z2": reg.item()}
+
+    reached = train_loop(cfg, {"vae": vae}, {"opt_vae": opt}, step, log, progress,
+                         extra={"vae_config": _asdict(vcfg)})
+    stats = Path(cfg.out) / LATENT_STATS
+    if not stats.is_file():
+        calibrate_vae(cfg, clips, log)
+    return reached
+
+
+LATENT_STATS = "latent-stats.safetensors"
+
+
+@torch.no_grad()
+def calibrate_vae(cfg: VAEStageConfig, clips: ClipSet, log, samples: int = 16) -> None:
+    """Per-channel mean and std of the trained VAE's (normalized) latents of ground-truth clips.
+
+    load_vae folds them into the VAE's conv1 / conv2 so that its latents have zero mean and unit
+    variance per channel (what the DiT's noise schedule assumes) with the decoder unchanged in
+    effect; a small VAE trained briefly otherwise leaves latents at a small scale.
+    """
+    from ..loading import save_safetensors
+
+    vae = load_vae(cfg.out, calibrated=False)
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    _, rgb, _ = sample_clips(clips, g, samples, cfg.frames, 0)
+    z = torch.cat([vae.encode(to_video(rgb[i:i + 4]), chunk=None) for i in range(0, samples, 4)])
+    mean, std = z.mean(dim=(0, 2, 3, 4)), z.std(dim=(0, 2, 3, 4)).clamp_min(1e-3)
+    save_safetensors({"mean": mean, "std": std}, Path(cfg.out) / LATENT_STATS, {"samples": samples})
+    log.info("latent stats: mean %s std %s", [round(v, 3) for v in mean.tolist()], [round(v, 3) for v in std.tolist()])
+
+
+def fold_latent_stats(vae: wan_vae.WanVAE, mean: torch.Tensor, std: torch.Tensor) -> None:
+    """Make encode() return (z - mean) / std and decode() accept it, by editing conv1 / conv2 exactly."""
+    from ..latents import WAN21_LATENT_MEAN, WAN21_LATENT_STD
+
+    z = vae.config.z_dim
+    wm, ws = torch.tensor(WAN21_LATENT_MEAN), torch.tensor(WAN21_LATENT_STD)
+    c1w, c1b = vae.conv1.weight.data, vae.conv1.bias.data
+    # mu' = WM + (mu - WM - WS * mean) / std, so normalize(mu') = (normalize(mu) - mean) / std
+    c1w[:z] /= std.view(-1, 1, 1, 1, 1)
+    c1b[:z] = (c1b[:z] - wm - ws * mean) / std + wm
+    # conv2 sees mu' where it saw mu = WM + std * (mu' - WM) + WS * mean: scale its columns, shift its bias
+    c2w, c2b = vae.conv2.weight.data, vae.conv2.bias.data
+    shift = wm * (1 - std) + ws * mean
+    c2b += (c2w.flatten(1) @ shift)
+    c2w *= std.view(1, -1, 1, 1, 1)
+
+
+def vae_decode_unclamped(vae: wan_vae.WanVAE, z: torch.Tensor) -> torch.Tensor:
+    """WanVAE.decode for training: whole clip, with gradients and WITHOUT the final clamp (a clamped
+    output saturated on the wrong side gets no gradient and stays stuck)."""
+    from ..latents import denormalize
+
+    return vae.decoder(vae.conv2(denormalize(z)), {})
+
+
+def _asdict(cfg) -> dict:
+    from dataclasses import asdict
+
+    return asdict(cfg)
+
+
+def load_vae(run_dir: str | Path, calibrated: bool = True) -> wan_vae.WanVAE:
+    """The trained codec teacher from a `train vae` output folder (config from its checkpoint).
+
+    calibrated: fold the folder's latent statistics (calibrate_vae) into it, as every later stage sees it.
+    """
+    from ..loading import load_strict, read_metadata
+    from .common import latest_checkpoint
+
+    ckpt = latest_checkpoint(Path(run_dir))
+    if ckpt is None:
+        raise AlayaError(f"{run_dir}: no checkpoint here; run `alaya-flash train vae` first")
+    import json
+
+    raw = json.loads(read_metadata(ckpt)["extra"])["vae_config"]
+    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+    vae = wan_vae.build(wan_vae.WanVAEConfig(**raw))
+    load_strict(vae, final_weights(Path(run_dir), "vae"))
+    stats = Path(run_dir) / LATENT_STATS
+    if calibrated:
+        if not stats.is_file():
+            raise AlayaError(f"{stats}: missing; run `alaya-flash train vae` again to calibrate the latents")
+        from ..loading import read_state_dict
+
+        got = read_state_dict(stats)
+        fold_latent_stats(vae, got["mean"], got["std"])
+    return vae.eval().requires_grad_(False)
+
+
+def gbuffer_encoder_latents(enc: gbuffer_encoder.GBufferEncoder, gb: torch.Tensor) -> torch.Tensor:
+    """GBufferEncoder.encode with gradients: teacher-form (B, T, 5, H, W, 3) -> (B, 80, T', h, w)."""
+    x = enc.to_input(gb)
+    x = torch.cat([x[:, :1].expand(-1, TIME_COMPRESSION - 1, -1, -1, -1), x], 1)  # frame 0 alone -> latent 0
+    return tiny.run_causal(enc.encoder, x, {}).permute(0, 2, 1, 3, 4)
+
+
+def tiny_decode(codec: tiny.TinyCodec, z: torch.Tensor) -> torch.Tensor:
+    """TinyCodec.decode with gradients and no clamp: (B, 16, T', h, w) -> (B, 4T'-3, 3, H, W)."""
+    frames = tiny.run_causal(codec.decoder, z.permute(0, 2, 1, 3, 4), {})
+    return frames[:, codec.config.frames_to_trim:]
+
+
+def tiny_encode(codec: tiny.TinyCodec, frames: torch.Tensor) -> torch.Tensor:
+    """TinyCodec.encode with gradients: frames (B, T, 3, H, W) in [0, 1], T a multiple of 4 -> (B, 16, T/4, h, w)."""
+    return tiny.run_causal(codec.encoder, frames, {}).permute(0, 2, 1, 3, 4)
+
+
+def run_codecs(cfg: CodecStageConfig, log, progress=None) -> int:
+    clips = ClipSet(cfg.data, "train")
+    vae = load_vae(cfg.vae_run)
+    codec = tiny.build(tiny.CONFIGS[cfg.tiny])
+    genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[cfg.gbuffer_encoder])
+    params = list(codec.parameters()) + list(genc.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    log.info("tiny codec %s (%.2fM), G-buffer encoder %s (%.2fM)", cfg.tiny, sum(p.numel() for p in codec.parameters()) / 1e6,
+             cfg.gbuffer_encoder, sum(p.numel() for p in genc.parameters()) / 1e6)
+
+    def step(i: int) -> dict[str, float]:
+        g = step_generator(cfg.seed, i)
+        gb, rgb, _ = sample_clips(clips, g, cfg.batch, cfg.frames, cfg.crop)
+        video = to_video(rgb)
+        with torch.no_grad(), autocast():
+            z_rgb = vae.encode(video, chunk=None).float()
+            z_gb = vae_gbuffer_latents(vae, gb)
+        target = rgb.permute(0, 1, 4, 2, 3).float() / 255  # NTCHW [0, 1]
+        with autocast():
+            frames = tiny_decode(codec, z_rgb).float()
+            # TAEHV groups frames 0-3, 4-7, ...: the clip's last frame is repeated to fill the last group
+            pad = target[:, -1:].expand(-1, 3, -1, -1, -1)
+            z_tiny = tiny_encode(codec, torch.cat([target, pad], 1)).float()
+            z_gb_hat = gbuffer_encoder_latents(genc, gb).float()
+        dec = F.l1_loss(frames, target) + F.mse_loss(frames, target)
+        enc = F.mse_loss(z_tiny, z_rgb)
+        gbl = F.mse_loss(z_gb_hat, z_gb)
+        loss = dec + enc + gbl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return {"dec": dec.item(), "enc": enc.item(), "gbuf": gbl.item()}
+
+    return train_loop(cfg, {"tiny": codec, "gbuffer_encoder": genc}, {"opt_codecs": opt}, step, log, progress,
+                      extra={"tiny": cfg.tiny, "gbuffer_encoder": cfg.gbuffer_encoder})

@@ -1,0 +1,176 @@
+"""Training data from the physics world: the same geometry under every lighting preset.
+
+`alaya-flash train data --config data.json` renders clips with streaming/world (MuJoCo scenes,
+exact G-buffers, PBR ground truth) and stores each clip as one compressed .npz:
+
+    gbuffers  uint8 (T, 5, H, W, 3)   teacher form, MODALITIES order (streaming/gbuffer.py)
+    rgb       uint8 (P, T, H, W, 3)   ground truth under each of the P presets, sRGB
+    presets   str (P,)                preset names, PRESETS order (streaming/world/shading.py)
+
+Splits are by scene seed: training clips use seeds train_seed .. train_seed + train_clips - 1,
+held-out clips heldout_seed .. (disjoint), so no held-out geometry is ever trained on. Prompts
+have their own split (prompts.py). dataset.json lists clips, presets and prompt wordings.
+Camera paths cycle over orbit / fly / follow with the seed, for varied motion.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import AlayaError
+from .prompts import prompts
+
+DATASET_FORMAT = "alaya-flash world dataset v1"
+CAMERAS = ("orbit", "fly", "follow")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    out: str = "runs/data"
+    width: int = 128
+    height: int = 128
+    frames: int = 25  # per clip; windows of 4k+1 frames are cut from it in training
+    fps: float = 8.0
+    train_clips: int = 24
+    heldout_clips: int = 4
+    train_seed: int = 0
+    heldout_seed: int = 100000
+    objects: int = 12
+    shadows: bool = False  # shadows need sun visibility, which the G-buffers do not carry
+    backend: str = "auto"
+    presets: tuple = ()  # () = every preset
+
+    def validate(self) -> "DataConfig":
+        from ...streaming.world.shading import PRESETS
+
+        for name in self.presets:
+            if name not in PRESETS:
+                raise AlayaError(f"data config: preset {name!r} is unknown; choose from {', '.join(PRESETS)}")
+        if self.frames < 5 or self.train_clips < 1 or self.heldout_clips < 0:
+            raise AlayaError("data config: need frames >= 5, train_clips >= 1 and heldout_clips >= 0")
+        if self.heldout_seed < self.train_seed + self.train_clips and self.heldout_seed + self.heldout_clips > self.train_seed:
+            raise AlayaError("data config: held-out seeds overlap the training seeds")
+        return self
+
+    @property
+    def preset_names(self) -> tuple[str, ...]:
+        from ...streaming.world.shading import PRESETS
+
+        return tuple(self.presets) or tuple(PRESETS)
+
+
+def render_clip(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
+    """One clip: G-buffers (teacher form) and ground truth under every preset."""
+    from ...streaming.gbuffer import frame_to_teacher
+    from ...streaming.world import WorldConfig, WorldSource
+
+    names = cfg.preset_names
+    world = WorldConfig(seed=seed, width=cfg.width, height=cfg.height, fps=cfg.fps, num_frames=cfg.frames,
+                        num_objects=cfg.objects, camera=CAMERAS[seed % len(CAMERAS)], presets=names,
+                        shadows=cfg.shadows, backend=cfg.backend)
+    gbuffers, rgb = [], []
+    for frame in WorldSource(world):
+        gbuffers.append(frame_to_teacher(frame))
+        rgb.append([frame.extras[f"rgb_{n}"] if len(names) > 1 else frame.extras["rgb"] for n in names])
+    return {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
+            "presets": np.array(names)}
+
+
+def _save_npz(path: Path, arrays: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def build_dataset(cfg: DataConfig, progress=None, log=None) -> Path:
+    """Render every clip not already on disk (so an interrupted build resumes); write dataset.json."""
+    out = Path(cfg.out)
+    splits = {"train": range(cfg.train_seed, cfg.train_seed + cfg.train_clips),
+              "heldout": range(cfg.heldout_seed, cfg.heldout_seed + cfg.heldout_clips)}
+    meta_path = out / "dataset.json"
+    if meta_path.is_file():
+        old = json.loads(meta_path.read_text()).get("config", {})
+        if {k: v for k, v in old.items() if k not in ("train_clips", "heldout_clips")} != \
+                {k: v for k, v in _jsonable(cfg).items() if k not in ("train_clips", "heldout_clips")}:
+            raise AlayaError(f"{meta_path}: this folder holds a dataset made with another config; use a new 'out'")
+    clips = {}
+    for split, seeds in splits.items():
+        (out / split).mkdir(parents=True, exist_ok=True)
+        clips[split] = []
+        for seed in seeds:
+            path = out / split / f"clip-{seed:06d}.npz"
+            if not path.is_file():
+                _save_npz(path, render_clip(cfg, seed))
+                if log:
+                    log.info("rendered %s", path)
+            clips[split].append(str(path.relative_to(out)))
+            if progress:
+                progress(1)
+    names = cfg.preset_names
+    meta = {"format": DATASET_FORMAT, "config": _jsonable(cfg), "presets": list(names), "clips": clips,
+            "prompts": {n: {"train": prompts(n, "train"), "heldout": prompts(n, "heldout")} for n in names}}
+    tmp = meta_path.with_name("dataset.json.tmp")
+    tmp.write_text(json.dumps(meta, indent=1))
+    os.replace(tmp, meta_path)
+    return out
+
+
+def _jsonable(cfg: DataConfig) -> dict:
+    from dataclasses import asdict
+
+    d = asdict(cfg)
+    d["presets"] = list(d["presets"])
+    return d
+
+
+class ClipSet:
+    """A split of a dataset in memory: gbuffers (N, T, 5, H, W, 3) and rgb (N, P, T, H, W, 3), uint8."""
+
+    def __init__(self, root: str | Path, split: str):
+        root = Path(root)
+        meta_path = root / "dataset.json"
+        if not meta_path.is_file():
+            raise AlayaError(f"{root}: no dataset.json here; run `alaya-flash train data` first")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != DATASET_FORMAT:
+            raise AlayaError(f"{meta_path}: format is {meta.get('format')!r}, expected {DATASET_FORMAT!r}")
+        if split not in meta["clips"]:
+            raise AlayaError(f"{meta_path}: no split {split!r}; splits: {', '.join(meta['clips'])}")
+        self.root, self.split, self.meta = root, split, meta
+        self.presets: list[str] = meta["presets"]
+        self.prompts: dict[str, dict[str, list[str]]] = meta["prompts"]
+        files = meta["clips"][split]
+        if not files:
+            raise AlayaError(f"{meta_path}: split {split!r} has no clips")
+        g, r = [], []
+        for name in files:
+            with np.load(root / name) as z:
+                g.append(z["gbuffers"])
+                r.append(z["rgb"])
+        self.gbuffers = np.stack(g)
+        self.rgb = np.stack(r)
+
+    def __len__(self) -> int:
+        return len(self.gbuffers)
+
+    @property
+    def frames(self) -> int:
+        return self.gbuffers.shape[1]
+
+    def windows(self, length: int) -> list[tuple[int, int]]:
+        """(clip, first frame) of every non-overlapping window of `length` frames."""
+        return [(c, s) for c in range(len(self)) for s in range(0, self.frames - length + 1, length - 1 or 1)]
+
+
+def run_data(cfg: DataConfig, log, progress=None) -> int:
+    """The `data` stage: render the dataset (resumable clip by clip)."""
+    if progress:
+        progress(0, {})
+    build_dataset(cfg, progress=(lambda n: progress(n, {})) if progress else None, log=log)
+    log.info("dataset ready in %s: %d train + %d held-out clips of %d frames at %dx%d", cfg.out, cfg.train_clips,
+             cfg.heldout_clips, cfg.frames, cfg.width, cfg.height)
+    return cfg.train_clips + cfg.heldout_clips

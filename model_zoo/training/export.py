@@ -1,0 +1,83 @@
+"""Stage d: export trained networks as model folders (model_zoo/bundle.py's format).
+
+    OUT/                 a Flash model: dit.safetensors (the student), gbuffer_encoder.safetensors,
+                         decoder.safetensors (the slim tiny codec), config.json
+    OUT/teacher/         the teacher: dit.safetensors (bidirectional DiT), vae.safetensors, config.json
+
+Weights are stored in `dtype` (bfloat16 by default: half the bytes; the loaders cast on load).
+The session settings written are the ones the student was trained for (chunk_frames).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import AlayaError
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    out: str = "model_zoo/default"
+    student_run: str = "runs/student-dmd"  # the DiT to ship (a student-dmd or student-ode folder)
+    teacher_run: str = "runs/teacher"
+    codecs_run: str = "runs/codecs"
+    vae_run: str = "runs/vae"
+    dtype: str = "bfloat16"
+    window_frames: int = 6  # rolling KV window (latent frames) of the shipped session settings
+    sink_frames: int = 1
+    teacher_window_frames: int = 13  # pixel frames per teacher window
+    trained_size: tuple = (128, 128)
+    max_megabytes: float = 50.0
+    notes: str = ""
+    seed: int = 0
+
+    def validate(self):
+        if self.dtype not in ("bfloat16", "float32", "float16"):
+            raise AlayaError(f"export: dtype {self.dtype!r} is not bfloat16, float32 or float16")
+
+
+def run_export(cfg: ExportConfig, log, progress=None) -> int:
+    from .. import bundle
+    from ..codecs import gbuffer_encoder, tiny
+    from ..loading import load_strict, read_metadata
+    from .codecs import load_vae
+    from .common import final_weights, latest_checkpoint
+    from .teacher import load_dit
+
+    dtype = getattr(torch, cfg.dtype)
+    ckpt = latest_checkpoint(Path(cfg.codecs_run))
+    if ckpt is None:
+        raise AlayaError(f"{cfg.codecs_run}: no checkpoint here; run `alaya-flash train codecs` first")
+    names = json.loads(read_metadata(ckpt)["extra"])
+    codec = tiny.build(tiny.CONFIGS[names["tiny"]])
+    load_strict(codec, final_weights(Path(cfg.codecs_run), "tiny"))
+    genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[names["gbuffer_encoder"]])
+    load_strict(genc, final_weights(Path(cfg.codecs_run), "gbuffer_encoder"))
+    student = load_dit(cfg.student_run)
+    chunk = json.loads(read_metadata(latest_checkpoint(Path(cfg.student_run)))["extra"]).get("chunk_frames", 2)
+    teacher = load_dit(cfg.teacher_run)
+    vae = load_vae(cfg.vae_run)
+    out = Path(cfg.out)
+    size = tuple(cfg.trained_size)
+    flash = bundle.FlashModel(
+        dit=student.to(dtype), gbuffer_encoder=genc.to(dtype), decoder=codec.to(dtype),
+        settings=bundle.FlashSettings(chunk_frames=chunk, window_frames=cfg.window_frames, sink_frames=cfg.sink_frames),
+        trained_size=size,
+    )
+    notes = cfg.notes or "alaya-flash default model, trained on this project's physics world (docs/model-card.md)"
+    bundle.save_flash(flash, out, config_names={"gbuffer_encoder": names["gbuffer_encoder"], "decoder": names["tiny"]},
+                      notes=notes)
+    t = bundle.TeacherModel(dit=teacher.to(dtype), vae=vae.to(dtype),
+                            settings=bundle.TeacherSettings(window_frames=cfg.teacher_window_frames), trained_size=size)
+    bundle.save_teacher(t, out / "teacher", notes=notes + " (teacher)")
+    files = sorted(out.rglob("*.safetensors"))
+    total = sum(f.stat().st_size for f in files) / 2**20
+    for f in files:
+        log.info("%s %.2f MB", f, f.stat().st_size / 2**20)
+    log.info("exported %s: %.2f MB in all", out, total)
+    if total > cfg.max_megabytes:
+        raise AlayaError(f"export: {out} holds {total:.1f} MB of weights, over max_megabytes={cfg.max_megabytes}")
+    return len(files)

@@ -1,0 +1,113 @@
+"""Latent-space training data: the dataset's windows encoded once, cached as safetensors.
+
+For every window of `frames` (4k+1) frames of every clip of a split:
+    rgb   (N, P, 16, T', h, w)  normalized Wan latents of the ground truth under each preset (VAE)
+    cond  (N, 80, T', h, w)     G-buffer latents: the distilled 5-branch encoder (what the
+                                streaming renderer feeds the DiT) or, with cond_encoder="vae",
+                                the VAE's latent of each pass (the teacher's original recipe)
+Prompt embeddings (MiniLM, (1, 384) each) of every wording and of "" (the CFG negative / dropped
+prompt) are cached beside them. The teacher and student stages share this file.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import AlayaError
+from ..loading import read_metadata, read_state_dict, save_safetensors
+from .data import ClipSet
+
+
+def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path, codecs_run: str | Path | None,
+                 cond_encoder: str, out: Path, log=None, max_windows: int = 0) -> Path:
+    """Encode a split's windows and prompts into `out` (skipped when it exists with the same recipe)."""
+    import json
+
+    from ..codecs import gbuffer_encoder
+    from ..text_encoder import TextEncoder
+    from .codecs import load_vae, to_video, vae_gbuffer_latents
+    from .common import autocast, final_weights
+    from ..loading import load_strict
+
+    recipe = {"data": str(data), "split": split, "frames": frames, "vae_run": str(vae_run),
+              "codecs_run": str(codecs_run), "cond_encoder": cond_encoder, "max_windows": max_windows}
+    if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
+        return out
+    clips = ClipSet(data, split)
+    vae = load_vae(vae_run)
+    genc = None
+    if cond_encoder == "distilled":
+        if codecs_run is None:
+            raise AlayaError("latents: cond_encoder 'distilled' needs codecs_run")
+        ckpt_extra = json.loads(read_metadata(_latest(codecs_run)).get("extra", "{}"))
+        genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[ckpt_extra["gbuffer_encoder"]])
+        load_strict(genc, final_weights(Path(codecs_run), "gbuffer_encoder"))
+        genc.eval()
+    elif cond_encoder != "vae":
+        raise AlayaError(f"latents: cond_encoder {cond_encoder!r} is not 'distilled' or 'vae'")
+    windows = clips.windows(frames)
+    if max_windows:  # spread over the clips: every k-th window
+        windows = windows[:: max(1, len(windows) // max_windows)][:max_windows]
+    rgb, cond = [], []
+    with torch.no_grad(), autocast():
+        for c, s in windows:
+            gb = torch.from_numpy(clips.gbuffers[c, s:s + frames])[None]
+            video = to_video(torch.from_numpy(clips.rgb[c, :, s:s + frames]))  # (P, 3, T, H, W)
+            rgb.append(vae.encode(video, chunk=None).float())
+            cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
+    if log:
+        log.info("encoded %d windows of %d frames from %s/%s", len(windows), frames, data, split)
+    text = TextEncoder.load()
+    tensors = {"rgb": torch.stack(rgb), "cond": torch.stack(cond), "negative": text([""])[0]}
+    for name in clips.presets:
+        for kind in ("train", "heldout"):
+            for w, prompt in enumerate(clips.prompts[name][kind]):
+                tensors[f"prompt.{name}.{kind}.{w}"] = text([prompt])[0]
+    save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
+    return out
+
+
+def _latest(run: str | Path) -> Path:
+    from .common import latest_checkpoint
+
+    ckpt = latest_checkpoint(Path(run))
+    if ckpt is None:
+        raise AlayaError(f"{run}: no checkpoint here; run that stage first")
+    return ckpt
+
+
+class LatentSet:
+    """A cached latent split in memory (see module docstring)."""
+
+    def __init__(self, path: str | Path):
+        import json
+
+        path = Path(path)
+        state = read_state_dict(path)
+        meta = read_metadata(path)
+        self.rgb, self.cond, self.negative = state["rgb"], state["cond"], state["negative"]
+        self.presets: list[str] = json.loads(meta["presets"])
+        self.prompts: dict = json.loads(meta["prompts"])
+        self.prompt_emb = {k[len("prompt."):]: v for k, v in state.items() if k.startswith("prompt.")}
+
+    def __len__(self) -> int:
+        return self.rgb.shape[0]
+
+    def embedding(self, preset: int | str, kind: str, wording: int) -> torch.Tensor:
+        name = preset if isinstance(preset, str) else self.presets[preset]
+        return self.prompt_emb[f"{name}.{kind}.{wording}"]
+
+    def wordings(self, kind: str) -> int:
+        return len(self.prompts[self.presets[0]][kind])
+
+    def sample(self, g: torch.Generator, batch: int, prompt_dropout: float = 0.0):
+        """x0 (B, 16, T', h, w), cond (B, 80, T', h, w), prompt (B, 1, 384), (window, preset) indices."""
+        n, p = self.rgb.shape[:2]
+        wi = torch.randint(n, (batch,), generator=g)
+        pi = torch.randint(p, (batch,), generator=g)
+        wo = torch.randint(self.wordings("train"), (batch,), generator=g)
+        drop = torch.rand(batch, generator=g) < prompt_dropout
+        prompt = torch.stack([self.negative if d else self.embedding(int(q), "train", int(w))
+                              for q, w, d in zip(pi, wo, drop)])
+        return self.rgb[wi, pi], self.cond[wi], prompt, (wi, pi)

@@ -1,0 +1,254 @@
+"""Stage c: the few-step block-causal student, distilled from the teacher.
+
+`train student-ode` (CausVid / Self-Forcing ODE initialisation, research streaming.md §1.8 A):
+the student starts as a copy of the teacher. Teacher PF-ODE trajectories (Euler, shift 5, CFG)
+are generated once for `pairs` training samples, keeping the states at the student's few-step
+sigmas (1, 0.9375, 0.8333, 0.625: on the teacher's grid when ode_steps is a multiple of 4) and
+the clean endpoint. Per chunk a random stored state is the input, all chunks in one
+block-causal pass; loss: MSE of the x0 prediction against the endpoint.
+
+`train student-dmd` (Self-Forcing, §1.8 B): the student renders whole windows chunk by chunk with
+the rolling KV cache exactly as FlashSession does (few-step x0 loop, clean pass at t=0 into the
+cache), with gradients only at one random exit step shared by all chunks; the cache refresh runs
+without gradients. Distribution matching on the output x: x_t at a random shifted sigma,
+real x0 = teacher with CFG, fake x0 = critic (initialised as a copy of the teacher),
+g = (fake - real) / mean|x - real|, loss 0.5 * MSE(x, sg(x - g)). The critic learns the
+student's distribution with flow matching on every rollout; the generator steps every
+`gen_every` iterations. AdamW betas (0, 0.999) as in Self-Forcing.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .. import dit
+from ..errors import AlayaError
+from ...streaming import sampler
+from .common import StageConfig, autocast, step_generator, train_loop
+from .latent_data import LatentSet
+from .teacher import flow_loss, load_dit
+
+
+@dataclass(frozen=True)
+class ODEStageConfig(StageConfig):
+    out: str = "runs/student-ode"
+    teacher_run: str = "runs/teacher"
+    pairs: int = 64  # teacher trajectories generated (once, cached in out/)
+    ode_steps: int = 16  # teacher Euler steps per trajectory (a multiple of the student's 4)
+    ode_cfg: float = 3.0
+    chunk_frames: int = 2  # latent frames per streaming chunk
+    lr: float = 5e-5
+    rope_offset_max: int = 8
+
+    def validate(self):
+        if self.ode_steps % len(sampler.FEW_STEP_NOMINAL):
+            raise AlayaError(f"student-ode: ode_steps {self.ode_steps} must be a multiple of {len(sampler.FEW_STEP_NOMINAL)}")
+
+
+@dataclass(frozen=True)
+class DMDStageConfig(StageConfig):
+    out: str = "runs/student-dmd"
+    teacher_run: str = "runs/teacher"
+    student_run: str = "runs/student-ode"
+    chunk_frames: int = 2
+    real_cfg: float = 3.0  # teacher guidance in the real score (uncond + w (cond - uncond))
+    gen_every: int = 5  # generator step every N critic steps
+    lr: float = 2e-6  # generator
+    critic_lr: float = 4e-6
+    min_sigma: float = 0.02
+    max_sigma: float = 0.98
+    dmd_shift: float = 5.0
+
+
+def student_sigmas() -> list[float]:
+    return [float(t) / 1000 for t in sampler.warped_timesteps()]
+
+
+@torch.no_grad()
+def teacher_trajectory(teacher: dit.WanDiT, noise: torch.Tensor, cond: torch.Tensor, prompt: torch.Tensor,
+                       negative: torch.Tensor, steps: int, cfg_scale: float) -> torch.Tensor:
+    """Teacher Euler (shift 5, CFG) from noise; returns (B, K + 1, C, T, h, w): states at the student's sigmas, then x0."""
+    knots = student_sigmas()
+    kept: dict[int, torch.Tensor] = {}
+    b = noise.shape[0]
+    neg = negative.expand(b, -1, -1)
+
+    def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
+        for k, s in enumerate(knots):
+            if abs(s - sigma) < 1e-6:
+                kept[k] = x.clone()
+        inp, t = torch.cat([x, cond], 1), torch.full((b,), 1000 * sigma)
+        with autocast():
+            v = teacher(torch.cat([inp, inp]), torch.cat([t, t]), torch.cat([prompt, neg])).float()
+        return sampler.cfg_combine(v[:b], v[b:], cfg_scale)
+
+    x0 = sampler.sample_euler(velocity, noise, sampler.teacher_sigmas(steps, sampler.FEW_STEP_SHIFT))
+    if len(kept) != len(knots):
+        raise AlayaError(f"teacher trajectory: only {len(kept)} of the {len(knots)} student sigmas are on the teacher grid")
+    return torch.stack([kept[k] for k in range(len(knots))] + [x0], 1)
+
+
+def make_trajectories(cfg: ODEStageConfig, teacher: dit.WanDiT, data: LatentSet, log) -> dict[str, torch.Tensor]:
+    """Generate (or read back) the ODE pairs: states (N, K+1, 16, T', h, w), window, preset, wording."""
+    from ..loading import read_state_dict, save_safetensors
+
+    path = Path(cfg.out) / "trajectories.safetensors"
+    if path.is_file():
+        got = read_state_dict(path)
+        if got["states"].shape[0] == cfg.pairs:
+            return got
+    g = torch.Generator().manual_seed(cfg.seed)
+    n, p = data.rgb.shape[:2]
+    wi = torch.randint(n, (cfg.pairs,), generator=g)
+    pi = torch.randint(p, (cfg.pairs,), generator=g)
+    wo = torch.randint(data.wordings("train"), (cfg.pairs,), generator=g)
+    states = []
+    teacher.eval()
+    for a in range(0, cfg.pairs, 8):
+        sl = slice(a, min(a + 8, cfg.pairs))
+        cond = data.cond[wi[sl]]
+        prompt = torch.stack([data.embedding(int(q), "train", int(w)) for q, w in zip(pi[sl], wo[sl])])
+        noise = torch.randn((cond.shape[0], 16, *cond.shape[2:]), generator=g)
+        states.append(teacher_trajectory(teacher, noise, cond, prompt, data.negative[None], cfg.ode_steps, cfg.ode_cfg))
+        log.info("teacher trajectories %d/%d", sl.stop, cfg.pairs)
+    out = {"states": torch.cat(states), "window": wi, "preset": pi, "wording": wo}
+    save_safetensors(out, path, {"ode_steps": cfg.ode_steps, "ode_cfg": cfg.ode_cfg})
+    return out
+
+
+def _data(teacher_run: str) -> LatentSet:
+    path = Path(teacher_run) / "latents-train.safetensors"
+    if not path.is_file():
+        raise AlayaError(f"{path}: missing; run `alaya-flash train teacher` first")
+    return LatentSet(path)
+
+
+def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
+    data = _data(cfg.teacher_run)
+    teacher = load_dit(cfg.teacher_run).requires_grad_(False)
+    traj = make_trajectories(cfg, teacher, data, log)
+    student = copy.deepcopy(teacher).requires_grad_(True)
+    del teacher
+    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
+    knots = torch.tensor(student_sigmas())
+    states = traj["states"]
+    k_noisy = states.shape[1] - 1
+
+    def step(i: int) -> dict[str, float]:
+        g = step_generator(cfg.seed, i)
+        idx = torch.randint(states.shape[0], (cfg.batch,), generator=g)
+        s = states[idx]  # (B, K+1, C, T, h, w)
+        b, _, c, t = s.shape[:4]
+        chunks = -(-t // cfg.chunk_frames)
+        pick = torch.randint(k_noisy, (b, chunks), generator=g).repeat_interleave(cfg.chunk_frames, 1)[:, :t]  # (B, T)
+        x = s[torch.arange(b)[:, None], pick, :, torch.arange(t)[None, :]]  # (B, T, C, h, w)
+        x = x.permute(0, 2, 1, 3, 4)
+        sigma = knots[pick]  # (B, T)
+        cond = data.cond[traj["window"][idx]]
+        prompt = torch.stack([data.embedding(int(q), "train", int(w)) for q, w in zip(traj["preset"][idx], traj["wording"][idx])])
+        offset = int(torch.randint(cfg.rope_offset_max + 1, (1,), generator=g))
+        with autocast():
+            v = student(torch.cat([x, cond], 1), 1000 * sigma, prompt, chunk_frames=cfg.chunk_frames,
+                        start_frame=offset).float()
+        x0 = x - sigma[:, None, :, None, None] * v
+        loss = F.mse_loss(x0, s[:, -1])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+        opt.step()
+        return {"ode": loss.item()}
+
+    return train_loop(cfg, {"dit": student}, {"opt_dit": opt}, step, log, progress,
+                      extra={"dit_config": asdict(student.config), "chunk_frames": cfg.chunk_frames})
+
+
+def rollout(student: dit.WanDiT, cond: torch.Tensor, prompt: torch.Tensor, chunk_frames: int, exit_step: int,
+            g: torch.Generator) -> torch.Tensor:
+    """Self-rollout of a window with the rolling KV cache (FlashSession's loop), gradients only at exit_step.
+
+    cond (B, 80, T, h, w), prompt (B, 1, text_dim) -> x0 (B, 16, T, h, w).
+    """
+    sigmas = student_sigmas()
+    b, _, t, h, w = cond.shape
+    cache = student.new_cache(b, h, w, window_frames=t, sink_frames=0)
+    with torch.no_grad():
+        ctx = student.prepare_prompt(prompt)  # cross-attention K/V without gradients ...
+    live_ctx = student.prepare_prompt(prompt) if torch.is_grad_enabled() else ctx  # ... and with, for the exit step
+    outs = []
+    for start in range(0, t, chunk_frames):
+        c = cond[:, :, start:start + chunk_frames]
+        x = torch.randn((b, student.config.out_dim, c.shape[2], h, w), generator=g)
+        x0 = x
+        for i, sigma in enumerate(sigmas[: exit_step + 1]):
+            grad = i == exit_step and torch.is_grad_enabled()
+            with torch.set_grad_enabled(grad), autocast():
+                v = student(torch.cat([x, c], 1), torch.full((b,), 1000 * sigma), live_ctx if grad else ctx,
+                            cache=cache, start_frame=start).float()
+            x0 = x - sigma * v
+            if i < exit_step:
+                x = sampler.add_noise(x0.detach(), torch.randn(x.shape, generator=g), sigmas[i + 1])
+        outs.append(x0)
+        with torch.no_grad(), autocast():  # the clean pass writes this chunk into the cache
+            student(torch.cat([x0.detach(), c], 1), torch.zeros(b), ctx, cache=cache, start_frame=start)
+    return torch.cat(outs, 2)
+
+
+def dmd_loss(x: torch.Tensor, teacher: dit.WanDiT, critic: dit.WanDiT, cond: torch.Tensor, prompt: torch.Tensor,
+             negative: torch.Tensor, cfg: DMDStageConfig, g: torch.Generator) -> torch.Tensor:
+    """Self-Forcing's distribution-matching loss on a rollout x (B, 16, T, h, w)."""
+    b = x.shape[0]
+    u = torch.rand(b, generator=g)
+    sigma = sampler.shift_sigma(u, cfg.dmd_shift).clamp(cfg.min_sigma, cfg.max_sigma)
+    s = sigma.view(b, 1, 1, 1, 1)
+    noise = torch.randn(x.shape, generator=g)
+    with torch.no_grad():
+        xt = (1 - s) * x.detach() + s * noise
+        inp, t = torch.cat([xt, cond], 1), 1000 * sigma
+        with autocast():
+            v = teacher(torch.cat([inp, inp]), torch.cat([t, t]), torch.cat([prompt, negative.expand(b, -1, -1)])).float()
+            v_fake = critic(inp, t, prompt).float()
+        real = xt - s * sampler.cfg_combine(v[:b], v[b:], cfg.real_cfg)
+        fake = xt - s * v_fake
+        grad = (fake - real) / (x.detach() - real).abs().mean(dim=(1, 2, 3, 4), keepdim=True).clamp_min(1e-6)
+    xd = x.double()
+    return 0.5 * F.mse_loss(xd, (xd - grad.double()).detach())
+
+
+def run_dmd(cfg: DMDStageConfig, log, progress=None) -> int:
+    data = _data(cfg.teacher_run)
+    teacher = load_dit(cfg.teacher_run).requires_grad_(False).eval()
+    student = load_dit(cfg.student_run)
+    critic = copy.deepcopy(teacher).requires_grad_(True)
+    opt_g = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.0, 0.999))
+    opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=0.01, betas=(0.0, 0.999))
+    n_steps = len(student_sigmas())
+
+    def step(i: int) -> dict[str, float]:
+        g = step_generator(cfg.seed, i)
+        _, cond, prompt, _ = data.sample(g, cfg.batch)
+        gen_step = i % cfg.gen_every == 0
+        exit_step = int(torch.randint(n_steps, (1,), generator=g))
+        out = {}
+        with torch.set_grad_enabled(gen_step):
+            x = rollout(student, cond, prompt, cfg.chunk_frames, exit_step, g)
+        if gen_step:
+            loss = dmd_loss(x, teacher, critic, cond, prompt, data.negative[None], cfg, g)
+            opt_g.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(student.parameters(), 10.0)
+            opt_g.step()
+            out["dmd"] = loss.item()
+        closs = flow_loss(critic, x.detach(), cond, prompt, g, cfg.dmd_shift)
+        opt_c.zero_grad(set_to_none=True)
+        closs.backward()
+        torch.nn.utils.clip_grad_norm_(critic.parameters(), 10.0)
+        opt_c.step()
+        out["critic"] = closs.item()
+        return out
+
+    return train_loop(cfg, {"dit": student, "critic": critic}, {"opt_dit": opt_g, "opt_critic": opt_c}, step, log,
+                      progress, extra={"dit_config": asdict(student.config), "chunk_frames": cfg.chunk_frames})

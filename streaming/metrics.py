@@ -1,0 +1,74 @@
+"""Image and video quality metrics for evaluation (the seed paper's five axes, computable on a CPU).
+
+Frames are float tensors (T, H, W, 3) in [0, 1] (ComfyUI IMAGE layout, what the pipelines emit).
+
+- psnr / ssim: content preservation (SSIM: Gaussian window 11, sigma 1.5, on luma-free RGB mean
+  over channels, constants of Wang et al. 2004).
+- temporal: error of frame-to-frame differences against the reference's, and the ratio of their
+  mean magnitudes (1.0 = as much change as the ground truth; > 1 = flicker).
+- boundary_ratio: mean change across chunk boundaries over mean change inside chunks.
+- nearest: which reference (e.g. ground truth under each lighting preset) a render is closest to,
+  and the PSNR margin to the runner-up (prompt controllability).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """Peak signal-to-noise ratio in dB over the whole clip (peak 1.0); inf for identical inputs."""
+    mse = F.mse_loss(x.float(), ref.float()).item()
+    return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+
+
+def _gauss(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
+    g = torch.exp(-((torch.arange(size) - size // 2) ** 2).float() / (2 * sigma**2))
+    return (g / g.sum())[None, None]
+
+
+def ssim(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """Mean SSIM over frames and channels: x, ref (T, H, W, 3) in [0, 1]."""
+    a = x.float().permute(0, 3, 1, 2).flatten(0, 1)[:, None]  # (T*3, 1, H, W)
+    b = ref.float().permute(0, 3, 1, 2).flatten(0, 1)[:, None]
+    size = min(11, a.shape[-1], a.shape[-2])
+    size -= 1 - size % 2  # odd
+    g = _gauss(size)
+
+    def blur(v):  # separable Gaussian, valid region
+        return F.conv2d(F.conv2d(v, g[..., None, :].reshape(1, 1, 1, -1)), g.reshape(1, 1, -1, 1))
+
+    c1, c2 = 0.01**2, 0.03**2
+    mu_a, mu_b = blur(a), blur(b)
+    var_a = blur(a * a) - mu_a**2
+    var_b = blur(b * b) - mu_b**2
+    cov = blur(a * b) - mu_a * mu_b
+    s = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
+    return s.mean().item()
+
+
+def temporal(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
+    """Frame-difference error (mean |dx - dref|) and magnitude ratio (mean |dx| / mean |dref|)."""
+    dx, dr = x[1:].float() - x[:-1].float(), ref[1:].float() - ref[:-1].float()
+    return {"diff_error": (dx - dr).abs().mean().item(),
+            "ratio": dx.abs().mean().item() / max(dr.abs().mean().item(), 1e-8)}
+
+
+def boundary_ratio(x: torch.Tensor, boundaries: list[int]) -> float | None:
+    """Mean |x[b] - x[b-1]| over boundary frames b, over the same inside chunks; None without both kinds."""
+    d = (x[1:].float() - x[:-1].float()).abs().flatten(1).mean(1)  # d[i] = change from frame i to i+1
+    at = [b - 1 for b in boundaries if 0 < b < x.shape[0]]
+    inside = [i for i in range(d.shape[0]) if i not in at]
+    if not at or not inside:
+        return None
+    return d[at].mean().item() / max(d[inside].mean().item(), 1e-8)
+
+
+def nearest(x: torch.Tensor, refs: list[torch.Tensor], target: int) -> dict:
+    """Is x nearest (by PSNR) to refs[target]? margin = PSNR to target - best PSNR to any other (dB)."""
+    scores = [psnr(x, r) for r in refs]
+    others = [s for i, s in enumerate(scores) if i != target]
+    return {"hit": max(range(len(scores)), key=scores.__getitem__) == target,
+            "margin_db": scores[target] - max(others) if others else math.inf}

@@ -1,0 +1,73 @@
+"""`alaya-flash eval`: the five-axis report on tiny random models and a tiny held-out set; the metrics."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from alaya_flash.streaming import metrics
+from alaya_flash.streaming.cli import main
+
+
+def test_metrics_on_known_inputs():
+    torch.manual_seed(0)
+    x = torch.rand(5, 16, 16, 3)
+    assert metrics.psnr(x, x) == math.inf
+    assert metrics.ssim(x, x) == pytest.approx(1.0, abs=1e-5)
+    assert metrics.psnr(x, (x + 0.1).clamp(0, 1)) < metrics.psnr(x, (x + 0.01).clamp(0, 1))
+    still = x[:1].expand(5, -1, -1, -1)
+    assert metrics.temporal(still, x)["ratio"] == 0.0
+    t = metrics.temporal(x, x)
+    assert t["diff_error"] == 0.0 and t["ratio"] == pytest.approx(1.0)
+    # a jump only at frame 3: boundary at 3 changes, inside chunks nothing does
+    jump = torch.cat([torch.zeros(3, 4, 4, 3), torch.ones(2, 4, 4, 3)])
+    assert metrics.boundary_ratio(jump + 0.01 * torch.arange(5.0).view(5, 1, 1, 1), [3]) > 10
+    assert metrics.boundary_ratio(x, []) is None
+    refs = [torch.zeros_like(x), x, torch.ones_like(x)]
+    near = metrics.nearest(x, refs, 1)
+    assert near["hit"] and near["margin_db"] == math.inf
+    near = metrics.nearest(x, refs, 0)
+    assert not near["hit"] and near["margin_db"] < 0
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    from alaya_flash.model_zoo import bundle
+
+    root = tmp_path_factory.mktemp("eval")
+    flash = bundle.make_random_flash(settings=bundle.FlashSettings(chunk_frames=1, window_frames=3, sink_frames=0))
+    bundle.save_flash(flash, root / "model")
+    teacher = bundle.make_random_teacher(vae="wan2.1-vae-small", settings=bundle.TeacherSettings(steps=2, window_frames=5))
+    bundle.save_teacher(teacher, root / "model" / "teacher")
+    return root
+
+
+def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys):
+    out = tiny_models / "report.json"
+    rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--clips", "1", "--frames", "9", "--size", "32",
+               "--presets", "bright_sunny,moonlit_night", "--runtime-size", "32", "--runtime-frames", "5",
+               "--out", str(out), "--json"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert json.loads(out.read_text()) == report
+    for m in ("student", "teacher"):
+        r = report[m]
+        assert 0 < r["content"]["psnr_db"] < 60 and -1 <= r["content"]["ssim"] <= 1
+        assert r["temporal"]["ratio"] >= 0 and r["temporal"]["diff_error"] >= 0
+        for kind in ("train_wordings", "heldout_wordings"):
+            assert 0.0 <= r["control"][kind]["nearest_rate"] <= 1.0
+        assert r["runtime_eval_size"]["fps"] > 0
+    # student chunks of 1 latent (4 frames) have boundaries in 9 frames; so do teacher windows of 5
+    assert report["student"]["cross_window"]["ratio"] is not None
+    assert report["teacher"]["cross_window"]["ratio"] is not None
+    assert report["student"]["content"]["vs_teacher"]["psnr_db"] > 0
+    assert report["student"]["runtime"]["size"] == [32, 32] and report["student"]["runtime"]["fps"] > 0
+    assert report["setup"]["teacher_steps"] == 2 and report["setup"]["frames"] == 9
+
+
+def test_eval_refuses_unknown_presets(tiny_models, capsys):
+    rc = main(["eval", "--model", str(tiny_models / "model"), "--presets", "bright_sunny,disco"])
+    assert rc == 2
+    assert "'disco'" in capsys.readouterr().err

@@ -1,0 +1,156 @@
+"""Training recipe: a smoke run of every stage (tiny sizes, a few steps) through `alaya-flash train`,
+resume equivalence, config checking, and the distillation pieces checked against inference."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from alaya_flash.model_zoo.training import common
+from alaya_flash.streaming.cli import main
+
+TINY_DIT = {"dit": "dit-tiny", "dim": 32, "ffn_dim": 64, "num_heads": 2, "num_layers": 2}
+
+
+def write(path, cfg: dict):
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every stage once, in order, on a 2-clip 32x32 dataset; returns the folder of the runs."""
+    root = tmp_path_factory.mktemp("train")
+    d = lambda name: str(root / name)  # noqa: E731
+    base = {"ckpt_every": 2, "log_every": 1, "batch": 2}
+    stages = [
+        ("data", {"out": d("data"), "width": 32, "height": 32, "frames": 9, "train_clips": 2, "heldout_clips": 1,
+                  "objects": 3, "presets": ["bright_sunny", "moonlit_night"]}),
+        ("vae", {**base, "out": d("vae"), "data": d("data"), "steps": 3, "base_dim": 4, "frames": 5, "crop": 16}),
+        ("codecs", {**base, "out": d("codecs"), "data": d("data"), "vae_run": d("vae"), "steps": 2, "frames": 5, "crop": 16}),
+        ("teacher", {**base, **TINY_DIT, "out": d("teacher"), "data": d("data"), "vae_run": d("vae"),
+                     "codecs_run": d("codecs"), "frames": 9, "steps": 3}),
+        ("student-ode", {**base, "out": d("ode"), "teacher_run": d("teacher"), "pairs": 2, "ode_steps": 4,
+                         "chunk_frames": 1, "steps": 2}),
+        ("student-dmd", {**base, "out": d("dmd"), "teacher_run": d("teacher"), "student_run": d("ode"),
+                         "chunk_frames": 1, "gen_every": 2, "steps": 3}),
+        ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
+                    "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9}),
+    ]
+    for stage, cfg in stages:
+        assert main(["--quiet", "train", stage, "--config", write(root / f"{stage}.json", cfg)]) == 0, stage
+    return root
+
+
+def test_every_stage_writes_checkpoints_and_logs(runs):
+    for name, steps in (("vae", 3), ("codecs", 2), ("teacher", 3), ("ode", 2), ("dmd", 3)):
+        ckpt = common.latest_checkpoint(runs / name)
+        assert ckpt is not None and ckpt.name == f"ckpt-{steps:06d}.safetensors", name
+        assert "done" in (runs / name / "train.log").read_text()
+    assert len(list((runs / "data" / "train").glob("*.npz"))) == 2
+    assert len(list((runs / "data" / "heldout").glob("*.npz"))) == 1
+
+
+def test_export_loads_with_the_bundle_loaders(runs):
+    from alaya_flash.model_zoo import bundle
+
+    flash = bundle.load_flash(runs / "model", dtype=torch.float32)
+    teacher = bundle.load_teacher(runs / "model" / "teacher", dtype=torch.float32)
+    assert flash.settings.chunk_frames == 1
+    student = common.final_weights(runs / "dmd", "dit")
+    for k, v in flash.dit.state_dict().items():  # bf16 export of the trained student
+        assert torch.equal(v, student[k].to(torch.bfloat16).float()), k
+    assert teacher.dit.config == flash.dit.config
+
+
+def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):
+    from alaya_flash.model_zoo.training.data import ClipSet
+
+    train, held = ClipSet(runs / "data", "train"), ClipSet(runs / "data", "heldout")
+    assert train.rgb.shape == (2, 2, 9, 32, 32, 3) and train.gbuffers.shape == (2, 9, 5, 32, 32, 3)
+    assert held.rgb.shape[0] == 1
+    meta = json.loads((runs / "data" / "dataset.json").read_text())
+    assert not set(meta["clips"]["train"]) & set(meta["clips"]["heldout"])
+    # same geometry, different light: the presets differ in RGB but share one G-buffer clip
+    assert (train.rgb[0, 0].astype(int) - train.rgb[0, 1].astype(int)).__abs__().mean() > 5
+    prompts = meta["prompts"]["bright_sunny"]
+    assert len(prompts["train"]) == 3 and len(prompts["heldout"]) == 2
+    assert not set(prompts["train"]) & set(prompts["heldout"])
+
+
+def test_resume_equals_an_uninterrupted_run(runs, tmp_path):
+    cfg = {**TINY_DIT, "data": str(runs / "data"), "vae_run": str(runs / "vae"), "codecs_run": str(runs / "codecs"),
+           "cond_encoder": "vae", "frames": 9, "batch": 2, "log_every": 1, "ckpt_every": 1}
+    for name in ("once", "twice"):  # share the cached latents so both runs see the same data
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "latents-train.safetensors").symlink_to(runs / "teacher" / "latents-train.safetensors")
+    assert main(["--quiet", "train", "teacher", "--config", write(tmp_path / "a.json", {**cfg, "out": str(tmp_path / "once"), "steps": 4})]) == 0
+    b = write(tmp_path / "b.json", {**cfg, "out": str(tmp_path / "twice")})
+    assert main(["--quiet", "train", "teacher", "--config", b, "--set", "steps=2"]) == 0
+    assert main(["--quiet", "train", "teacher", "--config", b, "--set", "steps=4"]) == 0
+    assert "resumed from ckpt-000002" in (tmp_path / "twice" / "train.log").read_text()
+    one, two = common.final_weights(tmp_path / "once", "dit"), common.final_weights(tmp_path / "twice", "dit")
+    for k in one:
+        assert torch.equal(one[k], two[k]), k
+
+
+def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
+    cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "stepz": 3})
+    assert main(["train", "teacher", "--config", cfg]) == 2
+    err = capsys.readouterr().err
+    assert "bad.json" in err and "'stepz'" in err
+    cfg = write(tmp_path / "bad2.json", {"steps": "many"})
+    assert main(["train", "vae", "--config", cfg]) == 2
+    assert "'steps' is 'many'" in capsys.readouterr().err
+
+
+def test_training_rollout_equals_the_inference_session():
+    """The DMD self-rollout (exit at the last step) renders exactly what FlashSession streams."""
+    from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.streaming.session import FlashSession, SessionConfig
+
+    torch.manual_seed(0)
+    model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
+    cond = torch.randn(1, 80, 4, 4, 4)
+    prompt = torch.randn(1, 1, 16)
+    with torch.no_grad():
+        ours = rollout(model, cond, prompt, chunk_frames=2, exit_step=3, g=torch.Generator().manual_seed(5))
+    session = FlashSession(model, SessionConfig(window_frames=4, sink_frames=0))
+    state = session.new_state(prompt, seed=5)
+    theirs = torch.cat([session.step(state, cond[:, :, i:i + 2])[0] for i in (0, 2)], 2)
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_dmd_gradient_is_the_score_difference():
+    """0.5 * MSE(x, sg(x - g)) has gradient g / numel with respect to x (Self-Forcing's trick)."""
+    import torch.nn.functional as F
+
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    g = torch.randn(2, 3, 4)
+    (0.5 * F.mse_loss(x.double(), (x.double() - g.double()).detach())).backward()
+    torch.testing.assert_close(x.grad, (g / x.numel()).float())
+
+
+def test_teacher_trajectory_keeps_the_student_sigmas():
+    """ODE pairs: the stored states are the Euler states at sigma 1, .9375, .8333, .625, then x0."""
+    from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.training.student import teacher_trajectory
+    from alaya_flash.streaming import sampler
+
+    torch.manual_seed(0)
+    model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
+    noise, cond = torch.randn(1, 16, 1, 4, 4), torch.randn(1, 80, 1, 4, 4)
+    prompt, neg = torch.randn(1, 1, 16), torch.randn(1, 1, 16)
+    traj = teacher_trajectory(model, noise, cond, prompt, neg, steps=8, cfg_scale=2.0)
+    assert traj.shape == (1, 5, 16, 1, 4, 4)
+    assert torch.equal(traj[:, 0], noise)
+
+    def velocity(x, s):
+        inp, t = torch.cat([x, cond], 1), torch.full((1,), 1000 * s)
+        return sampler.cfg_combine(model(inp, t, prompt), model(inp, t, neg), 2.0)
+
+    with torch.no_grad():
+        x0 = sampler.sample_euler(velocity, noise, sampler.teacher_sigmas(8, 5.0))
+    torch.testing.assert_close(traj[:, -1], x0, atol=1e-5, rtol=1e-4)
