@@ -4,7 +4,7 @@
   alaya-flash bench --size 832x448 --dit alayarenderer-teacher --compare-teacher --json   # on a GPU
 
 Runs the standard render workflow through the streaming runner (Load G-Buffers from a generated
-npy clip, Encode G-Buffers, Flash Sampler, Decode, Save to npy-free mp4) and reports, from the
+npy clip, Encode G-Buffers, Flash Sampler, Decode, Save mp4) and reports, from the
 runner's per-node timings: steady-state FPS (after the first chunk), first-frame latency (from
 the end of model loading to the first frames reaching the sink), peak resident memory and
 per-stage milliseconds per frame (read, encode, sample, decode, write). --compare-teacher runs
