@@ -30,11 +30,11 @@ def runs(tmp_path_factory):
         ("vae", {**base, "out": d("vae"), "data": d("data"), "steps": 3, "base_dim": 4, "frames": 5, "crop": 16}),
         ("codecs", {**base, "out": d("codecs"), "data": d("data"), "vae_run": d("vae"), "steps": 2, "frames": 5, "crop": 16}),
         ("teacher", {**base, **TINY_DIT, "out": d("teacher"), "data": d("data"), "vae_run": d("vae"),
-                     "codecs_run": d("codecs"), "frames": 9, "steps": 3}),
-        ("student-ode", {**base, "out": d("ode"), "teacher_run": d("teacher"), "pairs": 2, "ode_steps": 4,
-                         "chunk_frames": 1, "steps": 2}),
+                     "cond_encoder": "vae", "frames": 9, "steps": 3}),
+        ("student-ode", {**base, "out": d("ode"), "teacher_run": d("teacher"), "codecs_run": d("codecs"), "pairs": 2,
+                         "ode_steps": 4, "chunk_frames": 1, "steps": 2}),
         ("student-dmd", {**base, "out": d("dmd"), "teacher_run": d("teacher"), "student_run": d("ode"),
-                         "chunk_frames": 1, "gen_every": 2, "steps": 3}),
+                         "codecs_run": d("codecs"), "chunk_frames": 1, "gen_every": 2, "steps": 3}),
         ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
                     "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9}),
     ]
@@ -50,6 +50,26 @@ def test_every_stage_writes_checkpoints_and_logs(runs):
         assert "done" in (runs / name / "train.log").read_text()
     assert len(list((runs / "data" / "train").glob("*.npz"))) == 2
     assert len(list((runs / "data" / "heldout").glob("*.npz"))) == 1
+
+
+def test_student_trains_on_the_distilled_encoders_latents(runs):
+    """Teacher on the VAE's G-buffer latents, student on the streaming encoder's, window for window."""
+    from alaya_flash.model_zoo.codecs import gbuffer_encoder
+    from alaya_flash.model_zoo.loading import load_strict
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+
+    teacher = LatentSet(runs / "teacher" / "latents-train.safetensors")
+    student = LatentSet(runs / "ode" / "latents-student.safetensors")
+    assert student.rgb is None and student.cond.shape == teacher.cond.shape
+    enc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS["gbuffer-encoder-slim"]).eval()
+    load_strict(enc, common.final_weights(runs / "codecs", "gbuffer_encoder"))
+    clips = ClipSet(runs / "data", "train")
+    with torch.no_grad(), common.autocast():
+        first = enc.encode(torch.from_numpy(clips.gbuffers[0, :9])[None]).float()[0]
+    torch.testing.assert_close(student.cond[0], first)
+    assert (student.cond - teacher.cond).abs().mean() > 1e-3  # not the VAE's latents
+    assert (runs / "dmd" / "latents-student.safetensors").is_file()
 
 
 def test_export_loads_with_the_bundle_loaders(runs):
@@ -105,10 +125,16 @@ def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     assert "'steps' is 'many'" in capsys.readouterr().err
 
 
-def test_training_rollout_equals_the_inference_session():
-    """The DMD self-rollout (exit at the last step) renders exactly what FlashSession streams."""
+def test_training_rollout_equals_the_inference_session(monkeypatch):
+    """The DMD self-rollout (exit at the last step) renders exactly what FlashSession streams
+    (in float32: training's bf16 autocast, where it is on, is switched off for the comparison)."""
+    import contextlib
+
     from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.training import student
     from alaya_flash.model_zoo.training.student import rollout
+
+    monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
     from alaya_flash.streaming.session import FlashSession, SessionConfig
 
     torch.manual_seed(0)
@@ -133,9 +159,15 @@ def test_dmd_gradient_is_the_score_difference():
     torch.testing.assert_close(x.grad, (g / x.numel()).float())
 
 
-def test_teacher_trajectory_keeps_the_student_sigmas():
-    """ODE pairs: the stored states are the Euler states at sigma 1, .9375, .8333, .625, then x0."""
+def test_teacher_trajectory_keeps_the_student_sigmas(monkeypatch):
+    """ODE pairs: the stored states are the Euler states at sigma 1, .9375, .8333, .625, then x0
+    (compared in float32, as in the rollout test)."""
+    import contextlib
+
     from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.training import student
+
+    monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
     from alaya_flash.model_zoo.training.student import teacher_trajectory
     from alaya_flash.streaming import sampler
 

@@ -20,8 +20,12 @@ from .data import ClipSet
 
 
 def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path, codecs_run: str | Path | None,
-                 cond_encoder: str, out: Path, log=None, max_windows: int = 0, size: int = 0) -> Path:
-    """Encode a split's windows and prompts into `out` (skipped when it exists with the same recipe)."""
+                 cond_encoder: str, out: Path, log=None, max_windows: int = 0, size: int = 0,
+                 with_rgb: bool = True) -> Path:
+    """Encode a split's windows and prompts into `out` (skipped when it exists with the same recipe).
+
+    with_rgb=False: only the conditioning (the student's distilled-encoder latents of the windows
+    its teacher's file holds; the windows are the same for the same data / frames / max_windows)."""
     import json
 
     from ..codecs import gbuffer_encoder
@@ -32,7 +36,7 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
 
     recipe = {"data": str(data), "split": split, "frames": frames, "vae_run": str(vae_run),
               "codecs_run": str(codecs_run), "cond_encoder": cond_encoder, "max_windows": max_windows,
-              "size": size}
+              "size": size, **({} if with_rgb else {"with_rgb": False})}
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return out
     clips = ClipSet(data, split)
@@ -55,12 +59,13 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
         for c, s in windows:
             gb = _resize(torch.from_numpy(clips.gbuffers[c, s:s + frames]), size)[None]
             video = to_video(_resize(torch.from_numpy(clips.rgb[c, :, s:s + frames]), size))  # (P, 3, T, H, W)
-            rgb.append(vae.encode(video, chunk=None).float())
+            if with_rgb:
+                rgb.append(vae.encode(video, chunk=None).float())
             cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
     if log:
         log.info("encoded %d windows of %d frames from %s/%s", len(windows), frames, data, split)
     text = TextEncoder.load()
-    tensors = {"rgb": torch.stack(rgb), "cond": torch.stack(cond), "negative": text([""])[0]}
+    tensors = {"cond": torch.stack(cond), "negative": text([""])[0], **({"rgb": torch.stack(rgb)} if with_rgb else {})}
     for name in clips.presets:
         for kind in ("train", "heldout"):
             for w, prompt in enumerate(clips.prompts[name][kind]):
@@ -97,7 +102,7 @@ class LatentSet:
         path = Path(path)
         state = read_state_dict(path)
         meta = read_metadata(path)
-        self.rgb, self.cond, self.negative = state["rgb"], state["cond"], state["negative"]
+        self.rgb, self.cond, self.negative = state.get("rgb"), state["cond"], state["negative"]
         self.presets: list[str] = json.loads(meta["presets"])
         self.prompts: dict = json.loads(meta["prompts"])
         self.prompt_emb = {k[len("prompt."):]: v for k, v in state.items() if k.startswith("prompt.")}

@@ -40,6 +40,7 @@ class ODEStageConfig(StageConfig):
     pairs: int = 64  # teacher trajectories generated (once, cached in out/)
     ode_steps: int = 16  # teacher Euler steps per trajectory (a multiple of the student's 4)
     ode_cfg: float = 3.0
+    codecs_run: str = ""  # set: the student conditions on this distilled G-buffer encoder (see student_cond)
     chunk_frames: int = 2  # latent frames per streaming chunk
     lr: float = 5e-5
     rope_offset_max: int = 8
@@ -54,6 +55,7 @@ class DMDStageConfig(StageConfig):
     out: str = "runs/student-dmd"
     teacher_run: str = "runs/teacher"
     student_run: str = "runs/student-ode"
+    codecs_run: str = ""  # as in ODEStageConfig
     chunk_frames: int = 2
     real_cfg: float = 3.0  # teacher guidance in the real score (uncond + w (cond - uncond))
     gen_every: int = 5  # generator step every N critic steps
@@ -127,8 +129,36 @@ def _data(teacher_run: str) -> LatentSet:
     return LatentSet(path)
 
 
+def student_cond(cfg: ODEStageConfig | DMDStageConfig, data: LatentSet, log) -> torch.Tensor:
+    """The G-buffer latents the student trains on, (N, 80, T', h, w) for the teacher file's windows.
+
+    The teacher conditions on what it was trained with (the VAE's latents of each pass, in the
+    original recipe); the streaming student sees the distilled 5-branch encoder's latents, so with
+    cfg.codecs_run set it is trained on exactly those (encoded once, cached in cfg.out), while
+    every teacher and critic call in its losses keeps the teacher's conditioning.
+    """
+    import json
+
+    from ..loading import read_metadata
+    from .latent_data import encode_split
+
+    if not cfg.codecs_run:
+        return data.cond
+    recipe = json.loads(read_metadata(Path(cfg.teacher_run) / "latents-train.safetensors")["recipe"])
+    if recipe["cond_encoder"] == "distilled" and recipe["codecs_run"] == cfg.codecs_run:
+        return data.cond
+    path = encode_split(recipe["data"], recipe["split"], recipe["frames"], recipe["vae_run"], cfg.codecs_run, "distilled",
+                        Path(cfg.out) / "latents-student.safetensors", log, recipe["max_windows"], recipe["size"],
+                        with_rgb=False)
+    cond = LatentSet(path).cond
+    if cond.shape != data.cond.shape:
+        raise AlayaError(f"{path}: conditioning {tuple(cond.shape)} does not match the teacher's {tuple(data.cond.shape)}")
+    return cond
+
+
 def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
     data = _data(cfg.teacher_run)
+    scond = student_cond(cfg, data, log)
     teacher = load_dit(cfg.teacher_run).requires_grad_(False)
     traj = make_trajectories(cfg, teacher, data, log)
     student = copy.deepcopy(teacher).requires_grad_(True)
@@ -148,7 +178,7 @@ def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
         x = s[torch.arange(b)[:, None], pick, :, torch.arange(t)[None, :]]  # (B, T, C, h, w)
         x = x.permute(0, 2, 1, 3, 4)
         sigma = knots[pick]  # (B, T)
-        cond = data.cond[traj["window"][idx]]
+        cond = scond[traj["window"][idx]]
         prompt = torch.stack([data.embedding(int(q), "train", int(w)) for q, w in zip(traj["preset"][idx], traj["wording"][idx])])
         offset = int(torch.randint(cfg.rope_offset_max + 1, (1,), generator=g))
         with autocast():
@@ -220,6 +250,7 @@ def dmd_loss(x: torch.Tensor, teacher: dit.WanDiT, critic: dit.WanDiT, cond: tor
 
 def run_dmd(cfg: DMDStageConfig, log, progress=None) -> int:
     data = _data(cfg.teacher_run)
+    scond = student_cond(cfg, data, log)
     teacher = load_dit(cfg.teacher_run).requires_grad_(False).eval()
     student = load_dit(cfg.student_run)
     critic = copy.deepcopy(teacher).requires_grad_(True)
@@ -229,12 +260,12 @@ def run_dmd(cfg: DMDStageConfig, log, progress=None) -> int:
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        _, cond, prompt, _ = data.sample(g, cfg.batch)
+        _, cond, prompt, (wi, _) = data.sample(g, cfg.batch)
         gen_step = i % cfg.gen_every == 0
         exit_step = int(torch.randint(n_steps, (1,), generator=g))
         out = {}
         with torch.set_grad_enabled(gen_step):
-            x = rollout(student, cond, prompt, cfg.chunk_frames, exit_step, g)
+            x = rollout(student, scond[wi], prompt, cfg.chunk_frames, exit_step, g)
         if gen_step:
             loss = dmd_loss(x, teacher, critic, cond, prompt, data.negative[None], cfg, g)
             opt_g.zero_grad(set_to_none=True)

@@ -1,0 +1,88 @@
+"""Reconstruction quality of trained codecs on a dataset's held-out clips: the ceiling the renderer
+can reach (its frames come out of these decoders).
+
+  .venv/bin/python scripts/codec_quality.py --data runs/data --vae runs/vae [--codecs runs/codecs]
+
+Prints PSNR (dB, mean over clips and presets) of the VAE round trip of the ground truth, of the
+tiny decoder on the VAE's latents, of the tiny codec's own round trip, and the G-buffer encoder's
+latent error against the VAE's latents of the passes (MSE in normalized latent units; the latents
+have unit variance, so 1.0 means nothing learned).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def import_package():
+    if "alaya_flash" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("alaya_flash", ROOT / "__init__.py", submodule_search_locations=[str(ROOT)])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["alaya_flash"] = mod
+        spec.loader.exec_module(mod)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default="runs/data")
+    p.add_argument("--vae", default="runs/vae")
+    p.add_argument("--codecs", default=None)
+    p.add_argument("--clips", type=int, default=2)
+    p.add_argument("--frames", type=int, default=9)
+    p.add_argument("--presets", type=int, default=8, help="first N presets")
+    args = p.parse_args(argv)
+    import_package()
+    import torch
+
+    from alaya_flash.model_zoo.codecs import gbuffer_encoder, tiny
+    from alaya_flash.model_zoo.loading import load_strict, read_metadata
+    from alaya_flash.model_zoo.training.codecs import load_vae, to_video, vae_gbuffer_latents
+    from alaya_flash.model_zoo.training.common import autocast, final_weights, latest_checkpoint
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.streaming.metrics import psnr
+
+    torch.set_num_threads(1)
+    held = ClipSet(args.data, "heldout")
+    vae = load_vae(args.vae)
+    codec = genc = None
+    if args.codecs:
+        names = json.loads(read_metadata(latest_checkpoint(Path(args.codecs)))["extra"])
+        codec = tiny.build(tiny.CONFIGS[names["tiny"]]).eval()
+        load_strict(codec, final_weights(Path(args.codecs), "tiny"))
+        genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[names["gbuffer_encoder"]]).eval()
+        load_strict(genc, final_weights(Path(args.codecs), "gbuffer_encoder"))
+    got = {"vae_roundtrip_psnr": [], "tiny_decoder_on_vae_latents_psnr": [], "tiny_roundtrip_psnr": [],
+           "gbuffer_encoder_latent_mse": []}
+    t = args.frames
+    with torch.no_grad(), autocast():
+        for c in range(min(args.clips, len(held))):
+            for k in range(min(args.presets, held.rgb.shape[1])):
+                u8 = torch.from_numpy(held.rgb[c, k, :t])
+                gt = u8.float() / 255  # (T, H, W, 3)
+                z = vae.encode(to_video(u8[None]), chunk=None)
+                rec = vae.decode(z.float(), chunk=None).float()[0].permute(1, 2, 3, 0).add(1).div(2)
+                got["vae_roundtrip_psnr"].append(psnr(rec.clamp(0, 1), gt))
+                if codec is not None:
+                    dec = codec.decode(z.float()).float()[0]  # (T, 3, H, W) in [0, 1]
+                    got["tiny_decoder_on_vae_latents_psnr"].append(psnr(dec.permute(0, 2, 3, 1)[:t].clamp(0, 1), gt))
+                    frames = gt.permute(0, 3, 1, 2)[None]
+                    pad = frames[:, -1:].expand(-1, (-t) % 4, -1, -1, -1)
+                    zt = codec.encode(torch.cat([frames, pad], 1))
+                    rt = codec.decode(zt.float()).float()[0]
+                    n = min(rt.shape[0], t)
+                    got["tiny_roundtrip_psnr"].append(psnr(rt.permute(0, 2, 3, 1)[:n].clamp(0, 1), gt[:n]))
+            if genc is not None:
+                gb = torch.from_numpy(held.gbuffers[c, :t])[None]
+                ref = vae_gbuffer_latents(vae, gb)
+                got["gbuffer_encoder_latent_mse"].append(float((genc.encode(gb).float() - ref).pow(2).mean()))
+    print(json.dumps({k: (sum(v) / len(v) if v else None) for k, v in got.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
