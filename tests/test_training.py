@@ -32,7 +32,7 @@ def runs(tmp_path_factory):
         ("teacher", {**base, **TINY_DIT, "out": d("teacher"), "data": d("data"), "vae_run": d("vae"),
                      "cond_encoder": "vae", "frames": 9, "steps": 3}),
         ("student-ode", {**base, "out": d("ode"), "teacher_run": d("teacher"), "codecs_run": d("codecs"), "pairs": 2,
-                         "ode_steps": 4, "chunk_frames": 1, "steps": 2}),
+                         "ode_steps": 4, "chunk_frames": 1, "steps": 2, "data_weight": 1.0}),
         ("student-dmd", {**base, "out": d("dmd"), "teacher_run": d("teacher"), "student_run": d("ode"),
                          "codecs_run": d("codecs"), "chunk_frames": 1, "gen_every": 2, "steps": 3}),
         ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
@@ -50,6 +50,40 @@ def test_every_stage_writes_checkpoints_and_logs(runs):
         assert "done" in (runs / name / "train.log").read_text()
     assert len(list((runs / "data" / "train").glob("*.npz"))) == 2
     assert len(list((runs / "data" / "heldout").glob("*.npz"))) == 1
+
+
+def test_ode_data_term_pulls_the_student_towards_the_data(runs, tmp_path):
+    """student-ode with data_weight > 0 regresses onto the ground-truth latents as well: after the
+    same steps its one-step x0 from pure noise is closer to the data than pure ODE regression's."""
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    assert "data=" in (runs / "ode" / "train.log").read_text()
+    cfg = {"teacher_run": str(runs / "teacher"), "codecs_run": str(runs / "codecs"), "pairs": 2, "ode_steps": 4,
+           "chunk_frames": 1, "batch": 2, "lr": 3e-3, "steps": 25, "log_every": 25, "ckpt_every": 25}
+    errors = {}
+    for weight in (0.0, 4.0):
+        out = tmp_path / f"w{weight}"
+        out.mkdir()
+        (out / "trajectories.safetensors").symlink_to(runs / "ode" / "trajectories.safetensors")
+        (out / "latents-student.safetensors").symlink_to(runs / "ode" / "latents-student.safetensors")
+        conf = write(tmp_path / f"w{weight}.json", {**cfg, "out": str(out), "data_weight": weight})
+        assert main(["--quiet", "train", "student-ode", "--config", conf]) == 0
+        model = load_dit(out).eval()
+        data = LatentSet(runs / "teacher" / "latents-train.safetensors")
+        cond = LatentSet(runs / "ode" / "latents-student.safetensors").cond
+        g = torch.Generator().manual_seed(1)
+        err = []
+        with torch.no_grad():
+            for p in range(len(data.presets)):
+                x0 = data.rgb[:, p]
+                noise = torch.randn(x0.shape, generator=g)
+                prompt = data.embedding(p, "train", 0)[None].expand(x0.shape[0], -1, -1)
+                v = model(torch.cat([noise, cond], 1), torch.full((x0.shape[0], x0.shape[2]), 1000.0), prompt,
+                          chunk_frames=1)
+                err.append(float((noise - v - x0).pow(2).mean()))
+        errors[weight] = sum(err) / len(err)
+    assert errors[4.0] < errors[0.0], errors
 
 
 def test_student_trains_on_the_distilled_encoders_latents(runs):
@@ -123,6 +157,9 @@ def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     cfg = write(tmp_path / "bad2.json", {"steps": "many"})
     assert main(["train", "vae", "--config", cfg]) == 2
     assert "'steps' is 'many'" in capsys.readouterr().err
+    cfg = write(tmp_path / "bad3.json", {"data_weight": -1.0})
+    assert main(["train", "student-ode", "--config", cfg]) == 2
+    assert "data_weight -1.0 must be >= 0" in capsys.readouterr().err
 
 
 def test_training_rollout_equals_the_inference_session(monkeypatch):

@@ -44,8 +44,11 @@ class ODEStageConfig(StageConfig):
     chunk_frames: int = 2  # latent frames per streaming chunk
     lr: float = 5e-5
     rope_offset_max: int = 8
+    data_weight: float = 0.0  # weight of the ground-truth term (see run_ode); 0 = pure ODE regression
 
     def validate(self):
+        if self.data_weight < 0:
+            raise AlayaError(f"student-ode: data_weight {self.data_weight} must be >= 0")
         if self.ode_steps % len(sampler.FEW_STEP_NOMINAL):
             raise AlayaError(f"student-ode: ode_steps {self.ode_steps} must be a multiple of {len(sampler.FEW_STEP_NOMINAL)}")
 
@@ -157,6 +160,14 @@ def student_cond(cfg: ODEStageConfig | DMDStageConfig, data: LatentSet, log) -> 
 
 
 def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
+    """ODE regression on teacher trajectories, plus (data_weight > 0) the same few-step regression on
+    the data: ground-truth latents noised to the student's sigmas, x0 against the clean latents.
+
+    The data term is there because a briefly trained small teacher is the student's ceiling under
+    pure ODE regression; the physics world's frames are a near-deterministic function of the
+    G-buffers and the preset, so the student can learn them from the data directly. The teacher's
+    trajectories keep it on the teacher's few-step paths (and the DMD stage after it).
+    """
     data = _data(cfg.teacher_run)
     scond = student_cond(cfg, data, log)
     teacher = load_dit(cfg.teacher_run).requires_grad_(False)
@@ -168,29 +179,45 @@ def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
     states = traj["states"]
     k_noisy = states.shape[1] - 1
 
+    def chunk_sigmas(g: torch.Generator, b: int, t: int) -> torch.Tensor:
+        """(B, T) knot indices: one random student step per chunk of chunk_frames latent frames."""
+        chunks = -(-t // cfg.chunk_frames)
+        return torch.randint(k_noisy, (b, chunks), generator=g).repeat_interleave(cfg.chunk_frames, 1)[:, :t]
+
+    def x0_loss(x: torch.Tensor, sigma: torch.Tensor, cond: torch.Tensor, prompt: torch.Tensor, target: torch.Tensor,
+                offset: int) -> torch.Tensor:
+        """One block-causal pass: x (B, C, T, h, w) at per-frame sigma (B, T) -> MSE of its x0 against target."""
+        with autocast():
+            v = student(torch.cat([x, cond], 1), 1000 * sigma, prompt, chunk_frames=cfg.chunk_frames,
+                        start_frame=offset).float()
+        return F.mse_loss(x - sigma[:, None, :, None, None] * v, target)
+
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
         idx = torch.randint(states.shape[0], (cfg.batch,), generator=g)
         s = states[idx]  # (B, K+1, C, T, h, w)
         b, _, c, t = s.shape[:4]
-        chunks = -(-t // cfg.chunk_frames)
-        pick = torch.randint(k_noisy, (b, chunks), generator=g).repeat_interleave(cfg.chunk_frames, 1)[:, :t]  # (B, T)
-        x = s[torch.arange(b)[:, None], pick, :, torch.arange(t)[None, :]]  # (B, T, C, h, w)
-        x = x.permute(0, 2, 1, 3, 4)
-        sigma = knots[pick]  # (B, T)
+        pick = chunk_sigmas(g, b, t)
+        x = s[torch.arange(b)[:, None], pick, :, torch.arange(t)[None, :]].permute(0, 2, 1, 3, 4)  # (B, C, T, h, w)
         cond = scond[traj["window"][idx]]
         prompt = torch.stack([data.embedding(int(q), "train", int(w)) for q, w in zip(traj["preset"][idx], traj["wording"][idx])])
         offset = int(torch.randint(cfg.rope_offset_max + 1, (1,), generator=g))
-        with autocast():
-            v = student(torch.cat([x, cond], 1), 1000 * sigma, prompt, chunk_frames=cfg.chunk_frames,
-                        start_frame=offset).float()
-        x0 = x - sigma[:, None, :, None, None] * v
-        loss = F.mse_loss(x0, s[:, -1])
+        ode = x0_loss(x, knots[pick], cond, prompt, s[:, -1], offset)
+        out = {"ode": ode.item()}
+        loss = ode
+        if cfg.data_weight:
+            x0, _, prompt, (wi, _) = data.sample(g, cfg.batch)
+            sigma = knots[chunk_sigmas(g, x0.shape[0], x0.shape[2])]
+            s5 = sigma[:, None, :, None, None]
+            noisy = (1 - s5) * x0 + s5 * torch.randn(x0.shape, generator=g)
+            real = x0_loss(noisy, sigma, scond[wi], prompt, x0, offset)
+            loss = loss + cfg.data_weight * real
+            out["data"] = real.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
         opt.step()
-        return {"ode": loss.item()}
+        return out
 
     return train_loop(cfg, {"dit": student}, {"opt_dit": opt}, step, log, progress,
                       extra={"dit_config": asdict(student.config), "chunk_frames": cfg.chunk_frames})
