@@ -86,6 +86,37 @@ def test_ode_data_term_pulls_the_student_towards_the_data(runs, tmp_path):
     assert errors[4.0] < errors[0.0], errors
 
 
+def test_codecs_from_cached_latents_cut_aligned_crops(runs, tmp_path, capsys):
+    """codecs with `latents`: each crop's targets are the teacher cache's latents of that very window
+    and preset, at the 8-pixel-aligned place of the pixel crop; a cache of another recipe is refused."""
+    from alaya_flash.model_zoo.training.codecs import CachedTargets, CodecStageConfig, load_vae, to_video, vae_gbuffer_latents
+    from alaya_flash.model_zoo.training.data import ClipSet
+
+    cache = str(runs / "teacher" / "latents-train.safetensors")
+    cfg = CodecStageConfig(data=str(runs / "data"), vae_run=str(runs / "vae"), frames=9, crop=16, latents=cache)
+    clips = ClipSet(cfg.data, "train")
+    targets = CachedTargets(cfg, clips)
+    gb, rgb, z_rgb, z_gb, where = targets.sample(torch.Generator().manual_seed(3), 4, 9, 16)
+    vae = load_vae(cfg.vae_run)
+    for j, (i, q, y, x) in enumerate(where):
+        c, s = targets.windows[i]
+        assert torch.equal(rgb[j], torch.from_numpy(clips.rgb[c, q, s:s + 9, 8 * y:8 * y + 16, 8 * x:8 * x + 16]))
+        assert torch.equal(gb[j], torch.from_numpy(clips.gbuffers[c, s:s + 9, :, 8 * y:8 * y + 16, 8 * x:8 * x + 16]))
+        with torch.no_grad(), common.autocast():  # as the cache was encoded
+            whole = vae.encode(to_video(torch.from_numpy(clips.rgb[c, q, s:s + 9])[None]), chunk=None).float()
+            passes = vae_gbuffer_latents(vae, torch.from_numpy(clips.gbuffers[c, s:s + 9])[None])
+        assert torch.allclose(z_rgb[j], whole[0, :, :, y:y + 2, x:x + 2], atol=1e-4)
+        assert torch.allclose(z_gb[j], passes[0, :, :, y:y + 2, x:x + 2], atol=1e-4)
+    conf = write(tmp_path / "c.json", {"out": str(tmp_path / "c"), "data": cfg.data, "vae_run": cfg.vae_run,
+                                       "latents": cache, "frames": 5, "crop": 16, "steps": 2, "batch": 2})
+    assert main(["train", "codecs", "--config", conf]) == 2
+    assert "made with frames=9, the codecs stage needs 5" in capsys.readouterr().err
+    conf = write(tmp_path / "d.json", {"out": str(tmp_path / "d"), "data": cfg.data, "vae_run": cfg.vae_run,
+                                       "latents": cache, "frames": 9, "crop": 16, "steps": 2, "batch": 2})
+    assert main(["--quiet", "train", "codecs", "--config", conf]) == 0
+    assert "dec=" in (tmp_path / "d" / "train.log").read_text()
+
+
 def test_student_trains_on_the_distilled_encoders_latents(runs):
     """Teacher on the VAE's G-buffer latents, student on the streaming encoder's, window for window."""
     from alaya_flash.model_zoo.codecs import gbuffer_encoder
@@ -223,3 +254,14 @@ def test_teacher_trajectory_keeps_the_student_sigmas(monkeypatch):
     with torch.no_grad():
         x0 = sampler.sample_euler(velocity, noise, sampler.teacher_sigmas(8, 5.0))
     torch.testing.assert_close(traj[:, -1], x0, atol=1e-5, rtol=1e-4)
+
+
+def test_learning_rate_schedule_warms_up_holds_and_decays():
+    from alaya_flash.model_zoo.training.common import StageConfig, lr_scale
+
+    cfg = StageConfig(steps=100, warmup=10, decay_steps=20)
+    got = [lr_scale(cfg, i) for i in range(100)]
+    assert got[0] == pytest.approx(0.1) and got[9] == 1.0 and got[50] == 1.0
+    assert got[80] == 1.0 and got[81] < 1.0 and got[99] == pytest.approx(0.05 + 0.95 / 20)
+    assert all(a >= b for a, b in zip(got[50:], got[51:]))  # never rises after warmup
+    assert lr_scale(StageConfig(steps=100), 99) == 1.0  # no schedule: constant

@@ -197,6 +197,18 @@ class StageConfig:
     log_every: int = 20
     max_minutes: float = 0.0  # stop (with a checkpoint) after this much training time in all runs; 0 = no limit
     threads: int = 1  # torch CPU threads (1: on a shared CPU, more threads spin and run 5-10x slower)
+    warmup: int = 0  # steps of linear learning-rate warmup
+    decay_steps: int = 0  # the last decay_steps steps before `steps` bring the learning rate down linearly to 5%
+
+
+def lr_scale(cfg: StageConfig, step: int) -> float:
+    """The learning-rate factor of a step: warmup, constant, then the final linear decay (a function
+    of the step alone, so a resumed run continues the schedule exactly)."""
+    scale = min(1.0, (step + 1) / cfg.warmup) if cfg.warmup else 1.0
+    left = cfg.steps - step
+    if cfg.decay_steps and left <= cfg.decay_steps:
+        scale *= 0.05 + 0.95 * left / cfg.decay_steps
+    return scale
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:
@@ -237,6 +249,9 @@ def train_loop(cfg: StageConfig, nets: Mapping[str, nn.Module], optims: Mapping[
     for step in range(start, cfg.steps):
         for net in nets.values():
             net.train()
+        for opt in optims.values():  # each group keeps its configured rate as base_lr (saved in checkpoints)
+            for group in opt.param_groups:
+                group["lr"] = group.setdefault("base_lr", group["lr"]) * lr_scale(cfg, step)
         losses = step_fn(step)
         for k, v in losses.items():
             running[k] = running.get(k, 0.0) + v

@@ -100,8 +100,6 @@ def run_teacher(cfg: TeacherStageConfig, log, progress=None) -> int:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for group in opt.param_groups:  # warmup, recomputed from the step so a resume continues it
-            group["lr"] = cfg.lr * min(1.0, (i + 1) / max(1, cfg.warmup))
         opt.step()
         return {"flow": loss.item()}
 
