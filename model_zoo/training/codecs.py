@@ -252,19 +252,19 @@ class CachedTargets:
         import json
 
         from ..loading import read_metadata
-        from .latent_data import LatentSet
+        from .latent_data import LatentSet, selected_windows
 
         path = Path(cfg.latents)
         if not path.is_file():
             raise AlayaError(f"{path}: latent cache not found; run `alaya-flash train teacher` (it writes it) first")
         recipe = json.loads(read_metadata(path).get("recipe", "{}"))
         want = {"data": str(cfg.data), "vae_run": str(cfg.vae_run), "frames": cfg.frames, "cond_encoder": "vae",
-                "split": "train", "max_windows": 0, "size": 0}
+                "split": "train", "size": 0}
         for key, value in want.items():
             if recipe.get(key) != value:
                 raise AlayaError(f"{path}: made with {key}={recipe.get(key)!r}, the codecs stage needs {value!r}")
         self.clips, self.latents = clips, LatentSet(path)
-        self.windows = clips.windows(cfg.frames)
+        self.windows = selected_windows(clips, cfg.frames, recipe.get("max_windows", 0))
         if len(self.windows) != len(self.latents):
             raise AlayaError(f"{path}: {len(self.latents)} windows, the dataset has {len(self.windows)}")
 

@@ -51,9 +51,7 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
         genc.eval()
     elif cond_encoder != "vae":
         raise AlayaError(f"latents: cond_encoder {cond_encoder!r} is not 'distilled' or 'vae'")
-    windows = clips.windows(frames)
-    if max_windows:  # spread over the clips: every k-th window
-        windows = windows[:: max(1, len(windows) // max_windows)][:max_windows]
+    windows = selected_windows(clips, frames, max_windows)
     rgb, cond = [], []
     with torch.no_grad(), autocast():
         for c, s in windows:
@@ -72,6 +70,15 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
                 tensors[f"prompt.{name}.{kind}.{w}"] = text([prompt])[0]
     save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
     return out
+
+
+def selected_windows(clips: ClipSet, frames: int, max_windows: int = 0) -> list[tuple[int, int]]:
+    """The (clip, first frame) windows a latent cache holds, in its order: all of them, or with
+    max_windows every k-th one, spread over the clips."""
+    windows = clips.windows(frames)
+    if max_windows:
+        windows = windows[:: max(1, len(windows) // max_windows)][:max_windows]
+    return windows
 
 
 def _resize(u8: torch.Tensor, size: int) -> torch.Tensor:

@@ -2,18 +2,20 @@
 # Rebuild the embedded default model (model_zoo/default/) from nothing, stage by stage.
 # Run from the repository root with the project's venv: sh model_zoo/training/train_default.sh
 # Each stage resumes from its latest checkpoint if interrupted; outputs go to runs/.
-# Stages with max_minutes stop at that wall time (the model card lists the steps reached).
+# Every stage is bounded by its config's steps, so the weights do not depend on the machine's speed.
 set -e
 export OMP_NUM_THREADS=1  # on a shared CPU, one thread per process is 5-10x faster than oversubscribed ones
 AF=${AF:-.venv/bin/alaya-flash}
 C=model_zoo/training/configs
 $AF --quiet train data --config $C/data.json
 $AF --quiet train vae --config $C/vae.json
-# the teacher conditions on the VAE's G-buffer latents, so it trains alongside the codec distillation
+# the teacher encodes every training window once (steps=0: only that), then trains while the codecs
+# are distilled from those cached latents
+$AF --quiet train teacher --config $C/teacher.json --set steps=0 --set threads=2
 $AF --quiet train codecs --config $C/codecs.json &
 CODECS=$!
 $AF --quiet train teacher --config $C/teacher.json
+wait $CODECS
 $AF --quiet train student-ode --config $C/student-ode.json
 $AF --quiet train student-dmd --config $C/student-dmd.json
-wait $CODECS
 $AF --quiet train export --config $C/export.json
