@@ -36,7 +36,8 @@ def runs(tmp_path_factory):
         ("student-dmd", {**base, "out": d("dmd"), "teacher_run": d("teacher"), "student_run": d("ode"),
                          "codecs_run": d("codecs"), "chunk_frames": 1, "gen_every": 2, "steps": 3}),
         ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
-                    "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9}),
+                    "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9,
+                    "teacher_cfg": 3.0}),
     ]
     for stage, cfg in stages:
         assert main(["--quiet", "train", stage, "--config", write(root / f"{stage}.json", cfg)]) == 0, stage
@@ -147,6 +148,7 @@ def test_export_loads_with_the_bundle_loaders(runs):
     for k, v in flash.dit.state_dict().items():  # bf16 export of the trained student
         assert torch.equal(v, student[k].to(torch.bfloat16).float()), k
     assert teacher.dit.config == flash.dit.config
+    assert (teacher.settings.cfg, teacher.settings.window_frames) == (3.0, 9)  # the export config's
 
 
 def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):

@@ -29,6 +29,7 @@ class ExportConfig:
     window_frames: int = 6  # rolling KV window (latent frames) of the shipped session settings
     sink_frames: int = 1
     teacher_window_frames: int = 13  # pixel frames per teacher window
+    teacher_cfg: float = 5.0  # the teacher's default guidance scale (the recipe: its ODE trajectories' scale)
     trained_size: tuple = (128, 128)
     max_megabytes: float = 50.0
     notes: str = ""
@@ -71,7 +72,7 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     bundle.save_flash(flash, out, config_names={"gbuffer_encoder": names["gbuffer_encoder"], "decoder": names["tiny"]},
                       notes=notes)
     t = bundle.TeacherModel(dit=teacher.to(dtype), vae=vae.to(dtype),
-                            settings=bundle.TeacherSettings(window_frames=cfg.teacher_window_frames), trained_size=size)
+                            settings=bundle.TeacherSettings(window_frames=cfg.teacher_window_frames, cfg=cfg.teacher_cfg), trained_size=size)
     bundle.save_teacher(t, out / "teacher", notes=notes + " (teacher)")
     files = sorted(out.rglob("*.safetensors"))
     total = sum(f.stat().st_size for f in files) / 2**20
