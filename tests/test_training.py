@@ -136,6 +136,9 @@ def test_student_trains_on_the_distilled_encoders_latents(runs):
     torch.testing.assert_close(student.cond[0], first)
     assert (student.cond - teacher.cond).abs().mean() > 1e-3  # not the VAE's latents
     assert (runs / "dmd" / "latents-student.safetensors").is_file()
+    # the DMD stage took the ODE stage's encoding instead of encoding the windows again
+    assert "encoded" not in (runs / "dmd" / "train.log").read_text()
+    assert torch.equal(LatentSet(runs / "dmd" / "latents-student.safetensors").cond, student.cond)
 
 
 def test_export_loads_with_the_bundle_loaders(runs):

@@ -150,9 +150,16 @@ def student_cond(cfg: ODEStageConfig | DMDStageConfig, data: LatentSet, log) -> 
     recipe = json.loads(read_metadata(Path(cfg.teacher_run) / "latents-train.safetensors")["recipe"])
     if recipe["cond_encoder"] == "distilled" and recipe["codecs_run"] == cfg.codecs_run:
         return data.cond
+    out = Path(cfg.out) / "latents-student.safetensors"
+    earlier = Path(getattr(cfg, "student_run", "") or cfg.out) / out.name
+    if not out.is_file() and earlier.is_file() and earlier != out:
+        # the ODE stage's copy (encode_split re-encodes it here if it was made with another recipe)
+        import shutil
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(earlier, out)
     path = encode_split(recipe["data"], recipe["split"], recipe["frames"], recipe["vae_run"], cfg.codecs_run, "distilled",
-                        Path(cfg.out) / "latents-student.safetensors", log, recipe["max_windows"], recipe["size"],
-                        with_rgb=False)
+                        out, log, recipe["max_windows"], recipe["size"], with_rgb=False)
     cond = LatentSet(path).cond
     if cond.shape != data.cond.shape:
         raise AlayaError(f"{path}: conditioning {tuple(cond.shape)} does not match the teacher's {tuple(data.cond.shape)}")
