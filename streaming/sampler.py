@@ -47,8 +47,9 @@ def x0_from_velocity(x: torch.Tensor, v: torch.Tensor, sigma) -> torch.Tensor:
 
 
 def add_noise(x0: torch.Tensor, noise: torch.Tensor, sigma) -> torch.Tensor:
-    """x_sigma = (1 - sigma) * x0 + sigma * noise."""
-    sigma = float(sigma)
+    """x_sigma = (1 - sigma) * x0 + sigma * noise; sigma a number or a tensor broadcasting against x0."""
+    if not isinstance(sigma, torch.Tensor):
+        sigma = float(sigma)
     return (1 - sigma) * x0 + sigma * noise
 
 

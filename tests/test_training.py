@@ -97,7 +97,7 @@ def test_codecs_from_cached_latents_cut_aligned_crops(runs, tmp_path, capsys):
     cfg = CodecStageConfig(data=str(runs / "data"), vae_run=str(runs / "vae"), frames=9, crop=16, latents=cache)
     clips = ClipSet(cfg.data, "train")
     targets = CachedTargets(cfg, clips)
-    gb, rgb, z_rgb, z_gb, where = targets.sample(torch.Generator().manual_seed(3), 4, 9, 16)
+    gb, rgb, z_rgb, z_gb, where = targets.sample(torch.Generator().manual_seed(3), 4, 16)
     vae = load_vae(cfg.vae_run)
     for j, (i, q, y, x) in enumerate(where):
         c, s = targets.windows[i]
@@ -116,6 +116,17 @@ def test_codecs_from_cached_latents_cut_aligned_crops(runs, tmp_path, capsys):
                                        "latents": cache, "frames": 9, "crop": 16, "steps": 2, "batch": 2})
     assert main(["--quiet", "train", "codecs", "--config", conf]) == 0
     assert "dec=" in (tmp_path / "d" / "train.log").read_text()
+
+
+def test_teacher_with_zero_steps_only_caches_the_latents(runs, tmp_path):
+    """train_default.sh's first teacher call (--set steps=0) writes the latent cache the codecs
+    crop from, and no checkpoint."""
+    cfg = {**TINY_DIT, "out": str(tmp_path / "t"), "data": str(runs / "data"), "vae_run": str(runs / "vae"),
+           "cond_encoder": "vae", "frames": 9, "steps": 3, "warmup": 2, "decay_steps": 2}
+    conf = write(tmp_path / "t.json", cfg)
+    assert main(["--quiet", "train", "teacher", "--config", conf, "--set", "steps=0", "--set", "threads=2"]) == 0
+    assert (tmp_path / "t" / "latents-train.safetensors").is_file()
+    assert common.latest_checkpoint(tmp_path / "t") is None
 
 
 def test_student_trains_on_the_distilled_encoders_latents(runs):

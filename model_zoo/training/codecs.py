@@ -263,15 +263,15 @@ class CachedTargets:
         for key, value in want.items():
             if recipe.get(key) != value:
                 raise AlayaError(f"{path}: made with {key}={recipe.get(key)!r}, the codecs stage needs {value!r}")
-        self.clips, self.latents = clips, LatentSet(path)
+        self.clips, self.latents, self.frames = clips, LatentSet(path), cfg.frames
         self.windows = selected_windows(clips, cfg.frames, recipe.get("max_windows", 0))
         if len(self.windows) != len(self.latents):
             raise AlayaError(f"{path}: {len(self.latents)} windows, the dataset has {len(self.windows)}")
 
-    def sample(self, g: torch.Generator, batch: int, frames: int, crop: int):
+    def sample(self, g: torch.Generator, batch: int, crop: int):
         """gbuffers uint8 (B, T, 5, c, c, 3), rgb uint8 (B, T, c, c, 3), VAE latents of both (B, 16 | 80, T', c/8, c/8),
         and what was cut: [(window, preset, latent row, latent column)]."""
-        rgb_z, cond_z = self.latents.rgb, self.latents.cond
+        rgb_z, cond_z, frames = self.latents.rgb, self.latents.cond, self.frames
         n, p = rgb_z.shape[:2]
         h, w = self.clips.rgb.shape[3:5]
         k = (crop or min(h, w)) // 8
@@ -307,7 +307,7 @@ def run_codecs(cfg: CodecStageConfig, log, progress=None) -> int:
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
         if cached:
-            gb, rgb, z_rgb, z_gb, _ = cached.sample(g, cfg.batch, cfg.frames, cfg.crop)
+            gb, rgb, z_rgb, z_gb, _ = cached.sample(g, cfg.batch, cfg.crop)
         else:
             gb, rgb, _ = sample_clips(clips, g, cfg.batch, cfg.frames, cfg.crop)
             with torch.no_grad(), autocast():

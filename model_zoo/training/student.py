@@ -215,8 +215,7 @@ def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
         if cfg.data_weight:
             x0, _, prompt, (wi, _) = data.sample(g, cfg.batch)
             sigma = knots[chunk_sigmas(g, x0.shape[0], x0.shape[2])]
-            s5 = sigma[:, None, :, None, None]
-            noisy = (1 - s5) * x0 + s5 * torch.randn(x0.shape, generator=g)
+            noisy = sampler.add_noise(x0, torch.randn(x0.shape, generator=g), sigma[:, None, :, None, None])
             real = x0_loss(noisy, sigma, scond[wi], prompt, x0, offset)
             loss = loss + cfg.data_weight * real
             out["data"] = real.item()
