@@ -196,6 +196,25 @@ def test_resume_equals_an_uninterrupted_run(runs, tmp_path):
         assert torch.equal(one[k], two[k]), k
 
 
+def test_resumed_vae_recalibrates_and_stale_statistics_are_refused(runs, tmp_path, capsys):
+    import shutil
+
+    from alaya_flash.model_zoo.training import codecs
+
+    shutil.copytree(runs / "vae", tmp_path / "vae")
+    assert codecs.latent_stats_step(tmp_path / "vae") == 3
+    before = codecs.load_vae(tmp_path / "vae").conv1.weight.clone()
+    cfg = write(tmp_path / "vae.json", {"out": str(tmp_path / "vae"), "data": str(runs / "data"), "steps": 5,
+                                        "batch": 2, "base_dim": 4, "frames": 5, "crop": 16, "ckpt_every": 5})
+    assert main(["--quiet", "train", "vae", "--config", cfg]) == 0  # a curriculum's second phase
+    assert codecs.latent_stats_step(tmp_path / "vae") == 5
+    assert not torch.equal(codecs.load_vae(tmp_path / "vae").conv1.weight, before)
+    # statistics of other weights than the checkpoint's are refused, naming both steps
+    shutil.copy(runs / "vae" / codecs.LATENT_STATS, tmp_path / "vae" / codecs.LATENT_STATS)
+    with pytest.raises(Exception, match="measured at step 3 but ckpt-000005.safetensors is step 5"):
+        codecs.load_vae(tmp_path / "vae")
+
+
 def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "stepz": 3})
     assert main(["train", "teacher", "--config", cfg]) == 2

@@ -139,17 +139,28 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
 
     reached = train_loop(cfg, {"vae": vae}, {"opt_vae": opt}, step, log, progress,
                          extra={"vae_config": _asdict(vcfg)})
-    stats = Path(cfg.out) / LATENT_STATS
-    if not stats.is_file():
-        calibrate_vae(cfg, clips, log)
+    if latent_stats_step(cfg.out) != reached:  # missing, or of weights a resumed run has since changed
+        calibrate_vae(cfg, clips, log, reached)
     return reached
 
 
 LATENT_STATS = "latent-stats.safetensors"
 
 
+def latent_stats_step(run_dir: str | Path) -> int | None:
+    """The checkpoint step a run folder's latent statistics were measured at (None: no statistics,
+    or statistics from before the step was recorded)."""
+    from ..loading import read_metadata
+
+    stats = Path(run_dir) / LATENT_STATS
+    if not stats.is_file():
+        return None
+    step = read_metadata(stats).get("step")
+    return None if step is None else int(step)
+
+
 @torch.no_grad()
-def calibrate_vae(cfg: VAEStageConfig, clips: ClipSet, log, samples: int = 16) -> None:
+def calibrate_vae(cfg: VAEStageConfig, clips: ClipSet, log, step: int, samples: int = 16) -> None:
     """Per-channel mean and std of the trained VAE's (normalized) latents of ground-truth clips.
 
     load_vae folds them into the VAE's conv1 / conv2 so that its latents have zero mean and unit
@@ -163,7 +174,7 @@ def calibrate_vae(cfg: VAEStageConfig, clips: ClipSet, log, samples: int = 16) -
     _, rgb, _ = sample_clips(clips, g, samples, cfg.frames, 0)
     z = torch.cat([vae.encode(to_video(rgb[i:i + 4]), chunk=None) for i in range(0, samples, 4)])
     mean, std = z.mean(dim=(0, 2, 3, 4)), z.std(dim=(0, 2, 3, 4)).clamp_min(1e-3)
-    save_safetensors({"mean": mean, "std": std}, Path(cfg.out) / LATENT_STATS, {"samples": samples})
+    save_safetensors({"mean": mean, "std": std}, Path(cfg.out) / LATENT_STATS, {"samples": samples, "step": step})
     log.info("latent stats: mean %s std %s", [round(v, 3) for v in mean.tolist()], [round(v, 3) for v in std.tolist()])
 
 
@@ -219,6 +230,10 @@ def load_vae(run_dir: str | Path, calibrated: bool = True) -> wan_vae.WanVAE:
     if calibrated:
         if not stats.is_file():
             raise AlayaError(f"{stats}: missing; run `alaya-flash train vae` again to calibrate the latents")
+        at, step = latent_stats_step(run_dir), int(read_metadata(ckpt)["step"])
+        if at is not None and at != step:
+            raise AlayaError(f"{stats}: measured at step {at} but {ckpt.name} is step {step}; "
+                             "run `alaya-flash train vae` again to recalibrate")
         from ..loading import read_state_dict
 
         got = read_state_dict(stats)

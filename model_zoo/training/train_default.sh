@@ -8,6 +8,9 @@ export OMP_NUM_THREADS=1  # on a shared CPU, one thread per process is 5-10x fas
 AF=${AF:-.venv/bin/alaya-flash}
 C=model_zoo/training/configs
 $AF --quiet train data --config $C/data.json
+# the VAE learns on 5-frame crops first, then resumes on 9-frame ones: its causal caches then carry more
+# than one latent of the past, as when it encodes and decodes whole clips (later frames were 2-3 dB worse)
+$AF --quiet train vae --config $C/vae.json --set steps=2800 --set decay_steps=1000 --set frames=5 --set crop=64
 $AF --quiet train vae --config $C/vae.json
 # the teacher encodes every training window once (steps=0: only that), then trains while the codecs
 # are distilled from those cached latents
