@@ -6,7 +6,10 @@ can reach (its frames come out of these decoders).
 Prints PSNR (dB, mean over clips and presets) of the VAE round trip of the ground truth, of the
 tiny decoder on the VAE's latents, of the tiny codec's own round trip, and the G-buffer encoder's
 latent error against the VAE's latents of the passes (MSE in normalized latent units; the latents
-have unit variance, so 1.0 means nothing learned).
+have unit variance, so 1.0 means nothing learned). For each decoder also the eval's temporal ratio
+(frame-to-frame change over the ground truth's) and its cross-window ratio with a window per latent
+(change from one latent's frames to the next's over the change inside one): the floor that a
+renderer decoding through it starts from.
 """
 from __future__ import annotations
 
@@ -44,7 +47,8 @@ def main(argv=None) -> int:
     from alaya_flash.model_zoo.training.codecs import load_vae, to_video, vae_gbuffer_latents
     from alaya_flash.model_zoo.training.common import autocast, final_weights, latest_checkpoint
     from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.streaming.metrics import psnr
+    from alaya_flash.streaming.metrics import boundary_ratio, psnr, temporal
+    from alaya_flash.streaming.pipelines import latent_start_pixel
 
     torch.set_num_threads(1)
     held = ClipSet(args.data, "heldout")
@@ -59,6 +63,13 @@ def main(argv=None) -> int:
     got = {"vae_roundtrip_psnr": [], "tiny_decoder_on_vae_latents_psnr": [], "tiny_roundtrip_psnr": [],
            "gbuffer_encoder_latent_mse": []}
     t = args.frames
+    per_latent = []
+    bounds = [latent_start_pixel(k) for k in range(2, (t - 1) // 4 + 1)]  # latent 1 -> 2 onwards
+
+    def motion(name: str, frames, gt) -> None:  # frames, gt: (T, H, W, 3) in [0, 1]
+        got.setdefault(f"{name}_temporal_ratio", []).append(temporal(frames, gt)["ratio"])
+        got.setdefault(f"{name}_cross_latent_ratio", []).append(boundary_ratio(frames, bounds))
+        got.setdefault("ground_truth_cross_latent_ratio", []).append(boundary_ratio(gt, bounds))
     with torch.no_grad(), autocast():
         for c in range(min(args.clips, len(held))):
             for k in range(min(args.presets, held.rgb.shape[1])):
@@ -67,9 +78,11 @@ def main(argv=None) -> int:
                 z = vae.encode(to_video(u8[None]), chunk=None)
                 rec = vae.decode(z.float(), chunk=None).float()[0].permute(1, 2, 3, 0).add(1).div(2)
                 got["vae_roundtrip_psnr"].append(psnr(rec.clamp(0, 1), gt))
+                motion("vae_roundtrip", rec.clamp(0, 1), gt)
                 if codec is not None:
                     dec = codec.decode(z.float()).float()[0]  # (T, 3, H, W) in [0, 1]
                     got["tiny_decoder_on_vae_latents_psnr"].append(psnr(dec.permute(0, 2, 3, 1)[:t].clamp(0, 1), gt))
+                    motion("tiny_decoder_on_vae_latents", dec.permute(0, 2, 3, 1)[:t].clamp(0, 1), gt)
                     frames = gt.permute(0, 3, 1, 2)[None]
                     pad = frames[:, -1:].expand(-1, (-t) % 4, -1, -1, -1)
                     zt = codec.encode(torch.cat([frames, pad], 1))
@@ -79,8 +92,13 @@ def main(argv=None) -> int:
             if genc is not None:
                 gb = torch.from_numpy(held.gbuffers[c, :t])[None]
                 ref = vae_gbuffer_latents(vae, gb)
-                got["gbuffer_encoder_latent_mse"].append(float((genc.encode(gb).float() - ref).pow(2).mean()))
-    print(json.dumps({k: (sum(v) / len(v) if v else None) for k, v in got.items()}, indent=1))
+                err = (genc.encode(gb).float() - ref).pow(2)
+                got["gbuffer_encoder_latent_mse"].append(float(err.mean()))
+                per_latent.append(err.mean(dim=(0, 1, 3, 4)))
+    if per_latent:  # drift along the stream: later latents have a different past than the first ones
+        got["gbuffer_encoder_latent_mse_per_latent"] = [torch.stack(per_latent).mean(0).tolist()]
+    mean = lambda v: sum(x for x in v if x is not None) / max(1, sum(x is not None for x in v))  # noqa: E731
+    print(json.dumps({k: (v[0] if k.endswith("_per_latent") else mean(v) if v else None) for k, v in got.items()}, indent=1))
     return 0
 
 

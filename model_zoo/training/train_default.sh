@@ -8,14 +8,21 @@ export OMP_NUM_THREADS=1  # on a shared CPU, one thread per process is 5-10x fas
 AF=${AF:-.venv/bin/alaya-flash}
 C=model_zoo/training/configs
 $AF --quiet train data --config $C/data.json
-# the VAE learns on 5-frame crops first, then resumes on 9-frame ones: its causal caches then carry more
-# than one latent of the past, as when it encodes and decodes whole clips (later frames were 2-3 dB worse)
+# the VAE learns on 5-frame crops first, then resumes on 9- and 17-frame ones: its causal caches must
+# carry several latents of the past, as when it encodes and decodes whole clips (trained on 5 frames
+# only, its later frames came out 2-3 dB worse and its latents past the second drifted)
 $AF --quiet train vae --config $C/vae.json --set steps=2800 --set decay_steps=1000 --set frames=5 --set crop=64
+$AF --quiet train vae --config $C/vae.json --set steps=3600 --set decay_steps=0 --set frames=9 --set crop=48
 $AF --quiet train vae --config $C/vae.json
 # the teacher encodes every training window once (steps=0: only that), then trains while the codecs
 # are distilled from those cached latents
 $AF --quiet train teacher --config $C/teacher.json --set steps=0 --set threads=2
-$AF --quiet train codecs --config $C/codecs.json &
+# the codecs first learn from crops of those cached 9-frame latents (no VAE pass per step), then resume
+# on 17-frame crops encoded by the VAE as one stream: they run as streams over whole clips at render
+# time, and trained on 9 frames only their latents past the third drifted (G-buffer latent error 2.2)
+( $AF --quiet train codecs --config $C/codecs.json --set steps=2000 --set decay_steps=0 --set frames=9 --set crop=64 \
+    --set latents=runs/teacher/latents-train.safetensors &&
+  $AF --quiet train codecs --config $C/codecs.json ) &
 CODECS=$!
 $AF --quiet train teacher --config $C/teacher.json
 wait $CODECS
