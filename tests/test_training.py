@@ -215,6 +215,25 @@ def test_resumed_vae_recalibrates_and_stale_statistics_are_refused(runs, tmp_pat
         codecs.load_vae(tmp_path / "vae")
 
 
+def test_motion_loss_prices_held_frames_not_a_constant_offset():
+    from alaya_flash.model_zoo.training.codecs import motion_loss
+
+    g = torch.Generator().manual_seed(0)
+    target = torch.rand(2, 8, 3, 4, 4, generator=g)  # (B, T, C, H, W)
+    assert motion_loss(target + 0.1, target, dim=1).item() < 1e-6  # the same motion, shifted in brightness
+    held = target[:, [0, 0, 0, 0, 4, 4, 4, 4]]  # each group of 4 frames repeats its first: a jump every 4
+    assert motion_loss(held, target, dim=1).item() > 0.1
+    assert motion_loss(held.transpose(1, 2), target.transpose(1, 2), dim=2).item() == pytest.approx(
+        motion_loss(held, target, dim=1).item())
+
+
+@pytest.mark.parametrize("stage", ["vae", "codecs"])
+def test_negative_motion_weight_is_refused(stage, tmp_path, capsys):
+    cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "motion_weight": -1})
+    assert main(["--quiet", "train", stage, "--config", cfg]) != 0
+    assert f"{stage} stage: motion_weight -1.0 must be >= 0" in capsys.readouterr().err
+
+
 def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "stepz": 3})
     assert main(["train", "teacher", "--config", cfg]) == 2

@@ -11,8 +11,8 @@ $AF --quiet train data --config $C/data.json
 # the VAE learns on 5-frame crops first, then resumes on 9- and 17-frame ones: its causal caches must
 # carry several latents of the past, as when it encodes and decodes whole clips (trained on 5 frames
 # only, its later frames came out 2-3 dB worse and its latents past the second drifted)
-$AF --quiet train vae --config $C/vae.json --set steps=2800 --set decay_steps=1000 --set frames=5 --set crop=64
-$AF --quiet train vae --config $C/vae.json --set steps=3600 --set decay_steps=0 --set frames=9 --set crop=48
+$AF --quiet train vae --config $C/vae.json --set steps=2800 --set decay_steps=1000 --set frames=5 --set crop=64 --set motion_weight=0
+$AF --quiet train vae --config $C/vae.json --set steps=3600 --set decay_steps=0 --set frames=9 --set crop=48 --set motion_weight=0
 $AF --quiet train vae --config $C/vae.json
 # the teacher encodes every training window once (steps=0: only that), then trains while the codecs
 # are distilled from those cached latents
