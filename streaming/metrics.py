@@ -3,7 +3,8 @@
 Frames are float tensors (T, H, W, 3) in [0, 1] (ComfyUI IMAGE layout, what the pipelines emit).
 
 - psnr / ssim: content preservation (SSIM: Gaussian window 11, sigma 1.5, on luma-free RGB mean
-  over channels, constants of Wang et al. 2004).
+  over channels, constants of Wang et al. 2004); psnr_by_latent: PSNR of each latent frame's pixel
+  frames (frame 0, then 1-4, 5-8, ...), which shows drift along a stream.
 - temporal: error of frame-to-frame differences against the reference's, and the ratio of their
   mean magnitudes (1.0 = as much change as the ground truth; > 1 = flicker).
 - boundary_ratio: mean change across chunk boundaries over mean change inside chunks.
@@ -22,6 +23,12 @@ def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Peak signal-to-noise ratio in dB over the whole clip (peak 1.0); inf for identical inputs."""
     mse = F.mse_loss(x.float(), ref.float()).item()
     return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+
+
+def psnr_by_latent(x: torch.Tensor, ref: torch.Tensor) -> list[float]:
+    """PSNR of the pixel frames of each latent frame in Wan's alignment: [0], [1, 4], [5, 8], ..."""
+    starts = [0] + list(range(1, x.shape[0], 4))
+    return [psnr(x[a:b], ref[a:b]) for a, b in zip(starts, starts[1:] + [x.shape[0]])]
 
 
 def _gauss(size: int = 11, sigma: float = 1.5) -> torch.Tensor:

@@ -17,6 +17,11 @@ def test_metrics_on_known_inputs():
     assert metrics.psnr(x, x) == math.inf
     assert metrics.ssim(x, x) == pytest.approx(1.0, abs=1e-5)
     assert metrics.psnr(x, (x + 0.1).clamp(0, 1)) < metrics.psnr(x, (x + 0.01).clamp(0, 1))
+    worse = x.clone()
+    worse[1:5] = (worse[1:5] + 0.1).clamp(0, 1)  # latent 1's frames only
+    by_latent = metrics.psnr_by_latent(worse, x)
+    assert len(by_latent) == 2 and by_latent[0] == math.inf and by_latent[1] < 30
+    assert len(metrics.psnr_by_latent(torch.rand(9, 4, 4, 3), torch.rand(9, 4, 4, 3))) == 3
     still = x[:1].expand(5, -1, -1, -1)
     assert metrics.temporal(still, x)["ratio"] == 0.0
     t = metrics.temporal(x, x)
@@ -55,6 +60,7 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
     for m in ("student", "teacher"):
         r = report[m]
         assert 0 < r["content"]["psnr_db"] < 60 and -1 <= r["content"]["ssim"] <= 1
+        assert len(r["content"]["psnr_db_by_latent"]) == 3  # 9 frames: frame 0, 1-4, 5-8
         assert r["temporal"]["ratio"] >= 0 and r["temporal"]["diff_error"] >= 0
         for kind in ("train_wordings", "heldout_wordings"):
             assert 0.0 <= r["control"][kind]["nearest_rate"] <= 1.0

@@ -129,7 +129,7 @@ def evaluate(args) -> dict:
     text = flash.text_encoder()
     negative = text([teacher.settings.negative_prompt if teacher else ""])
     models = {"student": flash, **({"teacher": teacher} if teacher else {})}
-    scores = {m: {"psnr": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
+    scores = {m: {"psnr": [], "psnr_by_latent": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
                   "gt_boundary_ratio": [], "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
                   "fps": [], "first_frame_s": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
@@ -158,6 +158,7 @@ def evaluate(args) -> dict:
                     s[f"margin_{kind}"].append(near["margin_db"])
                     if kind == "train":
                         s["psnr"].append(metrics.psnr(out, gt[p]))
+                        s["psnr_by_latent"].append(metrics.psnr_by_latent(out, gt[p]))
                         s["ssim"].append(metrics.ssim(out, gt[p]))
                         t = metrics.temporal(out, gt[p])
                         s["diff_error"].append(t["diff_error"])
@@ -175,7 +176,8 @@ def evaluate(args) -> dict:
                         "model": str(flash.path), "torch_threads": torch.get_num_threads()}}
     for m, s in scores.items():
         report[m] = {
-            "content": {"psnr_db": _mean(s["psnr"]), "ssim": _mean(s["ssim"])},
+            "content": {"psnr_db": _mean(s["psnr"]), "ssim": _mean(s["ssim"]),
+                        "psnr_db_by_latent": [_mean(column) for column in zip(*s["psnr_by_latent"])]},
             "temporal": {"diff_error": _mean(s["diff_error"]), "ratio": _mean(s["temporal_ratio"])},
             "cross_window": {"ratio": _mean(s["boundary_ratio"]), "gt_ratio": _mean(s["gt_boundary_ratio"])},
             "control": {"train_wordings": {"nearest_rate": _mean(s["hit_train"]), "margin_db": _mean(s["margin_train"])},
