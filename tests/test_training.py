@@ -127,6 +127,24 @@ def test_teacher_with_zero_steps_only_caches_the_latents(runs, tmp_path):
     assert main(["--quiet", "train", "teacher", "--config", conf, "--set", "steps=0", "--set", "threads=2"]) == 0
     assert (tmp_path / "t" / "latents-train.safetensors").is_file()
     assert common.latest_checkpoint(tmp_path / "t") is None
+    # a cache made from an earlier checkpoint of the VAE is stale: the next call encodes again
+    import shutil
+
+    from alaya_flash.model_zoo.loading import read_metadata
+
+    shutil.copytree(runs / "vae", tmp_path / "vae")
+    conf = write(tmp_path / "t2.json", {**cfg, "out": str(tmp_path / "t2"), "vae_run": str(tmp_path / "vae")})
+    cache = tmp_path / "t2" / "latents-train.safetensors"
+    assert main(["--quiet", "train", "teacher", "--config", conf, "--set", "steps=0"]) == 0
+    assert json.loads(read_metadata(cache)["recipe"])["vae_step"] == 3
+    made = cache.stat().st_mtime_ns
+    assert main(["--quiet", "train", "teacher", "--config", conf, "--set", "steps=0"]) == 0
+    assert cache.stat().st_mtime_ns == made  # the same VAE: reused
+    vae = write(tmp_path / "vae.json", {"out": str(tmp_path / "vae"), "data": str(runs / "data"), "steps": 4,
+                                        "batch": 2, "base_dim": 4, "frames": 5, "crop": 16, "ckpt_every": 4})
+    assert main(["--quiet", "train", "vae", "--config", vae]) == 0  # resumed: its latents changed
+    assert main(["--quiet", "train", "teacher", "--config", conf, "--set", "steps=0"]) == 0
+    assert json.loads(read_metadata(cache)["recipe"])["vae_step"] == 4
 
 
 def test_student_trains_on_the_distilled_encoders_latents(runs):

@@ -34,9 +34,12 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     from .common import autocast, final_weights
     from ..loading import load_strict
 
+    # the checkpoint steps too: a cache of an earlier VAE or encoder (a stage resumed since) is stale
     recipe = {"data": str(data), "split": split, "frames": frames, "vae_run": str(vae_run),
               "codecs_run": str(codecs_run), "cond_encoder": cond_encoder, "max_windows": max_windows,
-              "size": size, **({} if with_rgb else {"with_rgb": False})}
+              "size": size, **({} if with_rgb else {"with_rgb": False}),
+              "vae_step": int(read_metadata(_latest(vae_run))["step"]),
+              "codecs_step": int(read_metadata(_latest(codecs_run))["step"]) if cond_encoder == "distilled" else None}
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return out
     clips = ClipSet(data, split)
