@@ -69,7 +69,6 @@ def main(argv=None) -> int:
     def motion(name: str, frames, gt) -> None:  # frames, gt: (T, H, W, 3) in [0, 1]
         got.setdefault(f"{name}_temporal_ratio", []).append(temporal(frames, gt)["ratio"])
         got.setdefault(f"{name}_cross_latent_ratio", []).append(boundary_ratio(frames, bounds))
-        got.setdefault("ground_truth_cross_latent_ratio", []).append(boundary_ratio(gt, bounds))
     with torch.no_grad(), autocast():
         for c in range(min(args.clips, len(held))):
             for k in range(min(args.presets, held.rgb.shape[1])):
@@ -78,6 +77,7 @@ def main(argv=None) -> int:
                 z = vae.encode(to_video(u8[None]), chunk=None)
                 rec = vae.decode(z.float(), chunk=None).float()[0].permute(1, 2, 3, 0).add(1).div(2)
                 got["vae_roundtrip_psnr"].append(psnr(rec.clamp(0, 1), gt))
+                got.setdefault("ground_truth_cross_latent_ratio", []).append(boundary_ratio(gt, bounds))
                 motion("vae_roundtrip", rec.clamp(0, 1), gt)
                 if codec is not None:
                     dec = codec.decode(z.float()).float()[0]  # (T, 3, H, W) in [0, 1]
@@ -95,10 +95,11 @@ def main(argv=None) -> int:
                 err = (genc.encode(gb).float() - ref).pow(2)
                 got["gbuffer_encoder_latent_mse"].append(float(err.mean()))
                 per_latent.append(err.mean(dim=(0, 1, 3, 4)))
+    known = lambda v: [x for x in v if x is not None]  # noqa: E731  (a clip too short for a boundary gives None)
+    report = {k: (sum(known(v)) / len(known(v)) if known(v) else None) for k, v in got.items()}
     if per_latent:  # drift along the stream: later latents have a different past than the first ones
-        got["gbuffer_encoder_latent_mse_per_latent"] = [torch.stack(per_latent).mean(0).tolist()]
-    mean = lambda v: sum(x for x in v if x is not None) / max(1, sum(x is not None for x in v))  # noqa: E731
-    print(json.dumps({k: (v[0] if k.endswith("_per_latent") else mean(v) if v else None) for k, v in got.items()}, indent=1))
+        report["gbuffer_encoder_latent_mse_per_latent"] = torch.stack(per_latent).mean(0).tolist()
+    print(json.dumps(report, indent=1))
     return 0
 
 

@@ -18,6 +18,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..model_zoo.latents import TIME_COMPRESSION
+
 
 def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Peak signal-to-noise ratio in dB over the whole clip (peak 1.0); inf for identical inputs."""
@@ -27,7 +29,7 @@ def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 def psnr_by_latent(x: torch.Tensor, ref: torch.Tensor) -> list[float]:
     """PSNR of the pixel frames of each latent frame in Wan's alignment: [0], [1, 4], [5, 8], ..."""
-    starts = [0] + list(range(1, x.shape[0], 4))
+    starts = [0] + list(range(1, x.shape[0], TIME_COMPRESSION))
     return [psnr(x[a:b], ref[a:b]) for a, b in zip(starts, starts[1:] + [x.shape[0]])]
 
 
