@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.model_zoo.training import common
 from alaya_flash.streaming.cli import main
 
@@ -194,8 +195,60 @@ def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):
     # same geometry, different light: the presets differ in RGB but share one G-buffer clip
     assert (train.rgb[0, 0].astype(int) - train.rgb[0, 1].astype(int)).__abs__().mean() > 5
     prompts = meta["prompts"]["bright_sunny"]
-    assert len(prompts["train"]) == 3 and len(prompts["heldout"]) == 2
+    assert len(prompts["train"]) == 8 and len(prompts["heldout"]) == 2
     assert not set(prompts["train"]) & set(prompts["heldout"])
+
+
+def test_every_preset_has_distinct_training_and_heldout_wordings():
+    from alaya_flash.model_zoo.training.prompts import prompts
+    from alaya_flash.streaming.world.shading import PRESETS
+
+    seen = set()
+    for name in PRESETS:
+        train, held = prompts(name, "train"), prompts(name, "heldout")
+        assert train[0] == PRESETS[name].prompt and len(set(train)) == 8 and len(set(held)) == 2
+        assert not (set(train) | set(held)) & seen, name  # no wording shared between presets either
+        seen |= set(train) | set(held)
+    with pytest.raises(ValueError, match="'test'"):
+        prompts("overcast", "test")
+
+
+def test_new_wordings_refresh_a_cache_without_encoding_the_windows_again(runs, tmp_path):
+    """dataset.json rewritten with more paraphrases: the teacher's cache keeps its latents and gets the
+    new prompt embeddings; the teacher's train_wordings limits the prompts it draws."""
+    import logging
+    import shutil
+
+    from alaya_flash.model_zoo.training.teacher import TeacherStageConfig, prepare_latents
+
+    shutil.copytree(runs / "data", tmp_path / "data")
+    cfg = TeacherStageConfig(out=str(tmp_path / "t"), data=str(tmp_path / "data"), vae_run=str(runs / "vae"),
+                             cond_encoder="vae", frames=9)
+    log = logging.getLogger("test-refresh")
+    before = prepare_latents(cfg, "train", log)
+    meta_path = tmp_path / "data" / "dataset.json"
+    meta = json.loads(meta_path.read_text())
+    meta["prompts"]["bright_sunny"]["train"].append("a blinding summer noon over the yard")
+    meta["prompts"]["moonlit_night"]["train"].append("a pitch-dark yard under a thin crescent moon")
+    meta_path.write_text(json.dumps(meta))
+    log.info = lambda *a: pytest.fail(f"encoded the windows again: {a}")  # encode_split logs only when it encodes
+    after = prepare_latents(cfg, "train", log)
+    assert torch.equal(after.rgb, before.rgb) and torch.equal(after.cond, before.cond)
+    assert after.prompts["moonlit_night"]["train"][-1].startswith("a pitch-dark yard")
+    new = after.prompt_emb["moonlit_night.train.8"]
+    assert new.shape == before.embedding("moonlit_night", "train", 0).shape
+    assert not torch.equal(new, after.embedding("moonlit_night", "train", 0))
+    g = torch.Generator().manual_seed(0)
+    _, _, prompt, (_, pi) = after.sample(g, 16, wordings=1)
+    for q, e in zip(pi.tolist(), prompt):
+        assert torch.equal(e, after.embedding(q, "train", 0))
+    with pytest.raises(AlayaError, match="10 training wordings asked for, the dataset has 9"):
+        after.sample(g, 2, wordings=10)
+    # a hand-edited dataset whose presets have different numbers of wordings is refused by name
+    meta["prompts"]["bright_sunny"]["train"].pop()
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(AlayaError, match="different numbers of train wordings"):
+        prepare_latents(cfg, "train", log)
 
 
 def test_resume_equals_an_uninterrupted_run(runs, tmp_path):
@@ -250,6 +303,12 @@ def test_negative_motion_weight_is_refused(stage, tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "motion_weight": -1})
     assert main(["--quiet", "train", stage, "--config", cfg]) != 0
     assert f"{stage} stage: motion_weight -1.0 must be >= 0" in capsys.readouterr().err
+
+
+def test_negative_train_wordings_is_refused(tmp_path, capsys):
+    cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "train_wordings": -3})
+    assert main(["--quiet", "train", "teacher", "--config", cfg]) != 0
+    assert "teacher stage: train_wordings -3 must be >= 0 (0 = all)" in capsys.readouterr().err
 
 
 def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
@@ -337,3 +396,31 @@ def test_learning_rate_schedule_warms_up_holds_and_decays():
     assert got[80] == 1.0 and got[81] < 1.0 and got[99] == pytest.approx(0.05 + 0.95 / 20)
     assert all(a >= b for a, b in zip(got[50:], got[51:]))  # never rises after warmup
     assert lr_scale(StageConfig(steps=100), 99) == 1.0  # no schedule: constant
+
+
+def test_trajectories_of_an_earlier_teacher_are_made_again(runs, tmp_path):
+    """The ODE pairs are cached in the student's folder; a teacher resumed since (or other wordings)
+    makes them stale, so they are generated again rather than silently reused."""
+    import logging
+    import shutil
+
+    from alaya_flash.model_zoo.loading import read_metadata
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.student import ODEStageConfig, make_trajectories
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    shutil.copytree(runs / "teacher", tmp_path / "teacher")
+    cfg = ODEStageConfig(out=str(tmp_path / "o"), teacher_run=str(tmp_path / "teacher"), pairs=2, ode_steps=4)
+    data = LatentSet(tmp_path / "teacher" / "latents-train.safetensors")
+    log = logging.getLogger("test-trajectories")
+    path = tmp_path / "o" / "trajectories.safetensors"
+    first = make_trajectories(cfg, load_dit(cfg.teacher_run), data, log)["states"]
+    made = path.stat().st_mtime_ns
+    assert torch.equal(make_trajectories(cfg, load_dit(cfg.teacher_run), data, log)["states"], first)
+    assert path.stat().st_mtime_ns == made  # same teacher, same recipe: read back
+    teacher = {**TINY_DIT, "out": str(tmp_path / "teacher"), "data": str(runs / "data"), "vae_run": str(runs / "vae"),
+               "cond_encoder": "vae", "frames": 9, "steps": 5, "batch": 2, "ckpt_every": 5, "lr": 1e-2}
+    assert main(["--quiet", "train", "teacher", "--config", write(tmp_path / "t.json", teacher)]) == 0
+    again = make_trajectories(cfg, load_dit(cfg.teacher_run), data, log)["states"]
+    assert json.loads(read_metadata(path)["recipe"])["teacher_step"] == 5
+    assert not torch.equal(again, first)

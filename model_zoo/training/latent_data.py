@@ -29,7 +29,6 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     import json
 
     from ..codecs import gbuffer_encoder
-    from ..text_encoder import TextEncoder
     from .codecs import load_vae, to_video, vae_gbuffer_latents
     from .common import autocast, final_weights
     from ..loading import load_strict
@@ -41,7 +40,7 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
               "vae_step": int(read_metadata(_latest(vae_run))["step"]),
               "codecs_step": int(read_metadata(_latest(codecs_run))["step"]) if cond_encoder == "distilled" else None}
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
-        return out
+        return _refresh_prompts(out, data)
     clips = ClipSet(data, split)
     vae = load_vae(vae_run)
     genc = None
@@ -65,13 +64,37 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
             cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
     if log:
         log.info("encoded %d windows of %d frames from %s/%s", len(windows), frames, data, split)
-    text = TextEncoder.load()
-    tensors = {"cond": torch.stack(cond), "negative": text([""])[0], **({"rgb": torch.stack(rgb)} if with_rgb else {})}
-    for name in clips.presets:
-        for kind in ("train", "heldout"):
-            for w, prompt in enumerate(clips.prompts[name][kind]):
-                tensors[f"prompt.{name}.{kind}.{w}"] = text([prompt])[0]
+    tensors = {"cond": torch.stack(cond), **({"rgb": torch.stack(rgb)} if with_rgb else {}), **_prompt_tensors(clips.prompts)}
     save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
+    return out
+
+
+def _prompt_tensors(prompts: dict[str, dict[str, list[str]]]) -> dict[str, torch.Tensor]:
+    """MiniLM embeddings of "" (negative) and of every wording: prompt.{preset}.{train|heldout}.{i}."""
+    from ..text_encoder import TextEncoder
+
+    text = TextEncoder.load()
+    tensors = {"negative": text([""])[0]}
+    for name, kinds in prompts.items():
+        for kind in ("train", "heldout"):
+            for w, prompt in enumerate(kinds[kind]):
+                tensors[f"prompt.{name}.{kind}.{w}"] = text([prompt])[0]
+    return tensors
+
+
+def _refresh_prompts(out: Path, data: str | Path) -> Path:
+    """A cache whose latents are current but whose wordings are not the dataset's (dataset.json was
+    rewritten with more paraphrases) gets new prompt embeddings and keeps its latents: encoding the
+    windows again takes minutes, embedding the wordings a second."""
+    import json
+
+    meta = read_metadata(out)
+    prompts = json.loads((Path(data) / "dataset.json").read_text())["prompts"]
+    if json.loads(meta.get("prompts", "{}")) == prompts:
+        return out
+    state = {k: v for k, v in read_state_dict(out).items() if not k.startswith("prompt.") and k != "negative"}
+    save_safetensors({**state, **_prompt_tensors(prompts)}, out,
+                     {"recipe": json.loads(meta["recipe"]), "presets": json.loads(meta["presets"]), "prompts": prompts})
     return out
 
 
@@ -116,6 +139,10 @@ class LatentSet:
         self.presets: list[str] = json.loads(meta["presets"])
         self.prompts: dict = json.loads(meta["prompts"])
         self.prompt_emb = {k[len("prompt."):]: v for k, v in state.items() if k.startswith("prompt.")}
+        for kind in ("train", "heldout"):  # sample() draws a wording index shared by every preset
+            counts = {name: len(self.prompts[name][kind]) for name in self.presets}
+            if len(set(counts.values())) > 1:
+                raise AlayaError(f"{path}: presets have different numbers of {kind} wordings: {counts}")
 
     def __len__(self) -> int:
         return self.rgb.shape[0]
@@ -127,12 +154,16 @@ class LatentSet:
     def wordings(self, kind: str) -> int:
         return len(self.prompts[self.presets[0]][kind])
 
-    def sample(self, g: torch.Generator, batch: int, prompt_dropout: float = 0.0):
-        """x0 (B, 16, T', h, w), cond (B, 80, T', h, w), prompt (B, 1, 384), (window, preset) indices."""
+    def sample(self, g: torch.Generator, batch: int, prompt_dropout: float = 0.0, wordings: int = 0):
+        """x0 (B, 16, T', h, w), cond (B, 80, T', h, w), prompt (B, 1, 384), (window, preset) indices.
+        wordings: draw prompts from the first this many training wordings of each preset (0 = all)."""
         n, p = self.rgb.shape[:2]
+        have = self.wordings("train")
+        if wordings > have:
+            raise AlayaError(f"latent cache: {wordings} training wordings asked for, the dataset has {have} per preset")
         wi = torch.randint(n, (batch,), generator=g)
         pi = torch.randint(p, (batch,), generator=g)
-        wo = torch.randint(self.wordings("train"), (batch,), generator=g)
+        wo = torch.randint(wordings or have, (batch,), generator=g)
         drop = torch.rand(batch, generator=g) < prompt_dropout
         prompt = torch.stack([self.negative if d else self.embedding(int(q), "train", int(w))
                               for q, w, d in zip(pi, wo, drop)])

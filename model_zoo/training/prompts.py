@@ -1,73 +1,135 @@
 """Prompts per lighting preset: the preset's own caption plus paraphrases, split train / held-out.
 
 The G-buffer fixes what is in the scene; the prompt picks the lighting and mood. Each preset of
-streaming/world/shading.py has 5 wordings: the first 3 (its caption and two paraphrases) are
-used in training, the last 2 are never seen in training and measure whether the text encoder
-(MiniLM sentence embeddings) carries meaning rather than memorised strings.
+streaming/world/shading.py has 8 training wordings (its caption and TRAIN_PARAPHRASES) and 2
+held-out ones (HELDOUT_PARAPHRASES), never seen in training: they measure whether the text
+encoder (MiniLM sentence embeddings) carries meaning rather than memorised strings.
+
+The first two training paraphrases were the only ones of the first default model; its teacher
+trained 3,600 steps on those 3 wordings before the others were added (teacher config
+`train_wordings`). With 3 points per preset the DiT's text projection fitted those points and
+the held-out paraphrases landed between presets (62.5% of the teacher's held-out renders nearest
+to the prompted preset); more wordings cover more of each preset's region of the embedding space.
 """
 from __future__ import annotations
 
 from ...streaming.world.shading import PRESETS
 
-PARAPHRASES: dict[str, tuple[str, ...]] = {
+TRAIN_PARAPHRASES: dict[str, tuple[str, ...]] = {
     "bright_sunny": (
         "toys bouncing around a courtyard on a clear, sunny day at noon with sharp shadows",
         "a walled yard of colourful toys in strong midday sunshine, blue sky overhead",
-        "cheerful bright daylight: hard sun from high above, vivid colours and crisp shade",
-        "a sunlit courtyard under a cloudless sky, harsh noon light, bold colours",
+        "a hot summer noon, dazzling sunlight and short dark shadows on the ground",
+        "brilliant direct sunlight from a clear sky, saturated colours and high contrast",
+        "playful objects in a courtyard basking in full daylight, not a cloud in sight",
+        "the sun high overhead on a fine day, everything bright, warm and clearly lit",
+        "clear weather at midday: strong sun, deep blue sky and well-defined shadows",
     ),
     "overcast": (
         "toys rolling in a courtyard on a dull grey cloudy day, soft even light",
         "a muted scene under thick clouds, diffuse lighting without sharp shadows",
-        "flat, shadowless light from a grey sky over a walled yard of toys",
-        "an overcast afternoon, gentle soft light and subdued colours, calm mood",
+        "a cloudy day with a heavy grey sky and soft, shadowless illumination",
+        "grey weather, the sun hidden behind clouds, low contrast and quiet colours",
+        "a gloomy cloud-covered sky spreading dim, uniform light over the yard",
+        "soft diffuse daylight from a blanket of clouds, pale and neutral tones",
+        "an overcast day: no direct sun, even grey light, muted and still",
     ),
     "sunset_dramatic": (
         "toys in a courtyard at dusk, a low orange sun casting long dramatic shadows",
         "golden hour at sunset with a purple and orange sky, cinematic warm light",
-        "the sun setting on the horizon bathes the yard in deep gold and long shadows",
-        "evening twilight, the sky glowing orange and violet, a dramatic low sun",
+        "late evening as the sun goes down, fiery orange light and stretched shadows",
+        "a blazing sunset, the sky streaked with orange, pink and purple",
+        "sundown over the yard, warm red-gold rays raking in from the horizon",
+        "dramatic dusk lighting, deep orange glow and a violet sky above",
+        "the last light of the day, a low burning sun and long cinematic shadows",
     ),
     "moonlit_night": (
         "toys in a courtyard at night under pale blue moonlight, dark and quiet",
         "a dark nighttime scene lit only by the cold glow of the moon",
-        "midnight in a walled yard, faint bluish moonlight and deep shadows",
-        "a mysterious moonlit night, dim cool light under a black sky",
+        "late at night, silvery moonlight and darkness all around",
+        "a still night with a full moon casting cold blue light on the ground",
+        "nocturnal scene, dim blue-grey moonlight and inky dark shadows",
+        "the yard after dark, only the faint cold light of the moon",
+        "a quiet blue night, moonlit and gloomy, almost no colour",
     ),
     "cyberpunk_neon": (
         "toys on a night street glowing with pink and blue neon signs in purple fog",
         "futuristic neon lighting, magenta and cyan glow through a violet haze",
-        "an electric cyberpunk night lit by bright neon tubes in hazy purple air",
-        "a city alley at night drenched in hot pink and teal neon light",
+        "a sci-fi city night, glowing pink and blue signs and purple smog",
+        "vivid neon lights in magenta and cyan reflecting in a hazy dark street",
+        "a synthwave night scene bathed in purple, pink and electric blue light",
+        "a neon-lit urban night, bright fluorescent colours glowing in the mist",
+        "cyberpunk atmosphere: violet fog, hot magenta and cyan neon glow",
     ),
     "snowy_winter": (
         "toys in a snowy courtyard on a cold winter day, pale sky and light mist",
         "a crisp wintry scene with cold bright sunlight and a hazy white sky",
-        "frosty winter daylight, misty air and a pale, icy atmosphere",
-        "a serene snowy morning, cool white light and soft fog over the yard",
+        "a freezing winter day, white sky, bright cold light and thin fog",
+        "snow season, pale cool daylight and a soft white haze in the air",
+        "a chilly winter scene, icy bright light and a washed-out white sky",
+        "cold clear winter light through light mist, everything pale and frosty",
+        "a wintertime yard, frozen air, pale bluish-white light and haze",
     ),
     "autumn_warm": (
         "toys in a courtyard in warm amber autumn light late in the afternoon",
         "a cosy fall afternoon, golden-orange sunlight and warm tones",
-        "late-day autumn sunshine giving everything a warm honey-coloured glow",
-        "a nostalgic autumn scene bathed in soft amber afternoon sun",
+        "autumn afternoon sun, rich amber light and soft warm shadows",
+        "a warm fall day, the light golden and mellow, brown and orange hues",
+        "late afternoon in autumn, sunlight the colour of honey and amber",
+        "a golden autumn scene, warm low sunlight and earthy warm colours",
+        "mellow fall light in the late afternoon, warm yellow-orange glow",
     ),
     "underwater": (
         "toys on the sea floor, blue-green light filtering down through the water",
         "an underwater scene with teal light and murky aquatic haze",
+        "beneath the waves, aqua light and a hazy blue-green tint over everything",
+        "on the ocean bottom, sunlight filtered through water into turquoise hues",
+        "a submerged world in cyan and green, soft rays from the surface above",
+        "under the sea, murky teal water and diffuse blue-green light",
+        "at the bottom of a lagoon, everything tinted aquamarine by the water",
+    ),
+}
+
+HELDOUT_PARAPHRASES: dict[str, tuple[str, ...]] = {
+    "bright_sunny": (
+        "cheerful bright daylight: hard sun from high above, vivid colours and crisp shade",
+        "a sunlit courtyard under a cloudless sky, harsh noon light, bold colours",
+    ),
+    "overcast": (
+        "flat, shadowless light from a grey sky over a walled yard of toys",
+        "an overcast afternoon, gentle soft light and subdued colours, calm mood",
+    ),
+    "sunset_dramatic": (
+        "the sun setting on the horizon bathes the yard in deep gold and long shadows",
+        "evening twilight, the sky glowing orange and violet, a dramatic low sun",
+    ),
+    "moonlit_night": (
+        "midnight in a walled yard, faint bluish moonlight and deep shadows",
+        "a mysterious moonlit night, dim cool light under a black sky",
+    ),
+    "cyberpunk_neon": (
+        "an electric cyberpunk night lit by bright neon tubes in hazy purple air",
+        "a city alley at night drenched in hot pink and teal neon light",
+    ),
+    "snowy_winter": (
+        "frosty winter daylight, misty air and a pale, icy atmosphere",
+        "a serene snowy morning, cool white light and soft fog over the yard",
+    ),
+    "autumn_warm": (
+        "late-day autumn sunshine giving everything a warm honey-coloured glow",
+        "a nostalgic autumn scene bathed in soft amber afternoon sun",
+    ),
+    "underwater": (
         "submerged beneath the ocean surface, dreamy cyan-green light from above",
         "deep underwater, everything tinted blue and green by the surrounding water",
     ),
 }
 
-TRAIN_WORDINGS = 3  # the caption + PARAPHRASES[name][:2]
-
 
 def prompts(preset: str, split: str) -> list[str]:
-    """Wordings of a preset for split 'train' (3) or 'heldout' (2)."""
-    every = [PRESETS[preset].prompt, *PARAPHRASES[preset]]
+    """Wordings of a preset for split 'train' (its caption first, then TRAIN_PARAPHRASES) or 'heldout'."""
     if split == "train":
-        return every[:TRAIN_WORDINGS]
+        return [PRESETS[preset].prompt, *TRAIN_PARAPHRASES[preset]]
     if split == "heldout":
-        return every[TRAIN_WORDINGS:]
+        return list(HELDOUT_PARAPHRASES[preset])
     raise ValueError(f"prompt split {split!r} is not 'train' or 'heldout'")

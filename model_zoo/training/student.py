@@ -99,13 +99,17 @@ def teacher_trajectory(teacher: dit.WanDiT, noise: torch.Tensor, cond: torch.Ten
 
 def make_trajectories(cfg: ODEStageConfig, teacher: dit.WanDiT, data: LatentSet, log) -> dict[str, torch.Tensor]:
     """Generate (or read back) the ODE pairs: states (N, K+1, 16, T', h, w), window, preset, wording."""
-    from ..loading import read_state_dict, save_safetensors
+    import json
+
+    from ..loading import read_metadata, read_state_dict, save_safetensors
+    from .latent_data import _latest
 
     path = Path(cfg.out) / "trajectories.safetensors"
-    if path.is_file():
-        got = read_state_dict(path)
-        if got["states"].shape[0] == cfg.pairs:
-            return got
+    # what the pairs depend on: a retrained teacher or new wordings make a file on disk stale
+    recipe = {"pairs": cfg.pairs, "ode_steps": cfg.ode_steps, "ode_cfg": cfg.ode_cfg, "seed": cfg.seed,
+              "teacher_step": int(read_metadata(_latest(cfg.teacher_run))["step"]), "wordings": data.wordings("train")}
+    if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == recipe:
+        return read_state_dict(path)
     g = torch.Generator().manual_seed(cfg.seed)
     n, p = data.rgb.shape[:2]
     wi = torch.randint(n, (cfg.pairs,), generator=g)
@@ -121,7 +125,7 @@ def make_trajectories(cfg: ODEStageConfig, teacher: dit.WanDiT, data: LatentSet,
         states.append(teacher_trajectory(teacher, noise, cond, prompt, data.negative[None], cfg.ode_steps, cfg.ode_cfg))
         log.info("teacher trajectories %d/%d", sl.stop, cfg.pairs)
     out = {"states": torch.cat(states), "window": wi, "preset": pi, "wording": wo}
-    save_safetensors(out, path, {"ode_steps": cfg.ode_steps, "ode_cfg": cfg.ode_cfg})
+    save_safetensors(out, path, {"recipe": recipe})
     return out
 
 
