@@ -28,7 +28,8 @@ def runs(tmp_path_factory):
     stages = [
         ("data", {"out": d("data"), "width": 32, "height": 32, "frames": 9, "train_clips": 2, "heldout_clips": 1,
                   "objects": 3, "presets": ["bright_sunny", "moonlit_night"]}),
-        ("vae", {**base, "out": d("vae"), "data": d("data"), "steps": 3, "base_dim": 4, "frames": 5, "crop": 16}),
+        ("vae", {**base, "out": d("vae"), "data": d("data"), "steps": 3, "base_dim": 4, "frames": 5, "crop": 16,
+                 "motion_weight": 1.0, "chroma_weight": 1.0}),
         ("codecs", {**base, "out": d("codecs"), "data": d("data"), "vae_run": d("vae"), "steps": 2, "frames": 5, "crop": 16}),
         ("teacher", {**base, **TINY_DIT, "out": d("teacher"), "data": d("data"), "vae_run": d("vae"),
                      "cond_encoder": "vae", "frames": 9, "steps": 3}),
@@ -50,6 +51,7 @@ def test_every_stage_writes_checkpoints_and_logs(runs):
         ckpt = common.latest_checkpoint(runs / name)
         assert ckpt is not None and ckpt.name == f"ckpt-{steps:06d}.safetensors", name
         assert "done" in (runs / name / "train.log").read_text()
+    assert "motion=" in (runs / "vae" / "train.log").read_text() and "chroma=" in (runs / "vae" / "train.log").read_text()
     assert len(list((runs / "data" / "train").glob("*.npz"))) == 2
     assert len(list((runs / "data" / "heldout").glob("*.npz"))) == 1
 
@@ -298,11 +300,29 @@ def test_motion_loss_prices_held_frames_not_a_constant_offset():
         motion_loss(held, target, dim=1).item())
 
 
+def test_chroma_loss_prices_hue_not_brightness():
+    from alaya_flash.model_zoo.training.codecs import chroma_loss
+
+    g = torch.Generator().manual_seed(0)
+    target = torch.rand(2, 3, 5, 4, 4, generator=g)  # (B, C, T, H, W)
+    assert chroma_loss(target + 0.2, target, dim=1).item() < 1e-6  # brighter, same colour
+    grey = target.mean(1, keepdim=True).expand_as(target)  # same brightness, colour gone
+    assert chroma_loss(grey, target, dim=1).item() > 0.1
+    assert chroma_loss(grey.transpose(1, 2), target.transpose(1, 2), dim=2).item() == pytest.approx(
+        chroma_loss(grey, target, dim=1).item())
+
+
 @pytest.mark.parametrize("stage", ["vae", "codecs"])
 def test_negative_motion_weight_is_refused(stage, tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "motion_weight": -1})
     assert main(["--quiet", "train", stage, "--config", cfg]) != 0
-    assert f"{stage} stage: motion_weight -1.0 must be >= 0" in capsys.readouterr().err
+    assert f"{stage} stage: motion_weight -1.0" in capsys.readouterr().err
+
+
+def test_negative_chroma_weight_is_refused(tmp_path, capsys):
+    cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "chroma_weight": -0.5})
+    assert main(["--quiet", "train", "vae", "--config", cfg]) != 0
+    assert "vae stage: motion_weight 0.0 and chroma_weight -0.5 must be >= 0" in capsys.readouterr().err
 
 
 def test_negative_train_wordings_is_refused(tmp_path, capsys):

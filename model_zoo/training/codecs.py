@@ -38,10 +38,12 @@ class VAEStageConfig(StageConfig):
     latent_noise: float = 0.05
     latent_reg: float = 1e-3
     motion_weight: float = 0.0  # weight of motion_loss beside the reconstruction
+    chroma_weight: float = 0.0  # weight of chroma_loss beside the reconstruction
 
     def validate(self):
-        if self.motion_weight < 0:
-            raise AlayaError(f"vae stage: motion_weight {self.motion_weight} must be >= 0")
+        if self.motion_weight < 0 or self.chroma_weight < 0:
+            raise AlayaError(f"vae stage: motion_weight {self.motion_weight} and chroma_weight {self.chroma_weight} "
+                             "must be >= 0")
         if (self.frames - 1) % TIME_COMPRESSION or self.crop % 8:
             raise AlayaError(f"vae stage: frames {self.frames} must be 4k+1 and crop {self.crop} a multiple of 8")
         if self.vae not in wan_vae.CONFIGS:
@@ -106,6 +108,15 @@ def motion_loss(frames: torch.Tensor, target: torch.Tensor, dim: int) -> torch.T
     return F.l1_loss(frames.diff(dim=dim), target.diff(dim=dim))
 
 
+def chroma_loss(frames: torch.Tensor, target: torch.Tensor, dim: int) -> torch.Tensor:
+    """L1 between the colour of a decoded clip and of its ground truth: each pixel minus its mean over
+    the channels (`dim`), i.e. what is left once brightness is taken out.
+
+    The VAE trained on L1 + MSE alone gave back about 60% of the ground truth's chroma spread (purple
+    floors came out grey-pink); brightness errors dominate those losses, this term prices hue alone."""
+    return F.l1_loss(frames - frames.mean(dim, keepdim=True), target - target.mean(dim, keepdim=True))
+
+
 def to_video(u8: torch.Tensor) -> torch.Tensor:
     """uint8 (B, T, H, W, 3) -> Wan VAE pixels (B, 3, T, H, W) in [-1, 1]."""
     return u8.permute(0, 4, 1, 2, 3).float().mul(2 / 255).sub(1)
@@ -151,6 +162,10 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
             motion = motion_loss(recon, video, dim=2)
             loss = loss + cfg.motion_weight * motion
             losses["motion"] = motion.item()
+        if cfg.chroma_weight:
+            chroma = chroma_loss(recon, video, dim=1)
+            loss = loss + cfg.chroma_weight * chroma
+            losses["chroma"] = chroma.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
