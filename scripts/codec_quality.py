@@ -6,7 +6,9 @@ can reach (its frames come out of these decoders).
 Prints PSNR (dB, mean over clips and presets) of the VAE round trip of the ground truth, of the
 tiny decoder on the VAE's latents, of the tiny codec's own round trip, and the G-buffer encoder's
 latent error against the VAE's latents of the passes (MSE in normalized latent units; the latents
-have unit variance, so 1.0 means nothing learned). For each decoder also the eval's temporal ratio
+have unit variance, so 1.0 means nothing learned). For each decoder also the PSNR after the best
+affine colour map of the clip (3x3 + offset, least squares against the ground truth): what it loses
+to colour casts and washed-out chroma alone. And the eval's temporal ratio
 (frame-to-frame change over the ground truth's) and its cross-window ratio with a window per latent
 (change from one latent's frames to the next's over the change inside one): the floor that a
 renderer decoding through it starts from.
@@ -66,6 +68,13 @@ def main(argv=None) -> int:
     per_latent = []
     bounds = [latent_start_pixel(k) for k in range(2, (t - 1) // 4 + 1)]  # latent 1 -> 2 onwards
 
+    def colour_fit(frames, gt):
+        """frames mapped by the least-squares affine colour transform onto gt (both (T, H, W, 3))."""
+        with torch.autocast("cpu", enabled=False):
+            x = torch.cat([frames.reshape(-1, 3), torch.ones(frames.numel() // 3, 1)], 1).double()
+            a = torch.linalg.solve(x.T @ x, x.T @ gt.reshape(-1, 3).double())
+            return (x @ a).float().reshape(gt.shape).clamp(0, 1)
+
     def motion(name: str, frames, gt) -> None:  # frames, gt: (T, H, W, 3) in [0, 1]
         got.setdefault(f"{name}_temporal_ratio", []).append(temporal(frames, gt)["ratio"])
         got.setdefault(f"{name}_cross_latent_ratio", []).append(boundary_ratio(frames, bounds))
@@ -77,11 +86,14 @@ def main(argv=None) -> int:
                 z = vae.encode(to_video(u8[None]), chunk=None)
                 rec = vae.decode(z.float(), chunk=None).float()[0].permute(1, 2, 3, 0).add(1).div(2)
                 got["vae_roundtrip_psnr"].append(psnr(rec.clamp(0, 1), gt))
+                got.setdefault("vae_roundtrip_colour_fit_psnr", []).append(psnr(colour_fit(rec.clamp(0, 1).float(), gt), gt))
                 got.setdefault("ground_truth_cross_latent_ratio", []).append(boundary_ratio(gt, bounds))
                 motion("vae_roundtrip", rec.clamp(0, 1), gt)
                 if codec is not None:
                     dec = codec.decode(z.float()).float()[0]  # (T, 3, H, W) in [0, 1]
                     got["tiny_decoder_on_vae_latents_psnr"].append(psnr(dec.permute(0, 2, 3, 1)[:t].clamp(0, 1), gt))
+                    got.setdefault("tiny_decoder_on_vae_latents_colour_fit_psnr", []).append(
+                        psnr(colour_fit(dec.permute(0, 2, 3, 1)[:t].clamp(0, 1).float(), gt), gt))
                     motion("tiny_decoder_on_vae_latents", dec.permute(0, 2, 3, 1)[:t].clamp(0, 1), gt)
                     frames = gt.permute(0, 3, 1, 2)[None]
                     pad = frames[:, -1:].expand(-1, (-t) % 4, -1, -1, -1)
