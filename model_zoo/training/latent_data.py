@@ -37,8 +37,8 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     recipe = {"data": str(data), "split": split, "frames": frames, "vae_run": str(vae_run),
               "codecs_run": str(codecs_run), "cond_encoder": cond_encoder, "max_windows": max_windows,
               "size": size, **({} if with_rgb else {"with_rgb": False}),
-              "vae_step": int(read_metadata(_latest(vae_run))["step"]),
-              "codecs_step": int(read_metadata(_latest(codecs_run))["step"]) if cond_encoder == "distilled" else None}
+              "vae_step": checkpoint_step(vae_run),
+              "codecs_step": checkpoint_step(codecs_run) if cond_encoder == "distilled" else None}
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return _refresh_prompts(out, data)
     clips = ClipSet(data, split)
@@ -115,6 +115,11 @@ def _resize(u8: torch.Tensor, size: int) -> torch.Tensor:
     x = u8.reshape(-1, *u8.shape[-3:]).permute(0, 3, 1, 2).float()
     x = torch.nn.functional.interpolate(x, size=(size, size), mode="area")
     return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).reshape(*lead, size, size, 3)
+
+
+def checkpoint_step(run: str | Path) -> int:
+    """The step of a run folder's latest checkpoint (what caches made from its weights record)."""
+    return int(read_metadata(_latest(run))["step"])
 
 
 def _latest(run: str | Path) -> Path:

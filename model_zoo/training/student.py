@@ -102,12 +102,12 @@ def make_trajectories(cfg: ODEStageConfig, teacher: dit.WanDiT, data: LatentSet,
     import json
 
     from ..loading import read_metadata, read_state_dict, save_safetensors
-    from .latent_data import _latest
+    from .latent_data import checkpoint_step
 
     path = Path(cfg.out) / "trajectories.safetensors"
     # what the pairs depend on: a retrained teacher or new wordings make a file on disk stale
     recipe = {"pairs": cfg.pairs, "ode_steps": cfg.ode_steps, "ode_cfg": cfg.ode_cfg, "seed": cfg.seed,
-              "teacher_step": int(read_metadata(_latest(cfg.teacher_run))["step"]), "wordings": data.wordings("train")}
+              "teacher_step": checkpoint_step(cfg.teacher_run), "wordings": data.wordings("train")}
     if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == recipe:
         return read_state_dict(path)
     g = torch.Generator().manual_seed(cfg.seed)

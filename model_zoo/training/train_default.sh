@@ -18,12 +18,16 @@ $AF --quiet train vae --config $C/vae.json
 # are distilled from those cached latents
 $AF --quiet train teacher --config $C/teacher.json --set steps=0 --set threads=2
 # the codecs first learn from crops of those cached 9-frame latents (no VAE pass per step), then resume
-# on 17-frame crops encoded by the VAE as one stream: they run as streams over whole clips at render
-# time, and trained on 9 frames only their latents past the third drifted (G-buffer latent error 2.2)
+# on 17- and 25-frame crops encoded by the VAE as one stream: they run as streams over whole clips at
+# render time, and trained on 9 frames only their latents past the third drifted (G-buffer latent error 2.2)
 ( $AF --quiet train codecs --config $C/codecs.json --set steps=2000 --set decay_steps=0 --set frames=9 --set crop=64 \
     --set latents=runs/teacher/latents-train.safetensors &&
+  $AF --quiet train codecs --config $C/codecs.json --set steps=2600 --set frames=17 &&
   $AF --quiet train codecs --config $C/codecs.json ) &
 CODECS=$!
+# the teacher's first 3,600 steps saw 3 wordings per preset (the first default model's), the rest all 8
+# (prompts.py): with 3 its held-out paraphrases fell between presets
+$AF --quiet train teacher --config $C/teacher.json --set steps=3600 --set decay_steps=1200 --set train_wordings=3
 $AF --quiet train teacher --config $C/teacher.json
 wait $CODECS
 $AF --quiet train student-ode --config $C/student-ode.json
