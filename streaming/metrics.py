@@ -76,8 +76,9 @@ def boundary_ratio(x: torch.Tensor, boundaries: list[int]) -> float | None:
 
 
 def nearest(x: torch.Tensor, refs: list[torch.Tensor], target: int) -> dict:
-    """Is x nearest (by PSNR) to refs[target]? margin = PSNR to target - best PSNR to any other (dB)."""
+    """Is x nearest (by PSNR) to refs[target]? margin = PSNR to target - best PSNR to any other (dB);
+    nearest = the index of the closest ref."""
     scores = [psnr(x, r) for r in refs]
     others = [s for i, s in enumerate(scores) if i != target]
-    return {"hit": max(range(len(scores)), key=scores.__getitem__) == target,
-            "margin_db": scores[target] - max(others) if others else math.inf}
+    best = max(range(len(scores)), key=scores.__getitem__)
+    return {"hit": best == target, "nearest": best, "margin_db": scores[target] - max(others) if others else math.inf}

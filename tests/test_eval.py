@@ -34,7 +34,7 @@ def test_metrics_on_known_inputs():
     near = metrics.nearest(x, refs, 1)
     assert near["hit"] and near["margin_db"] == math.inf
     near = metrics.nearest(x, refs, 0)
-    assert not near["hit"] and near["margin_db"] < 0
+    assert not near["hit"] and near["margin_db"] < 0 and near["nearest"] == 1
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,9 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
         assert len(r["content"]["psnr_db_by_latent"]) == 3  # 9 frames: frame 0, 1-4, 5-8
         assert r["temporal"]["ratio"] >= 0 and r["temporal"]["diff_error"] >= 0
         for kind in ("train_wordings", "heldout_wordings"):
-            assert 0.0 <= r["control"][kind]["nearest_rate"] <= 1.0
+            rate, misses = r["control"][kind]["nearest_rate"], r["control"][kind]["misses"]
+            assert 0.0 <= rate <= 1.0 and len(misses) == round((1 - rate) * 2)  # 1 clip x 2 presets
+            assert all(m.startswith("clip 0: ") and " -> " in m for m in misses)
         assert r["runtime_eval_size"]["fps"] > 0
     # student chunks of 1 latent (4 frames) have boundaries in 9 frames; so do teacher windows of 5
     assert report["student"]["cross_window"]["ratio"] is not None

@@ -15,7 +15,8 @@ once with a held-out paraphrase, and scored on the five axes:
   cross_window  change across chunk (student) / window (teacher) boundaries over change inside
                 them, and the same ratio for the ground truth at the same frames
   control       how often a render is nearest (PSNR) to the ground truth of its prompted preset
-                among all presets, and the mean margin in dB; for training and held-out wordings
+                among all presets, and the mean margin in dB; for training and held-out wordings,
+                with each miss as "clip K: prompted -> nearest preset"
   runtime       frames per second and first-frame latency of the streaming render, peak memory
 
 Speed figures come from this machine as it is (say whether it was shared when quoting them).
@@ -131,9 +132,10 @@ def evaluate(args) -> dict:
     models = {"student": flash, **({"teacher": teacher} if teacher else {})}
     scores = {m: {"psnr": [], "psnr_by_latent": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
                   "gt_boundary_ratio": [], "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
+                  "miss_train": [], "miss_heldout": [],
                   "fps": [], "first_frame_s": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
-    for gb, rgb in clips:
+    for c, (gb, rgb) in enumerate(clips):
         gt = [torch.from_numpy(rgb[p]).float() / 255 for p in range(len(names))]
         frames = gb.shape[0]
         cf = flash.settings.chunk_frames
@@ -156,6 +158,8 @@ def evaluate(args) -> dict:
                     near = metrics.nearest(out, gt, p)
                     s[f"hit_{kind}"].append(float(near["hit"]))
                     s[f"margin_{kind}"].append(near["margin_db"])
+                    if not near["hit"]:
+                        s[f"miss_{kind}"].append(f"clip {c}: {name} -> {names[near['nearest']]}")
                     if kind == "train":
                         s["psnr"].append(metrics.psnr(out, gt[p]))
                         s["psnr_by_latent"].append(metrics.psnr_by_latent(out, gt[p]))
@@ -180,8 +184,8 @@ def evaluate(args) -> dict:
                         "psnr_db_by_latent": [_mean(column) for column in zip(*s["psnr_by_latent"])]},
             "temporal": {"diff_error": _mean(s["diff_error"]), "ratio": _mean(s["temporal_ratio"])},
             "cross_window": {"ratio": _mean(s["boundary_ratio"]), "gt_ratio": _mean(s["gt_boundary_ratio"])},
-            "control": {"train_wordings": {"nearest_rate": _mean(s["hit_train"]), "margin_db": _mean(s["margin_train"])},
-                        "heldout_wordings": {"nearest_rate": _mean(s["hit_heldout"]), "margin_db": _mean(s["margin_heldout"])}},
+            "control": {f"{kind}_wordings": {"nearest_rate": _mean(s[f"hit_{kind}"]), "margin_db": _mean(s[f"margin_{kind}"]),
+                                             "misses": s[f"miss_{kind}"]} for kind in ("train", "heldout")},
             "runtime_eval_size": {"fps": _mean(s["fps"]), "first_frame_s": _mean(s["first_frame_s"])},
         }
     if vs_teacher["psnr"]:
