@@ -25,8 +25,8 @@ $AF --quiet train teacher --config $C/teacher.json --set steps=0 --set threads=2
   $AF --quiet train codecs --config $C/codecs.json --set steps=2600 --set frames=17 &&
   $AF --quiet train codecs --config $C/codecs.json ) &
 CODECS=$!
-# the teacher's first 3,600 steps saw 3 wordings per preset (the first default model's), the rest all 8
-# (prompts.py): with 3 its held-out paraphrases fell between presets
+# the teacher's first 3,600 steps saw 3 wordings per preset (the first two builds' set), the rest all 8
+# (prompts.py): with 3, its held-out paraphrases fell between presets (62.5% control; 81% with 8)
 $AF --quiet train teacher --config $C/teacher.json --set steps=3600 --set decay_steps=1200 --set train_wordings=3
 $AF --quiet train teacher --config $C/teacher.json
 wait $CODECS
