@@ -84,17 +84,17 @@ def main(argv=None) -> int:
                 u8 = torch.from_numpy(held.rgb[c, k, :t])
                 gt = u8.float() / 255  # (T, H, W, 3)
                 z = vae.encode(to_video(u8[None]), chunk=None)
-                rec = vae.decode(z.float(), chunk=None).float()[0].permute(1, 2, 3, 0).add(1).div(2)
-                got["vae_roundtrip_psnr"].append(psnr(rec.clamp(0, 1), gt))
-                got.setdefault("vae_roundtrip_colour_fit_psnr", []).append(psnr(colour_fit(rec.clamp(0, 1).float(), gt), gt))
+                rec = vae.decode(z.float(), chunk=None).float()[0].permute(1, 2, 3, 0).add(1).div(2).clamp(0, 1)
+                got["vae_roundtrip_psnr"].append(psnr(rec, gt))
+                got.setdefault("vae_roundtrip_colour_fit_psnr", []).append(psnr(colour_fit(rec, gt), gt))
                 got.setdefault("ground_truth_cross_latent_ratio", []).append(boundary_ratio(gt, bounds))
-                motion("vae_roundtrip", rec.clamp(0, 1), gt)
+                motion("vae_roundtrip", rec, gt)
                 if codec is not None:
-                    dec = codec.decode(z.float()).float()[0]  # (T, 3, H, W) in [0, 1]
-                    got["tiny_decoder_on_vae_latents_psnr"].append(psnr(dec.permute(0, 2, 3, 1)[:t].clamp(0, 1), gt))
-                    got.setdefault("tiny_decoder_on_vae_latents_colour_fit_psnr", []).append(
-                        psnr(colour_fit(dec.permute(0, 2, 3, 1)[:t].clamp(0, 1).float(), gt), gt))
-                    motion("tiny_decoder_on_vae_latents", dec.permute(0, 2, 3, 1)[:t].clamp(0, 1), gt)
+                    # (T, H, W, 3) in [0, 1]
+                    dec = codec.decode(z.float()).float()[0].permute(0, 2, 3, 1)[:t].clamp(0, 1)
+                    got["tiny_decoder_on_vae_latents_psnr"].append(psnr(dec, gt))
+                    got.setdefault("tiny_decoder_on_vae_latents_colour_fit_psnr", []).append(psnr(colour_fit(dec, gt), gt))
+                    motion("tiny_decoder_on_vae_latents", dec, gt)
                     frames = gt.permute(0, 3, 1, 2)[None]
                     pad = frames[:, -1:].expand(-1, (-t) % 4, -1, -1, -1)
                     zt = codec.encode(torch.cat([frames, pad], 1))

@@ -32,11 +32,11 @@ def main(argv=None) -> int:
     import torch
 
     from alaya_flash.model_zoo.codecs import tiny
-    from alaya_flash.model_zoo.latents import TIME_COMPRESSION
     from alaya_flash.model_zoo.loading import load_strict, read_metadata
     from alaya_flash.model_zoo.training.common import autocast, final_weights, latest_checkpoint
     from alaya_flash.model_zoo.training.data import ClipSet
     from alaya_flash.model_zoo.training.latent_data import LatentSet, selected_windows
+    from alaya_flash.streaming.metrics import latent_frame_groups
 
     torch.set_num_threads(1)
     cache = LatentSet(args.cache)
@@ -51,8 +51,7 @@ def main(argv=None) -> int:
     load_strict(codec, final_weights(Path(args.codecs), "tiny"))
 
     def block_colours(frames):  # (P, T, H, W, 3) in [0, 1] -> (P, T', H/8, W/8, 3)
-        groups = [frames[:, :1]] + [frames[:, a:a + TIME_COMPRESSION] for a in range(1, frames.shape[1], TIME_COMPRESSION)]
-        means = torch.stack([g.mean(1) for g in groups], 1)
+        means = torch.stack([frames[:, g].mean(1) for g in latent_frame_groups(frames.shape[1])], 1)
         n, t, h, w, c = means.shape
         return means.reshape(n, t, h // 8, 8, w // 8, 8, c).mean((3, 5))
 

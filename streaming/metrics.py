@@ -27,10 +27,15 @@ def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
     return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
 
 
+def latent_frame_groups(frames: int) -> list[slice]:
+    """The pixel frames of each latent frame in Wan's alignment: [0], [1, 4], [5, 8], ... (the last may be short)."""
+    starts = [0] + list(range(1, frames, TIME_COMPRESSION))
+    return [slice(a, b) for a, b in zip(starts, starts[1:] + [frames])]
+
+
 def psnr_by_latent(x: torch.Tensor, ref: torch.Tensor) -> list[float]:
-    """PSNR of the pixel frames of each latent frame in Wan's alignment: [0], [1, 4], [5, 8], ..."""
-    starts = [0] + list(range(1, x.shape[0], TIME_COMPRESSION))
-    return [psnr(x[a:b], ref[a:b]) for a, b in zip(starts, starts[1:] + [x.shape[0]])]
+    """PSNR of the pixel frames of each latent frame (latent_frame_groups)."""
+    return [psnr(x[g], ref[g]) for g in latent_frame_groups(x.shape[0])]
 
 
 def _gauss(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
