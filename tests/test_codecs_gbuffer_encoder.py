@@ -53,6 +53,32 @@ def test_grouped_equals_five_separate_taehv_encoders():
                        enc.state_dict()["encoder.4.conv.0.weight"])
 
 
+def test_inference_stacks_equal_the_grouped_training_stack():
+    """encode() runs five ungrouped stacks; training runs the grouped one (enc.encoder)."""
+    enc = micro_encoder()
+    images = teacher_frames(9)
+    x = enc.to_input(images)
+    x = torch.cat([x[:, :1].expand(-1, 3, -1, -1, -1), x], 1)
+    with torch.no_grad():
+        grouped = run_causal(enc.encoder, x, {}).permute(0, 2, 1, 3, 4)
+    assert (enc.encode(images) - grouped).abs().max() <= 1e-5
+
+
+def test_bf16_streams_through_five_stacks_that_match_the_grouped_float32_one():
+    enc = micro_encoder()
+    images = teacher_frames(9)
+    ref = enc.encode(images)  # float32: the grouped stack
+    stream = GBufferEncoderStream(enc)
+    assert len(stream.stacks) == 1
+    enc.to(torch.bfloat16)  # after the stream was made, before it started: it follows
+    z = torch.cat([z for t in range(5) if (z := stream.encode(images[:, t:t + 1])) is not None], 2)
+    assert len(stream.stacks) == 5 and z.dtype == torch.bfloat16
+    assert (z.float() - ref[:, :, :2]).abs().max() <= 0.05 * ref.abs().max()
+    enc.float()  # moved mid-stream: refused, not silently mixed
+    with pytest.raises(AlayaError, match="mid-stream"):
+        stream.encode(images[:, 5:6])
+
+
 def test_streaming_equals_parallel_frame_by_frame():
     enc = micro_encoder()
     images = teacher_frames(13)

@@ -140,3 +140,27 @@ def test_bf16_channels_last_path_agrees_with_fp32():
     fast.load_state_dict(codec.state_dict())
     got = fast.decode(z, chunk=1).float()
     assert got.shape == ref.shape and (got - ref).abs().max() < 0.05
+
+
+@pytest.mark.parametrize("groups", [1, 5])
+def test_bf16_streaming_layers_match_the_float32_fold_and_cat(groups):
+    """bf16 inference pools frame by frame (a sum of per-frame 1x1 convs) and builds MemBlock inputs
+    channels-last; in any chunking that must equal float32's fold-and-cat path up to bf16 rounding."""
+    from alaya_flash.model_zoo.codecs.tiny import MemBlock, TPool
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 7, groups * 4, 8, 8)
+    for layer in (TPool(4, 2, groups), MemBlock(4, 4, groups)):
+        ref, ref_state = layer.forward_seq(x, None)
+        fast = layer.to(torch.bfloat16)
+        for chunks in ((0, 1, 2, 3, 4, 5, 6, 7), (0, 3, 4, 7), (0, 7)):
+            state, outs = None, []
+            with torch.no_grad():
+                for a, b in zip(chunks, chunks[1:]):
+                    y, state = fast.forward_seq(x[:, a:b].bfloat16(), state)
+                    outs.append(y)
+            got = torch.cat(outs, 1).float()
+            assert got.shape == ref.shape, (type(layer).__name__, chunks)
+            assert (got - ref).abs().max() <= 0.03 * ref.abs().max(), (type(layer).__name__, chunks)
+            assert torch.equal(state.float(), ref_state.bfloat16().float()), "the memory is the last frame(s)"
+        layer.float()

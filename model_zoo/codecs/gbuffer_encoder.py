@@ -7,11 +7,17 @@ normalized Wan space; the five outputs are concatenated to 80 channels in that o
 
 Each branch has the TAEHV encoder's layer stack (model_zoo/codecs/tiny.py; conv + three
 TPool/stride-2-conv/3xMemBlock stages + conv), with hidden width `hidden` (128 as in the Flash
-release; the public card says "5 branches, hidden dim 128"; the layer stack is our guess). The
-five branches run as ONE grouped op per layer (groups=5), not five Python passes. Weights are
-stored grouped: rows [g*n, (g+1)*n) of every tensor are branch g, so `split_branches` gives five
+release; the public card says "5 branches, hidden dim 128"; the layer stack is our guess). Weights
+are stored grouped: rows [g*n, (g+1)*n) of every tensor are branch g, so `split_branches` gives five
 TAEHV-encoder state dicts (at hidden=64, exactly taew2_1's `encoder.*` shapes) and `join_branches`
 builds this encoder from five of them (e.g. to start distillation from taew2_1's encoder).
+
+Training runs the five branches as ONE grouped op per layer (groups=5, `self.encoder`). Inference
+in bf16/fp16 (`encode`, `GBufferEncoderStream`) runs them as five ungrouped stacks (`branch_stacks`): oneDNN's
+grouped convolutions are the slow path on CPU, and with one frame in flight the grouped channel
+interleave costs more copies than the convolutions; measured in bf16 at 256x256, 1 thread, the
+slim encoder streams at 137 ms per frame as five stacks against 244 ms grouped (1.8x). The two
+forms agree to float rounding (tests/test_codecs_gbuffer_encoder.py).
 
 Input: teacher form, (B, T, 5, H, W, 3) or (T, 5, H, W, 3), either uint8 or float already in
 [-1, 1]; uint8 is mapped by v * 2/255 - 1 (the same [-1, 1] mapping as
@@ -31,7 +37,7 @@ from torch import Tensor, nn
 
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION, latent_frames
-from .tiny import MemBlock, TPool, conv, run_causal
+from .tiny import MemBlock, TinyCodecConfig, TPool, build_encoder, conv, run_causal
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,21 @@ class GBufferEncoder(nn.Module):
         b, t, g, h, w, c = x.shape
         return x.permute(0, 1, 2, 5, 3, 4).reshape(b, t, g * c, h, w).to(p.dtype)
 
+    def branch_stacks(self) -> list[nn.Sequential]:
+        """The five branches as ungrouped TAEHV-encoder stacks (weights copied, same device and dtype)."""
+        cfg = self.config
+        p = next(self.parameters())
+        stacks = []
+        for part in split_branches(self.state_dict(), cfg.branches):
+            stack = build_encoder(TinyCodecConfig(encoder_width=cfg.hidden, latent_channels=cfg.latent_channels,
+                                                  image_channels=cfg.image_channels))
+            stack.load_state_dict({k.removeprefix("encoder."): v for k, v in part.items()}, strict=True)
+            stack = stack.to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
+            if p.dtype in (torch.bfloat16, torch.float16):  # keeps every activation channels-last (tiny.channels_last)
+                stack = stack.to(memory_format=torch.channels_last)
+            stacks.append(stack)
+        return stacks
+
     def encode(self, images: Tensor) -> Tensor:
         """Teacher-form G-buffers of a clip (T frames) -> (B, 80, (T - 1) // 4 + 1, H/8, W/8)."""
         stream = GBufferEncoderStream(self)
@@ -108,14 +129,27 @@ class GBufferEncoderStream:
 
     The first frame gives latent 0 at once; after that every 4th frame gives the next latent.
     Memory is bounded (one frame per MemBlock, < stride frames per TPool, per branch).
+    In bf16/fp16 the stream runs a snapshot of the encoder's weights as five ungrouped stacks (module
+    docstring), taken again if the encoder has since moved to another device or dtype.
     """
 
     def __init__(self, encoder: GBufferEncoder):
         self.encoder = encoder
+        self.stacks = self._stacks()
         self.reset()
 
+    def _stacks(self) -> list[nn.Sequential]:
+        """Five ungrouped stacks in reduced precision (fast); float32 keeps the one grouped stack, whose
+        results do not depend on how many frames share a call (oneDNN's ungrouped float32 convolutions
+        round differently per batch size, and chunked streams must equal whole clips bit for bit)."""
+        p = next(self.encoder.parameters())
+        self.made_for = (p.device, p.dtype)
+        if p.dtype in (torch.bfloat16, torch.float16):
+            return self.encoder.branch_stacks()
+        return [self.encoder.encoder]
+
     def reset(self) -> None:
-        self.state: dict[int, Tensor | None] = {}
+        self.states: list[dict[int, Tensor | None]] = [{} for _ in self.stacks]
         self.started = False
 
     @torch.no_grad()
@@ -125,14 +159,23 @@ class GBufferEncoderStream:
         x = self.encoder.to_input(images)
         if x.shape[1] == 0:
             return None
+        if self.made_for != (x.device, x.dtype):  # the encoder moved since the stacks were made
+            if self.started:
+                raise AlayaError("G-buffer encoder stream: the encoder changed device or dtype mid-stream; reset() first")
+            self.stacks = self._stacks()
+            self.reset()
         if not self.started:  # Wan alignment: frame 0 alone makes latent 0
             x = torch.cat([x[:, :1].expand(-1, TIME_COMPRESSION - 1, -1, -1, -1), x], 1)
             self.started = True
-        z = run_causal(self.encoder.encoder, x, self.state)
+        c = x.shape[2] // len(self.stacks)
+        z = torch.cat([run_causal(stack, x[:, :, g * c:(g + 1) * c], state)
+                       for g, (stack, state) in enumerate(zip(self.stacks, self.states))], 2)
         return z.permute(0, 2, 1, 3, 4) if z.shape[1] else None
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {str(i): tuple(t.shape) for i, t in self.state.items() if t is not None}
+        """'branch.layer' -> shape of that layer's memory."""
+        return {f"{g}.{i}": tuple(t.shape) for g, state in enumerate(self.states) for i, t in state.items()
+                if t is not None}
 
 
 def split_branches(state: dict[str, Tensor], branches: int = 5) -> list[dict[str, Tensor]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import AlayaError
@@ -55,6 +56,20 @@ def channels_last(x: Tensor) -> Tensor:
     bf16 convolutions measured ~7x slower than channels-last here). float32 stays NCHW, whose
     results do not depend on how many frames share a call (chunked == whole clip, bit for bit)."""
     return x.contiguous(memory_format=torch.channels_last) if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
+def reduced_inference(x: Tensor) -> bool:
+    """bf16/fp16 without autograd: activations stay channels-last and layers may reorder sums (float32
+    keeps one order, so chunked streams equal whole clips bit for bit; training keeps autograd-safe ops)."""
+    return x.dtype in (torch.bfloat16, torch.float16) and not x.requires_grad
+
+
+def cat_channels_last(tensors: list[Tensor], dim: int) -> Tensor:
+    """torch.cat of 4-D tensors into a channels-last result (cat infers NCHW from one-frame inputs)."""
+    shape = list(tensors[0].shape)
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    out = torch.empty(shape, dtype=tensors[0].dtype, device=tensors[0].device, memory_format=torch.channels_last)
+    return torch.cat(tensors, dim, out=out)
 
 
 def conv(n_in: int, n_out: int, **kwargs) -> nn.Conv2d:
@@ -91,7 +106,7 @@ class MemBlock(nn.Module):
     def join(self, x: Tensor, past: Tensor) -> Tensor:
         """(M, G*C, H, W) x2 -> (M, G*2C, H, W), the input of conv1: [x_g, past_g] per group g."""
         if self.groups == 1:
-            return torch.cat([x, past], 1)
+            return cat_channels_last([x, past], 1) if reduced_inference(x) else torch.cat([x, past], 1)
         return torch.cat([x.unflatten(1, (self.groups, -1)), past.unflatten(1, (self.groups, -1))], 2).flatten(1, 2)
 
     def forward(self, x: Tensor, past: Tensor) -> Tensor:
@@ -101,9 +116,12 @@ class MemBlock(nn.Module):
         """x (N, T, C, H, W) -> (y, state); state is the last input frame (N, 1, C, H, W)."""
         n, t = x.shape[:2]
         past = torch.zeros_like(x[:, :1]) if state is None else state
-        past = torch.cat([past, x[:, :-1]], 1)
+        if t > 1 and n == 1 and reduced_inference(x):
+            past = cat_channels_last([past[0], x[0, :-1]], 0).unsqueeze(0)
+        elif t > 1:  # (one frame, the stream's usual call, needs no cat)
+            past = torch.cat([past, x[:, :-1]], 1)
         y = self(channels_last(x.flatten(0, 1)), channels_last(past.flatten(0, 1))).unflatten(0, (n, t))
-        return y, x[:, -1:].clone()  # clone: a view would keep the whole chunk alive
+        return y, x if t == 1 else x[:, -1:].clone()  # clone: a view would keep the whole chunk alive
 
 
 class TPool(nn.Module):
@@ -126,6 +144,8 @@ class TPool(nn.Module):
 
     def forward_seq(self, x: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """x (N, T, C, H, W) -> (y (N, T_out, C, H, W), pending frames (< stride of them) or None)."""
+        if x.shape[0] == 1 and reduced_inference(x):
+            return self._by_frame(x, state)
         if state is not None:
             x = torch.cat([state, x], 1)
         n, t = x.shape[:2]
@@ -137,6 +157,29 @@ class TPool(nn.Module):
             return x[:, :0], pending
         y = self.conv(channels_last(self.fold(x[:, :usable])))
         return y.unflatten(0, (n, usable // self.stride)), pending
+
+    def _by_frame(self, x: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """One stream in reduced precision, frame by frame: the 1x1 conv over `stride` folded frames is
+        the sum of one 1x1 conv per frame (weight columns [k*C, (k+1)*C) per group read frame k), so
+        no frames are concatenated and folded; at full resolution those copies cost more than the conv
+        (G-buffer encoder, bf16). The frames are views of x (channels-last), not copies."""
+        frames = ([] if state is None else list(state.unbind(1))) + list(x.unbind(1))
+        usable = len(frames) - len(frames) % self.stride
+        c = x.shape[2] // self.groups
+        w = self.conv.weight
+        outs = []
+        for j in range(0, usable, self.stride):
+            y = None
+            for k in range(self.stride):
+                part = F.conv2d(channels_last(frames[j + k]), w[:, k * c:(k + 1) * c], groups=self.groups)
+                y = part if y is None else y.add_(part)
+            outs.append(y)
+        left = frames[usable:]
+        # pending frames: x itself when it is the one frame left, else a copy (a view would keep x alive)
+        pending = None if not left else x if len(left) == x.shape[1] == 1 else torch.stack(left, 1)
+        if not outs:
+            return x[:, :0], pending
+        return cat_channels_last(outs, 0).unsqueeze(0), pending
 
 
 class TGrow(nn.Module):
