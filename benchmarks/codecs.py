@@ -57,8 +57,7 @@ def timed(fn, repeats: int, warmup: bool = True) -> float:
 
 def speed(args) -> None:
     from alaya_flash.model_zoo import registry
-    from alaya_flash.model_zoo.codecs.gbuffer_encoder import split_branches
-    from alaya_flash.model_zoo.codecs.tiny import TinyCodecConfig, build_encoder, run_causal
+    from alaya_flash.model_zoo.codecs.tiny import run_causal
 
     torch.manual_seed(0)
     rows = []
@@ -81,25 +80,19 @@ def speed(args) -> None:
                 t = {
                     "tiny decode": (n_dec, timed(lambda: tiny.decode(z_tiny), args.repeats)),
                     "tiny encode": (frames.shape[1], timed(lambda: tiny.encode(frames), args.repeats)),
-                    "G-buffer encoder (grouped)": (n_dec, timed(lambda: genc.encode(gbuf), args.repeats)),
+                    "G-buffer encoder": (n_dec, timed(lambda: genc.encode(gbuf), args.repeats)),
                 }
                 if not args.no_vae:
                     t["Wan VAE decode"] = (n_vae, timed(lambda: vae.decode(z_vae), 1, False))
                     t["Wan VAE encode"] = (n_vae, timed(lambda: vae.encode(video), 1, False))
-                if args.serial_branches:  # the same five branches, one TAEHV encoder after another
-                    encs = []
-                    for sd in split_branches(genc.state_dict()):
-                        holder = torch.nn.Module()
-                        holder.encoder = build_encoder(TinyCodecConfig(encoder_width=genc.config.hidden)).to(dt)
-                        holder.load_state_dict(sd)
-                        encs.append(holder.encoder)
-                    x = genc.to_input(gbuf).unflatten(2, (5, 3))
-                    x = torch.cat([x[:, :1]] * 3 + [x], 1)  # the Wan alignment the grouped encoder uses
+                if args.grouped_branches:  # the training form: one grouped stack for all five branches
+                    x = genc.to_input(gbuf)
+                    x = torch.cat([x[:, :1]] * 3 + [x], 1)  # the Wan alignment encode() uses
 
-                    def serial():
-                        return [run_causal(enc, x[:, :, g], {}) for g, enc in enumerate(encs)]
+                    def grouped():
+                        return run_causal(genc.encoder, x, {})
 
-                    t["G-buffer encoder (5 serial)"] = (n_dec, timed(serial, args.repeats))
+                    t["G-buffer encoder (grouped)"] = (n_dec, timed(grouped, args.repeats))
             fps = {k: n / s for k, (n, s) in t.items()}
             rows.append((size, dname, fps))
             print(f"{size} {dname}: " + ", ".join(f"{k} {v:.2f} fps" for k, v in fps.items()), file=sys.stderr)
@@ -194,7 +187,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per tiny-codec figure (the VAE: 1, no warm-up)")
     p.add_argument("--vae-latents", type=int, default=1, help="latent frames of the full VAE's clip")
     p.add_argument("--no-vae", action="store_true", help="skip the full VAE")
-    p.add_argument("--serial-branches", action="store_true", help="also time the 5 G-buffer branches run serially")
+    p.add_argument("--grouped-branches", action="store_true",
+                   help="also time the G-buffer encoder's grouped training form (encode() runs five stacks in bf16/fp16)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     m = sub.add_parser("memory", help="RSS over a long stream (tiny decoder + G-buffer encoder)")
     m.add_argument("--frames", type=int, default=10_000, help="pixel frames to stream")
