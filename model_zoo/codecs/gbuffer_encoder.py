@@ -15,9 +15,10 @@ builds this encoder from five of them (e.g. to start distillation from taew2_1's
 Training runs the five branches as ONE grouped op per layer (groups=5, `self.encoder`). Inference
 in bf16/fp16 (`encode`, `GBufferEncoderStream`) runs them as five ungrouped stacks (`branch_stacks`): oneDNN's
 grouped convolutions are the slow path on CPU, and with one frame in flight the grouped channel
-interleave costs more copies than the convolutions; measured in bf16 at 256x256, 1 thread, the
-slim encoder streams at 137 ms per frame as five stacks against 244 ms grouped (1.8x). The two
-forms agree to float rounding (tests/test_codecs_gbuffer_encoder.py).
+interleave costs more copies than the convolutions. Measured in bf16 at 256x256, 1 thread, five
+stacks alone took the slim encoder from 244 to 137 ms per frame; with tiny.py's copy-free TPool and
+MemBlock paths, 67 ms (docs/codecs.md, performance notes). The two forms agree to float rounding
+(tests/test_codecs_gbuffer_encoder.py).
 
 Input: teacher form, (B, T, 5, H, W, 3) or (T, 5, H, W, 3), either uint8 or float already in
 [-1, 1]; uint8 is mapped by v * 2/255 - 1 (the same [-1, 1] mapping as
@@ -37,7 +38,7 @@ from torch import Tensor, nn
 
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION, latent_frames
-from .tiny import MemBlock, TinyCodecConfig, TPool, build_encoder, conv, run_causal
+from .tiny import REDUCED_PRECISION, MemBlock, TinyCodecConfig, TPool, build_encoder, conv, run_causal
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class GBufferEncoder(nn.Module):
                                                   image_channels=cfg.image_channels))
             stack.load_state_dict({k.removeprefix("encoder."): v for k, v in part.items()}, strict=True)
             stack = stack.to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
-            if p.dtype in (torch.bfloat16, torch.float16):  # keeps every activation channels-last (tiny.channels_last)
+            if p.dtype in REDUCED_PRECISION:  # keeps every activation channels-last (tiny.channels_last)
                 stack = stack.to(memory_format=torch.channels_last)
             stacks.append(stack)
         return stacks
@@ -135,18 +136,17 @@ class GBufferEncoderStream:
 
     def __init__(self, encoder: GBufferEncoder):
         self.encoder = encoder
-        self.stacks = self._stacks()
+        self._make_stacks()
         self.reset()
 
-    def _stacks(self) -> list[nn.Sequential]:
+    def _make_stacks(self) -> None:
         """Five ungrouped stacks in reduced precision (fast); float32 keeps the one grouped stack, whose
         results do not depend on how many frames share a call (oneDNN's ungrouped float32 convolutions
-        round differently per batch size, and chunked streams must equal whole clips bit for bit)."""
+        round differently per batch size, and chunked streams must equal whole clips bit for bit).
+        `made_for` records the encoder's (device, dtype) they were made for."""
         p = next(self.encoder.parameters())
         self.made_for = (p.device, p.dtype)
-        if p.dtype in (torch.bfloat16, torch.float16):
-            return self.encoder.branch_stacks()
-        return [self.encoder.encoder]
+        self.stacks = self.encoder.branch_stacks() if p.dtype in REDUCED_PRECISION else [self.encoder.encoder]
 
     def reset(self) -> None:
         self.states: list[dict[int, Tensor | None]] = [{} for _ in self.stacks]
@@ -162,7 +162,7 @@ class GBufferEncoderStream:
         if self.made_for != (x.device, x.dtype):  # the encoder moved since the stacks were made
             if self.started:
                 raise AlayaError("G-buffer encoder stream: the encoder changed device or dtype mid-stream; reset() first")
-            self.stacks = self._stacks()
+            self._make_stacks()
             self.reset()
         if not self.started:  # Wan alignment: frame 0 alone makes latent 0
             x = torch.cat([x[:, :1].expand(-1, TIME_COMPRESSION - 1, -1, -1, -1), x], 1)

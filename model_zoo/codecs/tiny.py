@@ -51,17 +51,20 @@ CONFIGS: dict[str, TinyCodecConfig] = {
 }
 
 
+REDUCED_PRECISION = (torch.bfloat16, torch.float16)  # dtypes that run channels-last (and may reorder sums)
+
+
 def channels_last(x: Tensor) -> Tensor:
     """(M, C, H, W) in channels-last memory when reduced-precision: the fast oneDNN path on CPU (NCHW
     bf16 convolutions measured ~7x slower than channels-last here). float32 stays NCHW, whose
     results do not depend on how many frames share a call (chunked == whole clip, bit for bit)."""
-    return x.contiguous(memory_format=torch.channels_last) if x.dtype in (torch.bfloat16, torch.float16) else x
+    return x.contiguous(memory_format=torch.channels_last) if x.dtype in REDUCED_PRECISION else x
 
 
 def reduced_inference(x: Tensor) -> bool:
     """bf16/fp16 without autograd: activations stay channels-last and layers may reorder sums (float32
     keeps one order, so chunked streams equal whole clips bit for bit; training keeps autograd-safe ops)."""
-    return x.dtype in (torch.bfloat16, torch.float16) and not x.requires_grad
+    return x.dtype in REDUCED_PRECISION and not x.requires_grad
 
 
 def cat_channels_last(tensors: list[Tensor], dim: int) -> Tensor:

@@ -5,12 +5,12 @@ streaming/world/shading.py has 8 training wordings (its caption and TRAIN_PARAPH
 held-out ones (HELDOUT_PARAPHRASES), never seen in training: they measure whether the text
 encoder (MiniLM sentence embeddings) carries meaning rather than memorised strings.
 
-The default model's first two builds trained on the caption and the first two paraphrases only;
-the recipe's teacher still spends its first 3,600 steps on those 3 (teacher config
-`train_wordings`). With 3 points per preset the DiT's text projection fitted those points and the
-held-out paraphrases landed between presets (62.5% of that teacher's held-out renders nearest to
-the prompted preset; 81% after 2,000 more steps on all 8): more wordings cover more of each
-preset's region of the embedding space.
+The default model's first two builds trained on the caption and the first two paraphrases only
+(teacher config `train_wordings` still selects the first N; the recipe now uses all 8). With 3
+points per preset the DiT's text projection fitted those points and the held-out paraphrases
+landed between presets (62.5% of the third build's teacher's held-out renders nearest to the
+prompted preset after 3,600 steps on 3; 81% after 2,000 more steps on all 8): more wordings cover
+more of each preset's region of the embedding space.
 """
 from __future__ import annotations
 
