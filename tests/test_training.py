@@ -30,7 +30,8 @@ def runs(tmp_path_factory):
                   "objects": 3, "presets": ["bright_sunny", "moonlit_night"]}),
         ("vae", {**base, "out": d("vae"), "data": d("data"), "steps": 3, "base_dim": 4, "frames": 5, "crop": 16,
                  "motion_weight": 1.0, "chroma_weight": 1.0}),
-        ("codecs", {**base, "out": d("codecs"), "data": d("data"), "vae_run": d("vae"), "steps": 2, "frames": 5, "crop": 16}),
+        ("codecs", {**base, "out": d("codecs"), "data": d("data"), "vae_run": d("vae"), "steps": 2, "frames": 5, "crop": 16,
+                    "motion_weight": 1.0, "boundary_weight": 2.0}),
         ("teacher", {**base, **TINY_DIT, "out": d("teacher"), "data": d("data"), "vae_run": d("vae"),
                      "cond_encoder": "vae", "frames": 9, "steps": 3}),
         ("student-ode", {**base, "out": d("ode"), "teacher_run": d("teacher"), "codecs_run": d("codecs"), "pairs": 2,
@@ -307,6 +308,21 @@ def test_motion_loss_prices_held_frames_not_a_constant_offset():
         motion_loss(held, target, dim=1).item())
 
 
+def test_boundary_motion_loss_prices_only_the_changes_into_each_latent():
+    from alaya_flash.model_zoo.training.codecs import boundary_motion_loss
+
+    g = torch.Generator().manual_seed(0)
+    target = torch.rand(2, 9, 3, 4, 4, generator=g)  # (B, T, C, H, W): latents 0 | 1-4 | 5-8
+    inside = target.clone()
+    inside[:, 2:4] += 0.3  # frames inside latent 1 moved: the changes into frames 1 and 5 are untouched
+    assert boundary_motion_loss(inside, target, dim=1).item() < 1e-6
+    jump = target.clone()
+    jump[:, 5:] += 0.3  # latent 2 starts off from where latent 1 ended
+    assert boundary_motion_loss(jump, target, dim=1).item() == pytest.approx(0.15, abs=1e-6)  # 1 of 2 changes
+    assert boundary_motion_loss(jump.transpose(1, 2), target.transpose(1, 2), dim=2).item() == pytest.approx(
+        boundary_motion_loss(jump, target, dim=1).item())
+
+
 def test_chroma_loss_prices_hue_not_brightness():
     from alaya_flash.model_zoo.training.codecs import chroma_loss
 
@@ -324,6 +340,12 @@ def test_negative_motion_weight_is_refused(stage, tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "motion_weight": -1})
     assert main(["--quiet", "train", stage, "--config", cfg]) != 0
     assert f"{stage} stage: motion_weight -1.0" in capsys.readouterr().err
+
+
+def test_negative_boundary_weight_is_refused(tmp_path, capsys):
+    cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "boundary_weight": -2})
+    assert main(["--quiet", "train", "codecs", "--config", cfg]) != 0
+    assert "codecs stage: motion_weight 0.0 and boundary_weight -2.0 must be >= 0" in capsys.readouterr().err
 
 
 def test_negative_chroma_weight_is_refused(tmp_path, capsys):
