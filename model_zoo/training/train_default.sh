@@ -23,9 +23,13 @@ $AF --quiet train teacher --config $C/teacher.json --set steps=0 --set threads=2
 # the codecs first learn from crops of those cached 9-frame latents (no VAE pass per step), then resume
 # on 17- and 25-frame crops encoded by the VAE as one stream: they run as streams over whole clips at
 # render time, and trained on 9 frames only their latents past the third drifted (G-buffer latent error 2.2)
-( $AF --quiet train codecs --config $C/codecs.json --set steps=2000 --set decay_steps=0 --set frames=9 --set crop=64 \
+# a last phase prices the change into each latent's first frame (boundary_weight): the decoder continues
+# from the frame it last gave back instead of jumping at every latent (cross-latent ratio 2.11 -> 0.84)
+P="--set lr=0.001 --set boundary_weight=0"
+( $AF --quiet train codecs --config $C/codecs.json $P --set steps=2000 --set decay_steps=0 --set frames=9 --set crop=64 \
     --set latents=runs/teacher/latents-train.safetensors &&
-  $AF --quiet train codecs --config $C/codecs.json --set steps=2600 --set frames=17 &&
+  $AF --quiet train codecs --config $C/codecs.json $P --set steps=2600 --set frames=17 &&
+  $AF --quiet train codecs --config $C/codecs.json $P --set steps=4200 &&
   $AF --quiet train codecs --config $C/codecs.json ) &
 CODECS=$!
 # all 8 wordings per preset (prompts.py) from the first step: trained on 3, the third build's teacher
