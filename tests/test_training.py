@@ -473,3 +473,37 @@ def test_trajectories_of_an_earlier_teacher_are_made_again(runs, tmp_path):
     again = make_trajectories(cfg, load_dit(cfg.teacher_run), data, log)["states"]
     assert json.loads(read_metadata(path)["recipe"])["teacher_step"] == 5
     assert not torch.equal(again, first)
+
+
+def test_train_default_script_runs_valid_configs_in_increasing_phases():
+    """Every `train` call of the recipe script loads (its --set keys exist, with the right types, and
+    pass validation), and a stage's phases raise `steps` each time: a phase that does not would
+    resume, find its checkpoint already there, and silently train nothing."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from alaya_flash.model_zoo.training import stage
+    from alaya_flash.streaming.commands.train import parse_overrides
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "model_zoo/training/train_default.sh").read_text().replace("\\\n", " ")
+    variables = dict(re.findall(r'^(\w+)="([^"]*)"$', script, flags=re.M))
+    calls = re.findall(r"\$AF --quiet train (\S+) (--config \$C/\S+(?: --set \S+| \$\w+)*)", script)
+    assert len(calls) >= 10  # data, 4 vae phases, cache, 4 codecs phases, teacher, students, exports
+    steps: dict[str, list[int]] = {}
+    for name, args in calls:
+        args = re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), m.group(0)), args)
+        words = shlex.split(args.replace("$C/", str(root / "model_zoo/training/configs") + "/"))
+        config, overrides = words[1], {}
+        for key, value in zip(words[2::2], words[3::2]):
+            assert key == "--set", args
+            overrides.update(parse_overrides([value]))
+        cls, _ = stage(name)
+        cfg = common.load_config(config, cls, overrides)
+        if hasattr(cfg, "steps") and name != "export":
+            steps.setdefault(f"{name}:{cfg.out}", []).append(cfg.steps)
+    for run, phases in steps.items():
+        assert phases == sorted(set(phases)), f"{run}: phases' steps {phases} do not increase"
+    assert steps["codecs:runs/codecs"] == [2000, 2600, 4200, 4800]
+    assert steps["vae:runs/vae"] == [2800, 3600, 8000, 16000]
