@@ -33,9 +33,10 @@ def runs(tmp_path_factory):
         ("codecs", {**base, "out": d("codecs"), "data": d("data"), "vae_run": d("vae"), "steps": 2, "frames": 5, "crop": 16,
                     "motion_weight": 1.0, "boundary_weight": 2.0}),
         ("teacher", {**base, **TINY_DIT, "out": d("teacher"), "data": d("data"), "vae_run": d("vae"),
-                     "cond_encoder": "vae", "frames": 9, "steps": 3}),
+                     "cond_encoder": "vae", "frames": 9, "steps": 3, "text_noise": 0.5}),
         ("student-ode", {**base, "out": d("ode"), "teacher_run": d("teacher"), "codecs_run": d("codecs"), "pairs": 2,
-                         "ode_steps": 4, "chunk_frames": 1, "steps": 2, "data_weight": 1.0}),
+                         "ode_steps": 4, "chunk_frames": 1, "steps": 2, "data_weight": 1.0, "clean_context": 0.5,
+                         "text_noise": 0.5}),
         ("student-dmd", {**base, "out": d("dmd"), "teacher_run": d("teacher"), "student_run": d("ode"),
                          "codecs_run": d("codecs"), "chunk_frames": 1, "gen_every": 2, "steps": 3}),
         ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
@@ -371,6 +372,12 @@ def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     cfg = write(tmp_path / "bad3.json", {"data_weight": -1.0})
     assert main(["train", "student-ode", "--config", cfg]) == 2
     assert "data_weight -1.0 must be >= 0" in capsys.readouterr().err
+    cfg = write(tmp_path / "bad5.json", {"text_noise": -0.5})
+    assert main(["train", "teacher", "--config", cfg]) == 2
+    assert "teacher stage: text_noise -0.5 must be >= 0" in capsys.readouterr().err
+    cfg = write(tmp_path / "bad4.json", {"clean_context": 1.5})
+    assert main(["train", "student-ode", "--config", cfg]) == 2
+    assert "clean_context 1.5 must be in [0, 1]" in capsys.readouterr().err
 
 
 def test_training_rollout_equals_the_inference_session(monkeypatch):
@@ -405,6 +412,45 @@ def test_dmd_gradient_is_the_score_difference():
     g = torch.randn(2, 3, 4)
     (0.5 * F.mse_loss(x.double(), (x.double() - g.double()).detach())).backward()
     torch.testing.assert_close(x.grad, (g / x.numel()).float())
+
+
+def test_text_noise_moves_kept_prompts_to_a_shell_and_leaves_dropped_ones(runs):
+    """perturb_prompts keeps unit norm and moves a prompt by about `noise` (cosine 1/sqrt(1 + noise^2));
+    LatentSet.sample perturbs the kept prompts only: a dropped one stays the exact CFG negative."""
+    from alaya_flash.model_zoo.training.latent_data import LatentSet, perturb_prompts
+
+    g = torch.Generator().manual_seed(0)
+    e = torch.nn.functional.normalize(torch.randn(2000, 1, 384), dim=-1)
+    moved = perturb_prompts(e, 0.7, g)
+    assert torch.allclose(moved.norm(dim=-1), torch.ones(2000, 1), atol=1e-5)
+    cos = (moved * e).sum(-1)
+    assert abs(cos.mean().item() - 1 / (1 + 0.7 ** 2) ** 0.5) < 0.01 and cos.std() < 0.03
+    data = LatentSet(runs / "teacher" / "latents-train.safetensors")
+    _, _, prompt, (_, pi) = data.sample(torch.Generator().manual_seed(3), 64, prompt_dropout=0.5, text_noise=0.7)
+    dropped = (prompt == data.negative).all(-1).squeeze(1)
+    assert 10 < dropped.sum() < 54
+    kept = [data.embedding(int(q), "train", w) for q in pi[~dropped] for w in range(data.wordings("train"))]
+    assert not any(torch.equal(p, k) for p in prompt[~dropped] for k in kept)
+    _, _, plain, _ = data.sample(torch.Generator().manual_seed(3), 64, prompt_dropout=0.5)
+    assert torch.equal(plain[dropped], prompt[dropped]) and torch.equal((plain == data.negative).all(-1).squeeze(1), dropped)
+
+
+def test_clean_context_makes_a_clean_prefix_and_keeps_the_last_chunk_noisy():
+    """chunk_knots: with clean_context 0 no chunk is clean; with 1 every sample has a clean prefix of
+    1 .. chunks-1 whole chunks (the KV cache's view of the past) followed only by noisy chunks."""
+    from alaya_flash.model_zoo.training.student import chunk_knots
+
+    g = torch.Generator().manual_seed(0)
+    assert not (chunk_knots(g, 64, 6, 2, 4, 0.0) == 4).any()
+    pick = chunk_knots(g, 256, 7, 2, 4, 1.0)  # 4 chunks, the last one a single frame
+    assert pick.shape == (256, 7)
+    clean = pick == 4
+    lengths = clean.sum(1)
+    assert torch.equal(clean, torch.arange(7)[None] < lengths[:, None])  # a prefix ...
+    assert set(lengths.tolist()) == {2, 4, 6}  # ... of whole chunks, 1 to 3 of the 4
+    assert torch.equal(pick[:, 0:6:2], pick[:, 1:6:2])  # one knot per chunk
+    share = (chunk_knots(g, 4000, 3, 1, 4, 0.25) == 4).any(1).float().mean()
+    assert 0.2 < share < 0.3
 
 
 def test_teacher_trajectory_keeps_the_student_sigmas(monkeypatch):

@@ -29,7 +29,7 @@ from .. import dit
 from ..errors import AlayaError
 from ...streaming import sampler
 from .common import StageConfig, autocast, step_generator, train_loop
-from .latent_data import LatentSet
+from .latent_data import LatentSet, perturb_prompts
 from .teacher import flow_loss, load_dit
 
 
@@ -45,10 +45,16 @@ class ODEStageConfig(StageConfig):
     lr: float = 5e-5
     rope_offset_max: int = 8
     data_weight: float = 0.0  # weight of the ground-truth term (see run_ode); 0 = pure ODE regression
+    clean_context: float = 0.0  # share of samples whose first chunks are clean context (see run_ode)
+    text_noise: float = 0.0  # prompt embedding noise in both terms (latent_data.perturb_prompts)
 
     def validate(self):
         if self.data_weight < 0:
             raise AlayaError(f"student-ode: data_weight {self.data_weight} must be >= 0")
+        if self.text_noise < 0:
+            raise AlayaError(f"student-ode: text_noise {self.text_noise} must be >= 0")
+        if not 0 <= self.clean_context <= 1:
+            raise AlayaError(f"student-ode: clean_context {self.clean_context} must be in [0, 1]")
         if self.ode_steps % len(sampler.FEW_STEP_NOMINAL):
             raise AlayaError(f"student-ode: ode_steps {self.ode_steps} must be a multiple of {len(sampler.FEW_STEP_NOMINAL)}")
 
@@ -170,6 +176,19 @@ def student_cond(cfg: ODEStageConfig | DMDStageConfig, data: LatentSet, log) -> 
     return cond
 
 
+def chunk_knots(g: torch.Generator, b: int, t: int, chunk_frames: int, clean: int, clean_context: float) -> torch.Tensor:
+    """(B, T) knot indices: one random student step (0 .. clean - 1) per chunk of chunk_frames latent
+    frames; in a clean_context share of the samples the chunks before a random one are clean (index
+    `clean`), the last chunk never."""
+    chunks = -(-t // chunk_frames)
+    pick = torch.randint(clean, (b, chunks), generator=g)
+    if clean_context and chunks > 1:
+        cut = torch.randint(1, chunks, (b, 1), generator=g)
+        prefix = (torch.rand(b, 1, generator=g) < clean_context) & (torch.arange(chunks)[None] < cut)
+        pick = pick.masked_fill(prefix, clean)
+    return pick.repeat_interleave(chunk_frames, 1)[:, :t]
+
+
 def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
     """ODE regression on teacher trajectories, plus (data_weight > 0) the same few-step regression on
     the data: ground-truth latents noised to the student's sigmas, x0 against the clean latents.
@@ -178,6 +197,11 @@ def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
     pure ODE regression; the physics world's frames are a near-deterministic function of the
     G-buffers and the preset, so the student can learn them from the data directly. The teacher's
     trajectories keep it on the teacher's few-step paths (and the DMD stage after it).
+
+    In one block-causal pass every chunk sits at its own random sigma, so a chunk learns to attend
+    to noisy past chunks, while at inference the KV cache holds the past at t = 0 (the clean pass).
+    With clean_context > 0 that share of samples has a random number of leading chunks replaced by
+    their clean endpoint at sigma 0, the cache's view; the loss counts only the noisy chunks.
     """
     data = _data(cfg.teacher_run)
     scond = student_cond(cfg, data, log)
@@ -186,39 +210,39 @@ def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
     student = copy.deepcopy(teacher).requires_grad_(True)
     del teacher
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
-    knots = torch.tensor(student_sigmas())
+    knots = torch.tensor(student_sigmas() + [0.0])  # the student's steps, then the clean endpoint (index k_noisy)
     states = traj["states"]
     k_noisy = states.shape[1] - 1
 
-    def chunk_sigmas(g: torch.Generator, b: int, t: int) -> torch.Tensor:
-        """(B, T) knot indices: one random student step per chunk of chunk_frames latent frames."""
-        chunks = -(-t // cfg.chunk_frames)
-        return torch.randint(k_noisy, (b, chunks), generator=g).repeat_interleave(cfg.chunk_frames, 1)[:, :t]
-
     def x0_loss(x: torch.Tensor, sigma: torch.Tensor, cond: torch.Tensor, prompt: torch.Tensor, target: torch.Tensor,
                 offset: int) -> torch.Tensor:
-        """One block-causal pass: x (B, C, T, h, w) at per-frame sigma (B, T) -> MSE of its x0 against target."""
+        """One block-causal pass: x (B, C, T, h, w) at per-frame sigma (B, T) -> MSE of its x0 against
+        target over the noisy frames (a clean frame is its own x0: nothing to learn there)."""
         with autocast():
             v = student(torch.cat([x, cond], 1), 1000 * sigma, prompt, chunk_frames=cfg.chunk_frames,
                         start_frame=offset).float()
-        return F.mse_loss(x - sigma[:, None, :, None, None] * v, target)
+        err = (x - sigma[:, None, :, None, None] * v - target).pow(2).mean(dim=(1, 3, 4))  # (B, T)
+        noisy = (sigma > 0).float()
+        return (err * noisy).sum() / noisy.sum()
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
         idx = torch.randint(states.shape[0], (cfg.batch,), generator=g)
         s = states[idx]  # (B, K+1, C, T, h, w)
         b, _, c, t = s.shape[:4]
-        pick = chunk_sigmas(g, b, t)
+        pick = chunk_knots(g, b, t, cfg.chunk_frames, k_noisy, cfg.clean_context)
         x = s[torch.arange(b)[:, None], pick, :, torch.arange(t)[None, :]].permute(0, 2, 1, 3, 4)  # (B, C, T, h, w)
         cond = scond[traj["window"][idx]]
         prompt = torch.stack([data.embedding(int(q), "train", int(w)) for q, w in zip(traj["preset"][idx], traj["wording"][idx])])
+        if cfg.text_noise:
+            prompt = perturb_prompts(prompt, cfg.text_noise, g)
         offset = int(torch.randint(cfg.rope_offset_max + 1, (1,), generator=g))
         ode = x0_loss(x, knots[pick], cond, prompt, s[:, -1], offset)
         out = {"ode": ode.item()}
         loss = ode
         if cfg.data_weight:
-            x0, _, prompt, (wi, _) = data.sample(g, cfg.batch)
-            sigma = knots[chunk_sigmas(g, x0.shape[0], x0.shape[2])]
+            x0, _, prompt, (wi, _) = data.sample(g, cfg.batch, text_noise=cfg.text_noise)
+            sigma = knots[chunk_knots(g, x0.shape[0], x0.shape[2], cfg.chunk_frames, k_noisy, cfg.clean_context)]
             noisy = sampler.add_noise(x0, torch.randn(x0.shape, generator=g), sigma[:, None, :, None, None])
             real = x0_loss(noisy, sigma, scond[wi], prompt, x0, offset)
             loss = loss + cfg.data_weight * real

@@ -43,6 +43,7 @@ class TeacherStageConfig(StageConfig):
     max_windows: int = 0  # encode at most this many training windows (0 = all)
     size: int = 0  # train on frames resized to size x size (0 = the dataset's size)
     train_wordings: int = 0  # prompts from the first N training wordings of each preset (0 = all; see prompts.py)
+    text_noise: float = 0.0  # prompt embedding noise (latent_data.perturb_prompts)
 
     def validate(self):
         if (self.frames - 1) % TIME_COMPRESSION:
@@ -53,6 +54,8 @@ class TeacherStageConfig(StageConfig):
             raise AlayaError(f"teacher stage: cond_encoder {self.cond_encoder!r} is not 'distilled' or 'vae'")
         if self.train_wordings < 0:
             raise AlayaError(f"teacher stage: train_wordings {self.train_wordings} must be >= 0 (0 = all)")
+        if self.text_noise < 0:
+            raise AlayaError(f"teacher stage: text_noise {self.text_noise} must be >= 0")
 
 
 def dit_config(cfg: TeacherStageConfig) -> dit.DiTConfig:
@@ -97,7 +100,7 @@ def run_teacher(cfg: TeacherStageConfig, log, progress=None) -> int:
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        x0, cond, prompt, _ = data.sample(g, cfg.batch, cfg.prompt_dropout, cfg.train_wordings)
+        x0, cond, prompt, _ = data.sample(g, cfg.batch, cfg.prompt_dropout, cfg.train_wordings, cfg.text_noise)
         offset = int(torch.randint(cfg.rope_offset_max + 1, (1,), generator=g))
         loss = flow_loss(model, x0, cond, prompt, g, cfg.shift, start_frame=offset)
         opt.zero_grad(set_to_none=True)
