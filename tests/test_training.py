@@ -375,6 +375,9 @@ def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     cfg = write(tmp_path / "bad5.json", {"text_noise": -0.5})
     assert main(["train", "teacher", "--config", cfg]) == 2
     assert "teacher stage: text_noise -0.5 must be >= 0" in capsys.readouterr().err
+    cfg = write(tmp_path / "bad6.json", {"text_noise": -0.5})
+    assert main(["train", "student-ode", "--config", cfg]) == 2
+    assert "student-ode: text_noise -0.5 must be >= 0" in capsys.readouterr().err
     cfg = write(tmp_path / "bad4.json", {"clean_context": 1.5})
     assert main(["train", "student-ode", "--config", cfg]) == 2
     assert "clean_context 1.5 must be in [0, 1]" in capsys.readouterr().err
