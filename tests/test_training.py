@@ -39,6 +39,8 @@ def runs(tmp_path_factory):
                          "text_noise": 0.5}),
         ("student-dmd", {**base, "out": d("dmd"), "teacher_run": d("teacher"), "student_run": d("ode"),
                          "codecs_run": d("codecs"), "chunk_frames": 1, "gen_every": 2, "steps": 3}),
+        ("student-rollout", {**base, "out": d("rollout"), "student_run": d("ode"), "data": d("data"), "vae_run": d("vae"),
+                             "codecs_run": d("codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "steps": 2}),
         ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
                     "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9,
                     "teacher_cfg": 3.0}),
@@ -49,7 +51,7 @@ def runs(tmp_path_factory):
 
 
 def test_every_stage_writes_checkpoints_and_logs(runs):
-    for name, steps in (("vae", 3), ("codecs", 2), ("teacher", 3), ("ode", 2), ("dmd", 3)):
+    for name, steps in (("vae", 3), ("codecs", 2), ("teacher", 3), ("ode", 2), ("dmd", 3), ("rollout", 2)):
         ckpt = common.latest_checkpoint(runs / name)
         assert ckpt is not None and ckpt.name == f"ckpt-{steps:06d}.safetensors", name
         assert "done" in (runs / name / "train.log").read_text()
@@ -405,6 +407,86 @@ def test_training_rollout_equals_the_inference_session(monkeypatch):
     state = session.new_state(prompt, seed=5)
     theirs = torch.cat([session.step(state, cond[:, :, i:i + 2])[0] for i in (0, 2)], 2)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_finished_rollout_with_a_sink_equals_the_inference_session(monkeypatch):
+    """student-rollout's rollout (every step run, the rolling cache with a sink, frames evicted)
+    renders what FlashSession streams, whichever step carries the gradient: the steps after it
+    still run and the cache gets the chunk's final x0."""
+    import contextlib
+
+    from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.training import student
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.streaming.session import FlashSession, SessionConfig
+
+    monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
+    torch.manual_seed(0)
+    model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
+    cond = torch.randn(1, 80, 5, 4, 4)
+    prompt = torch.randn(1, 1, 16)
+    session = FlashSession(model, SessionConfig(window_frames=2, sink_frames=1))
+    state = session.new_state(prompt, seed=5)
+    theirs = torch.cat([session.step(state, cond[:, :, i:i + 1])[0] for i in range(5)], 2)
+    assert state.cache.evicted > 0
+    with torch.no_grad():
+        ours = rollout(model, cond, prompt, 1, 3, torch.Generator().manual_seed(5), window_frames=2, sink_frames=1,
+                       finish=True)
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+        # with the gradient at step 1, the chunks returned are step 1's x0, but the stream is the same:
+        # its first chunk's x0 at step 1 is what it is in the finished rollout, and the last chunk,
+        # made from that same cache, differs only by being an earlier step's estimate
+        early = rollout(model, cond, prompt, 1, 1, torch.Generator().manual_seed(5), window_frames=2, sink_frames=1,
+                        finish=True)
+    assert not torch.allclose(early, ours)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # the finished rollout up to step 1 of the first chunk, by hand
+        sig = student.student_sigmas()
+        cache = model.new_cache(1, 4, 4, window_frames=2, sink_frames=1)
+        x = torch.randn((1, 16, 1, 4, 4), generator=g)
+        ctx = model.prepare_prompt(prompt)
+        x0 = x - sig[0] * model(torch.cat([x, cond[:, :, :1]], 1), torch.full((1,), 1000 * sig[0]), ctx, cache=cache)
+        x = student.sampler.add_noise(x0, torch.randn(x.shape, generator=g), sig[1])
+        x0 = x - sig[1] * model(torch.cat([x, cond[:, :, :1]], 1), torch.full((1,), 1000 * sig[1]), ctx, cache=cache)
+    torch.testing.assert_close(early[:, :, :1], x0, atol=1e-5, rtol=1e-5)
+
+
+def test_rollout_stage_regresses_the_stream_onto_the_data(runs, tmp_path):
+    """student-rollout lowers the error of the student's own streamed render against the ground
+    truth (the loss it logs)."""
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    data = LatentSet(runs / "rollout" / "latents-train.safetensors")
+    assert data.rgb.shape[3] == 3 and data.cond.shape[1] == 80  # whole 9-frame clips, distilled conditioning
+
+    def stream_error(run) -> float:
+        model = load_dit(run).eval()
+        err = []
+        with torch.no_grad():
+            for p in range(len(data.presets)):
+                prompt = data.embedding(p, "train", 0)[None].expand(len(data), -1, -1)
+                x = rollout(model, data.cond, prompt, 1, 3, torch.Generator().manual_seed(1), 2, 1, finish=True)
+                err.append(float((x - data.rgb[:, p]).pow(2).mean()))
+        return sum(err) / len(err)
+
+    out = tmp_path / "rollout"
+    out.mkdir()
+    (out / "latents-train.safetensors").symlink_to(runs / "rollout" / "latents-train.safetensors")
+    conf = {"out": str(out), "student_run": str(runs / "ode"), "data": str(runs / "data"), "vae_run": str(runs / "vae"),
+            "codecs_run": str(runs / "codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "batch": 2,
+            "lr": 3e-3, "steps": 25, "log_every": 25, "ckpt_every": 25}
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "r.json", conf)]) == 0
+    assert "encoded" not in (out / "train.log").read_text()  # the cached clips were reused
+    assert stream_error(out) < stream_error(runs / "ode")
+
+
+@pytest.mark.parametrize("bad, message", [({"frames": 8}, "frames 8 must be 4k + 1"),
+                                          ({"window_frames": 0}, "window_frames 0 must hold a chunk")])
+def test_bad_rollout_config_is_refused(bad, message, tmp_path, capsys):
+    assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_dmd_gradient_is_the_score_difference():

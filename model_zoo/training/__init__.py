@@ -10,6 +10,7 @@ order, each reading the previous stages' output folders:
     teacher      bidirectional flow-matching DiT on G-buffer latents + text               (teacher.py)
     student-ode  block-causal few-step student, ODE regression on teacher trajectories   (student.py)
     student-dmd  self-rollout with the rolling KV cache + distribution matching (DMD)     (student.py)
+    student-rollout  self-rollout over whole clips, regressed onto the ground truth       (student.py)
     export       one safetensors per network + bundle JSON                               (export.py)
 
 Nothing at inference time imports this package; it imports the networks and streaming's data.
@@ -26,6 +27,7 @@ STAGES: dict[str, tuple[str, str, str]] = {
     "teacher": ("teacher", "TeacherStageConfig", "run_teacher"),
     "student-ode": ("student", "ODEStageConfig", "run_ode"),
     "student-dmd": ("student", "DMDStageConfig", "run_dmd"),
+    "student-rollout": ("student", "RolloutStageConfig", "run_rollout"),
     "export": ("export", "ExportConfig", "run_export"),
 }
 
