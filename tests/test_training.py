@@ -638,3 +638,22 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
         assert phases == sorted(set(phases)), f"{run}: phases' steps {phases} do not increase"
     assert steps["codecs:runs/codecs"] == [2000, 2600, 4200, 4800]
     assert steps["vae:runs/vae"] == [2800, 3600, 8000, 16000]
+
+
+def test_codec_quality_script_reports_the_control_ceiling(runs, capsys):
+    """scripts/codec_quality.py: each decoder's round trip of every preset is scored for the eval's
+    nearest-preset control, with a rate per clip and preset and its smallest margin."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "codec_quality.py"
+    spec = importlib.util.spec_from_file_location("codec_quality", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--data", str(runs / "data"), "--vae", str(runs / "vae"), "--codecs", str(runs / "codecs"),
+                        "--clips", "1", "--frames", "9"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    for name in ("vae_roundtrip", "tiny_decoder_on_vae_latents"):
+        assert report[f"{name}_nearest_rate"] in (0.0, 0.5, 1.0)  # 1 clip x 2 presets
+        assert report[f"{name}_min_margin_db"] <= report[f"{name}_margin_db"]
+        assert (report[f"{name}_nearest_rate"] == 1.0) == (report[f"{name}_min_margin_db"] > 0)
