@@ -41,6 +41,9 @@ def runs(tmp_path_factory):
                          "codecs_run": d("codecs"), "chunk_frames": 1, "gen_every": 2, "steps": 3}),
         ("student-rollout", {**base, "out": d("rollout"), "student_run": d("ode"), "data": d("data"), "vae_run": d("vae"),
                              "codecs_run": d("codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "steps": 2}),
+        ("decoder", {**base, "out": d("decoder"), "student_run": d("rollout"), "codecs_run": d("codecs"),
+                     "latents": str(root / "rollout" / "latents-train.safetensors"), "crop": 16, "window_frames": 2,
+                     "sink_frames": 1, "steps": 2}),
         ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
                     "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9,
                     "teacher_cfg": 3.0}),
@@ -51,7 +54,7 @@ def runs(tmp_path_factory):
 
 
 def test_every_stage_writes_checkpoints_and_logs(runs):
-    for name, steps in (("vae", 3), ("codecs", 2), ("teacher", 3), ("ode", 2), ("dmd", 3), ("rollout", 2)):
+    for name, steps in (("vae", 3), ("codecs", 2), ("teacher", 3), ("ode", 2), ("dmd", 3), ("rollout", 2), ("decoder", 2)):
         ckpt = common.latest_checkpoint(runs / name)
         assert ckpt is not None and ckpt.name == f"ckpt-{steps:06d}.safetensors", name
         assert "done" in (runs / name / "train.log").read_text()
@@ -480,6 +483,56 @@ def test_rollout_stage_regresses_the_stream_onto_the_data(runs, tmp_path):
     assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "r.json", conf)]) == 0
     assert "encoded" not in (out / "train.log").read_text()  # the cached clips were reused
     assert stream_error(out) < stream_error(runs / "ode")
+
+
+def test_decoder_stage_decodes_the_students_latents_closer_to_the_ground_truth(runs, tmp_path):
+    """`train decoder` renders every cached clip under every preset with the student once, then
+    adapts the tiny decoder to those latents: decoded, they come nearer the ground truth than through
+    the codecs' decoder; the G-buffer encoder is carried over, and export takes the run as codecs_run."""
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.codecs import tiny
+    from alaya_flash.model_zoo.loading import load_strict, read_state_dict
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+
+    cache = runs / "rollout" / "latents-train.safetensors"
+    renders = read_state_dict(runs / "decoder" / "renders.safetensors")["renders"]
+    assert renders.shape == LatentSet(cache).rgb.shape and not torch.equal(renders, LatentSet(cache).rgb)
+    out = tmp_path / "decoder"
+    out.mkdir()
+    (out / "renders.safetensors").symlink_to(runs / "decoder" / "renders.safetensors")
+    conf = {"out": str(out), "student_run": str(runs / "rollout"), "codecs_run": str(runs / "codecs"),
+            "latents": str(cache), "crop": 16, "window_frames": 2, "sink_frames": 1, "batch": 2, "lr": 3e-3,
+            "steps": 30, "log_every": 30, "ckpt_every": 30}
+    assert main(["--quiet", "train", "decoder", "--config", write(tmp_path / "dec.json", conf)]) == 0
+    assert "student renders" not in (out / "train.log").read_text()  # the cached renders were reused
+    clips = ClipSet(runs / "data", "train")
+    gt = torch.from_numpy(clips.rgb[:, :, :9]).float().div(255).permute(0, 1, 2, 5, 3, 4)  # N, P, T, 3, H, W
+
+    def error(run) -> float:
+        codec = tiny.build(tiny.CONFIGS["taew-slim"]).eval()
+        load_strict(codec, common.final_weights(run, "tiny"))
+        with torch.no_grad():
+            frames = torch.stack([codec.decode(renders[:, q]) for q in range(renders.shape[1])], 1)
+        return float((frames[:, :, :9] - gt).pow(2).mean())
+
+    assert error(out) < error(runs / "codecs")
+    model = tmp_path / "model"
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "exp.json", {
+        "out": str(model), "student_run": str(runs / "rollout"), "teacher_run": str(runs / "teacher"),
+        "codecs_run": str(out), "vae_run": str(runs / "vae"), "trained_size": [32, 32]})]) == 0
+    flash = bundle.load_flash(model, dtype=torch.float32)
+    for k, v in flash.gbuffer_encoder.state_dict().items():
+        assert torch.equal(v, common.final_weights(runs / "codecs", "gbuffer_encoder")[k].to(torch.bfloat16).float()), k
+    for k, v in flash.decoder.state_dict().items():
+        assert torch.equal(v, common.final_weights(out, "tiny")[k].to(torch.bfloat16).float()), k
+
+
+@pytest.mark.parametrize("bad, message", [({"crop": 12}, "crop 12 must be a positive multiple of 8"),
+                                          ({"motion_weight": -1.0}, "must be >= 0")])
+def test_bad_decoder_config_is_refused(bad, message, tmp_path, capsys):
+    assert main(["train", "decoder", "--config", write(tmp_path / "bad.json", bad)]) == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bad, message", [({"frames": 8}, "frames 8 must be 4k + 1"),

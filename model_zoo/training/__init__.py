@@ -11,6 +11,7 @@ order, each reading the previous stages' output folders:
     student-ode  block-causal few-step student, ODE regression on teacher trajectories   (student.py)
     student-dmd  self-rollout with the rolling KV cache + distribution matching (DMD)     (student.py)
     student-rollout  self-rollout over whole clips, regressed onto the ground truth       (student.py)
+    decoder      the tiny decoder adapted to the student's streamed latents               (decoder.py)
     export       one safetensors per network + bundle JSON                               (export.py)
 
 Nothing at inference time imports this package; it imports the networks and streaming's data.
@@ -28,6 +29,7 @@ STAGES: dict[str, tuple[str, str, str]] = {
     "student-ode": ("student", "ODEStageConfig", "run_ode"),
     "student-dmd": ("student", "DMDStageConfig", "run_dmd"),
     "student-rollout": ("student", "RolloutStageConfig", "run_rollout"),
+    "decoder": ("decoder", "DecoderStageConfig", "run_decoder"),
     "export": ("export", "ExportConfig", "run_export"),
 }
 

@@ -15,6 +15,9 @@ real x0 = teacher with CFG, fake x0 = critic (initialised as a copy of the teach
 g = (fake - real) / mean|x - real|, loss 0.5 * MSE(x, sg(x - g)). The critic learns the
 student's distribution with flow matching on every rollout; the generator steps every
 `gen_every` iterations. AdamW betas (0, 0.999) as in Self-Forcing.
+
+`train student-rollout`: the same self-rollout over whole clips, every step of every chunk run
+as at inference, regressed onto the ground-truth latents (run_rollout).
 """
 from __future__ import annotations
 

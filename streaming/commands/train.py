@@ -1,12 +1,14 @@
 """Train the default model's networks, stage by stage, from the physics world.
 
-  alaya-flash train data        --config configs/train/data.json
-  alaya-flash train vae         --config configs/train/vae.json
-  alaya-flash train codecs      --config configs/train/codecs.json
-  alaya-flash train teacher     --config configs/train/teacher.json
-  alaya-flash train student-ode --config configs/train/student-ode.json
-  alaya-flash train student-dmd --config configs/train/student-dmd.json
-  alaya-flash train export      --config configs/train/export.json
+  alaya-flash train data        --config model_zoo/training/configs/data.json
+  alaya-flash train vae         --config model_zoo/training/configs/vae.json
+  alaya-flash train codecs      --config model_zoo/training/configs/codecs.json
+  alaya-flash train teacher     --config model_zoo/training/configs/teacher.json
+  alaya-flash train student-ode --config model_zoo/training/configs/student-ode.json
+  alaya-flash train student-dmd --config model_zoo/training/configs/student-dmd.json
+  alaya-flash train student-rollout --config model_zoo/training/configs/student-rollout.json
+  alaya-flash train decoder     --config model_zoo/training/configs/decoder.json
+  alaya-flash train export      --config model_zoo/training/configs/export.json
 
 Each stage reads a JSON config (keys: the stage's dataclass in model_zoo/training/; unknown keys
 are refused), writes into its "out" folder: train.log, ckpt-NNNNNN.safetensors (networks,
@@ -20,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "train the model stage by stage (data, vae, codecs, teacher, student-ode, student-dmd, export)"
+HELP = "train the model stage by stage (data, vae, codecs, teacher, student-ode, student-dmd, student-rollout, decoder, export)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

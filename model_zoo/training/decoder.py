@@ -1,0 +1,141 @@
+"""Stage c2: the tiny decoder adapted to the student's latents.
+
+`train decoder`: the distilled tiny decoder learned to turn the VAE's latents into frames, but at
+render time it reads the student's latents, which carry the student's own errors (a colour cast
+that grows along the stream, softer detail). This stage renders every training clip under every
+preset once with the student, streaming exactly as FlashSession does (student.rollout, a random
+training wording per clip and preset), caches those latents, and trains the decoder on aligned
+crops of them against the ground-truth pixels with the codecs stage's decoder loss (L1 + MSE,
+motion and boundary terms). The G-buffer encoder is carried over unchanged, so the output folder
+is a codecs run that `train export` takes as `codecs_run`. The decoder is then the student's:
+adapt it again after retraining the student.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..codecs import gbuffer_encoder, tiny
+from ..errors import AlayaError
+from .codecs import boundary_motion_loss, motion_loss, tiny_decode
+from .common import StageConfig, autocast, final_weights, latest_checkpoint, step_generator, train_loop
+from .data import ClipSet
+from .latent_data import LatentSet, checkpoint_step, selected_windows
+
+
+@dataclass(frozen=True)
+class DecoderStageConfig(StageConfig):
+    out: str = "runs/decoder"
+    student_run: str = "runs/student-rollout"  # the student whose latents the decoder learns to read
+    latents: str = "runs/student-rollout/latents-train.safetensors"  # whole-clip cache of student-rollout
+    codecs_run: str = "runs/codecs"  # the decoder to start from and the G-buffer encoder to carry over
+    crop: int = 40  # square pixel crop, a multiple of 8
+    chunk_frames: int = 1  # the student's streaming settings (export.json)
+    window_frames: int = 6
+    sink_frames: int = 1
+    lr: float = 3e-4
+    motion_weight: float = 1.0
+    boundary_weight: float = 2.0
+
+    def validate(self):
+        if self.crop % 8 or self.crop <= 0:
+            raise AlayaError(f"decoder stage: crop {self.crop} must be a positive multiple of 8")
+        if self.motion_weight < 0 or self.boundary_weight < 0:
+            raise AlayaError(f"decoder stage: motion_weight {self.motion_weight} and boundary_weight "
+                             f"{self.boundary_weight} must be >= 0")
+
+
+@torch.no_grad()
+def student_renders(cfg: DecoderStageConfig, data: LatentSet, log) -> torch.Tensor:
+    """The student's streamed latents of every cached clip under every preset, (N, P, 16, T', h, w);
+    cached in out/renders.safetensors, made again when the student or the settings changed."""
+    from ..loading import read_metadata, read_state_dict, save_safetensors
+    from .student import rollout, student_sigmas
+    from .teacher import load_dit
+
+    path = Path(cfg.out) / "renders.safetensors"
+    recipe = {"student_run": cfg.student_run, "student_step": checkpoint_step(cfg.student_run), "latents": cfg.latents,
+              "seed": cfg.seed, "chunk_frames": cfg.chunk_frames, "window_frames": cfg.window_frames,
+              "sink_frames": cfg.sink_frames}
+    if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == recipe:
+        return read_state_dict(path)["renders"]
+    student = load_dit(cfg.student_run).eval()
+    g = torch.Generator().manual_seed(cfg.seed)
+    n, p = data.rgb.shape[:2]
+    wording = torch.randint(data.wordings("train"), (n, p), generator=g)
+    out = torch.empty_like(data.rgb)
+    for q in range(p):
+        for a in range(0, n, 8):
+            idx = range(a, min(a + 8, n))
+            prompt = torch.stack([data.embedding(q, "train", int(wording[i, q])) for i in idx])
+            out[a:idx.stop, q] = rollout(student, data.cond[a:idx.stop], prompt, cfg.chunk_frames, len(student_sigmas()) - 1,
+                                         g, cfg.window_frames, cfg.sink_frames, finish=True)
+        log.info("student renders: preset %d/%d", q + 1, p)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_safetensors({"renders": out}, path, {"recipe": recipe})
+    return out
+
+
+def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
+    from ..loading import load_strict, read_metadata
+
+    path = Path(cfg.latents)
+    if not path.is_file():
+        raise AlayaError(f"{path}: whole-clip latent cache not found; run `alaya-flash train student-rollout` first")
+    recipe = json.loads(read_metadata(path)["recipe"])
+    data = LatentSet(path)
+    clips = ClipSet(recipe["data"], "train")
+    frames = recipe["frames"]
+    windows = selected_windows(clips, frames, recipe.get("max_windows", 0))
+    if len(windows) != len(data):
+        raise AlayaError(f"{path}: {len(data)} windows, the dataset {recipe['data']} has {len(windows)}")
+    renders = student_renders(cfg, data, log)
+    ckpt = latest_checkpoint(Path(cfg.codecs_run))
+    if ckpt is None:
+        raise AlayaError(f"{cfg.codecs_run}: no checkpoint here; run `alaya-flash train codecs` first")
+    names = json.loads(read_metadata(ckpt)["extra"])
+    codec = tiny.build(tiny.CONFIGS[names["tiny"]])
+    genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[names["gbuffer_encoder"]]).requires_grad_(False)
+    if latest_checkpoint(Path(cfg.out)) is None:  # a fresh run starts from the codecs' weights
+        load_strict(codec, final_weights(Path(cfg.codecs_run), "tiny"))
+        load_strict(genc, final_weights(Path(cfg.codecs_run), "gbuffer_encoder"))
+    opt = torch.optim.AdamW(codec.decoder.parameters(), lr=cfg.lr, weight_decay=0.0)
+    n, p = renders.shape[:2]
+    h, w = clips.rgb.shape[3:5]
+    k = cfg.crop // 8
+
+    def step(i: int) -> dict[str, float]:
+        g = step_generator(cfg.seed, i)
+        z, rgb = [], []
+        for _ in range(cfg.batch):
+            c, q = int(torch.randint(n, (1,), generator=g)), int(torch.randint(p, (1,), generator=g))
+            y, x = int(torch.randint(h // 8 - k + 1, (1,), generator=g)), int(torch.randint(w // 8 - k + 1, (1,), generator=g))
+            clip, start = windows[c]
+            z.append(renders[c, q, :, :, y:y + k, x:x + k])
+            rgb.append(clips.rgb[clip, q, start:start + frames, 8 * y:8 * (y + k), 8 * x:8 * (x + k)])
+        target = torch.from_numpy(np.stack(rgb)).permute(0, 1, 4, 2, 3).float() / 255  # NTCHW [0, 1]
+        with autocast():
+            out = tiny_decode(codec, torch.stack(z).float()).float()[:, :frames]
+        loss = F.l1_loss(out, target) + F.mse_loss(out, target)
+        losses = {"dec": loss.item()}
+        if cfg.motion_weight:
+            motion = motion_loss(out, target, dim=1)
+            loss = loss + cfg.motion_weight * motion
+            losses["motion"] = motion.item()
+        if cfg.boundary_weight:
+            jump = boundary_motion_loss(out, target, dim=1)
+            loss = loss + cfg.boundary_weight * jump
+            losses["jump"] = jump.item()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(codec.decoder.parameters(), 1.0)
+        opt.step()
+        return losses
+
+    return train_loop(cfg, {"tiny": codec, "gbuffer_encoder": genc}, {"opt_decoder": opt}, step, log, progress,
+                      extra={"tiny": names["tiny"], "gbuffer_encoder": names["gbuffer_encoder"]})
