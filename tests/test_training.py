@@ -40,7 +40,8 @@ def runs(tmp_path_factory):
         ("student-dmd", {**base, "out": d("dmd"), "teacher_run": d("teacher"), "student_run": d("ode"),
                          "codecs_run": d("codecs"), "chunk_frames": 1, "gen_every": 2, "steps": 3}),
         ("student-rollout", {**base, "out": d("rollout"), "student_run": d("ode"), "data": d("data"), "vae_run": d("vae"),
-                             "codecs_run": d("codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "steps": 2}),
+                             "codecs_run": d("codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "steps": 2,
+                             "pair_weight": 1.0}),
         ("decoder", {**base, "out": d("decoder"), "student_run": d("rollout"), "codecs_run": d("codecs"),
                      "latents": str(root / "rollout" / "latents-train.safetensors"), "crop": 16, "window_frames": 2,
                      "sink_frames": 1, "steps": 2}),
@@ -59,6 +60,7 @@ def test_every_stage_writes_checkpoints_and_logs(runs):
         assert ckpt is not None and ckpt.name == f"ckpt-{steps:06d}.safetensors", name
         assert "done" in (runs / name / "train.log").read_text()
     assert "motion=" in (runs / "vae" / "train.log").read_text() and "chroma=" in (runs / "vae" / "train.log").read_text()
+    assert "pair=" in (runs / "rollout" / "train.log").read_text()
     assert len(list((runs / "data" / "train").glob("*.npz"))) == 2
     assert len(list((runs / "data" / "heldout").glob("*.npz"))) == 1
 
@@ -485,6 +487,62 @@ def test_rollout_stage_regresses_the_stream_onto_the_data(runs, tmp_path):
     assert stream_error(out) < stream_error(runs / "ode")
 
 
+def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
+    from alaya_flash.model_zoo.training.student import nearest_presets
+
+    rgb = torch.zeros(2, 3, 1, 1, 1, 2)
+    rgb[0, :, 0, 0, 0, 0] = torch.tensor([0.0, 1.0, 3.0])  # clip 0: 0-1 near, 2 nearest to 1
+    rgb[1, :, 0, 0, 0, 0] = torch.tensor([0.0, 5.0, 0.5])  # clip 1: 0-2 near, 1 nearest to 2
+    assert nearest_presets(rgb).tolist() == [[1, 0, 1], [2, 2, 0]]
+
+
+def test_pairs_share_the_clip_and_take_the_nearest_preset(runs):
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.student import nearest_presets, sample_pairs
+
+    data = LatentSet(runs / "rollout" / "latents-train.safetensors")
+    nearest = nearest_presets(data.rgb)
+    x0, cond, prompt = sample_pairs(data, nearest, torch.Generator().manual_seed(3), 3)
+    assert x0.shape[0] == cond.shape[0] == prompt.shape[0] == 6
+    for k in range(3):
+        assert torch.equal(cond[k], cond[k + 3])
+        (w, p), = [(w, p) for w in range(len(data)) for p in range(len(data.presets))
+                   if torch.equal(data.rgb[w, p], x0[k]) and torch.equal(data.cond[w], cond[k])]
+        assert torch.equal(x0[k + 3], data.rgb[w, nearest[w, p]])
+        q = int(nearest[w, p])
+        assert any(torch.equal(prompt[k + 3], data.embedding(q, "train", i)) for i in range(data.wordings("train")))
+
+
+def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
+    """With pair_weight the change between a clip's renders under two presets comes nearer the
+    change between their ground truths than the same training without the term brings it."""
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    data = LatentSet(runs / "rollout" / "latents-train.safetensors")
+
+    def pair_error(run) -> float:
+        model = load_dit(run).eval()
+        with torch.no_grad():
+            x = [rollout(model, data.cond, data.embedding(p, "train", 0)[None].expand(len(data), -1, -1), 1, 3,
+                         torch.Generator().manual_seed(1), 2, 1, finish=True) for p in (0, 1)]
+        return float(((x[0] - x[1]) - (data.rgb[:, 0] - data.rgb[:, 1])).pow(2).mean())
+
+    def train(weight: float):
+        out = tmp_path / f"pairs-{weight}"
+        out.mkdir()
+        (out / "latents-train.safetensors").symlink_to(runs / "rollout" / "latents-train.safetensors")
+        conf = {"out": str(out), "student_run": str(runs / "ode"), "data": str(runs / "data"),
+                "vae_run": str(runs / "vae"), "codecs_run": str(runs / "codecs"), "frames": 9, "window_frames": 2,
+                "sink_frames": 1, "batch": 2, "lr": 3e-3, "steps": 25, "log_every": 25, "ckpt_every": 25,
+                "pair_weight": weight}
+        assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / f"{weight}.json", conf)]) == 0
+        return pair_error(out)
+
+    assert train(4.0) < train(0.0)
+
+
 def test_decoder_stage_decodes_the_students_latents_closer_to_the_ground_truth(runs, tmp_path):
     """`train decoder` renders every cached clip under every preset with the student once, then
     adapts the tiny decoder to those latents: decoded, they come nearer the ground truth than through
@@ -536,7 +594,9 @@ def test_bad_decoder_config_is_refused(bad, message, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("bad, message", [({"frames": 8}, "frames 8 must be 4k + 1"),
-                                          ({"window_frames": 0}, "window_frames 0 must hold a chunk")])
+                                          ({"window_frames": 0}, "window_frames 0 must hold a chunk"),
+                                          ({"pair_weight": -1.0}, "pair_weight -1.0 must be >= 0"),
+                                          ({"pair_weight": 1.0, "batch": 3}, "batch 3 even")])
 def test_bad_rollout_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert message in capsys.readouterr().err

@@ -366,13 +366,39 @@ class RolloutStageConfig(StageConfig):
     window_frames: int = 6  # the rolling cache of the shipped model (export.json)
     sink_frames: int = 1
     lr: float = 1e-5
+    # > 0: the batch comes in pairs, one clip under a preset and under the preset whose ground truth
+    # is nearest to it, and the change between the two renders is regressed onto the ground truth's
+    pair_weight: float = 0.0
 
     def validate(self):
         if (self.frames - 1) % 4 or self.frames < 5:
             raise AlayaError(f"student-rollout: frames {self.frames} must be 4k + 1 and at least 5")
+        if self.pair_weight < 0 or (self.pair_weight > 0 and self.batch % 2):
+            raise AlayaError(f"student-rollout: pair_weight {self.pair_weight} must be >= 0, and with it "
+                             f"batch {self.batch} even (pairs of renders)")
         if self.window_frames < self.chunk_frames or self.sink_frames < 0:
             raise AlayaError(f"student-rollout: window_frames {self.window_frames} must hold a chunk "
                              f"({self.chunk_frames}) and sink_frames {self.sink_frames} be >= 0")
+
+
+def nearest_presets(rgb: torch.Tensor) -> torch.Tensor:
+    """For latents (N, P, C, T, h, w) of N clips under P presets: (N, P), the other preset whose
+    latents are nearest (mean squared difference) to each preset's on the same clip."""
+    n, p = rgb.shape[:2]
+    flat = rgb.reshape(n, p, -1).float()
+    dist = torch.cdist(flat, flat)  # (N, P, P)
+    dist.diagonal(dim1=1, dim2=2).fill_(float("inf"))
+    return dist.argmin(dim=2)
+
+
+def sample_pairs(data: LatentSet, nearest: torch.Tensor, g: torch.Generator, pairs: int):
+    """2 x pairs samples: a random clip, preset and training wording each, then the same clips under
+    their nearest other preset (random wordings); x0, cond, prompt as LatentSet.sample returns them."""
+    x0, cond, prompt, (wi, pi) = data.sample(g, pairs)
+    qi = nearest[wi, pi]
+    wo = torch.randint(data.wordings("train"), (pairs,), generator=g)
+    other = torch.stack([data.embedding(int(q), "train", int(w)) for q, w in zip(qi, wo)])
+    return torch.cat([x0, data.rgb[wi, qi]]), torch.cat([cond, cond]), torch.cat([prompt, other])
 
 
 def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
@@ -386,6 +412,10 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     shared by the chunks, and that step's x0 is regressed onto the ground-truth latents. The
     physics world's frames are a near-deterministic function of G-buffers and preset, so the
     regression target is the data itself, not a teacher.
+
+    With pair_weight, presets that look alike (bright_sunny and overcast differ mostly in white
+    balance) get their own term: a plain MSE spends its gradient on the content error both renders
+    share, while the change the prompt makes, small against it, is what decides controllability.
     """
     from .latent_data import encode_split
 
@@ -395,19 +425,29 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     student = load_dit(cfg.student_run).requires_grad_(True)
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
     n_steps = len(student_sigmas())
+    nearest = nearest_presets(data.rgb) if cfg.pair_weight else None
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        x0, cond, prompt, _ = data.sample(g, cfg.batch)
+        if nearest is None:
+            x0, cond, prompt, _ = data.sample(g, cfg.batch)
+        else:
+            x0, cond, prompt = sample_pairs(data, nearest, g, cfg.batch // 2)
         exit_step = int(torch.randint(n_steps, (1,), generator=g))
         x = rollout(student, cond, prompt, cfg.chunk_frames, exit_step, g, cfg.window_frames, cfg.sink_frames, finish=True)
         err = (x - x0).pow(2).mean(dim=(0, 1, 3, 4))  # per latent frame
         loss = err.mean()
+        logs = {"rollout": loss.item(), "first": err[0].item(), "last": err[-1].item()}
+        if nearest is not None:
+            (xa, xb), (ya, yb) = x.chunk(2), x0.chunk(2)
+            pair = ((xa - xb) - (ya - yb)).pow(2).mean()
+            loss = loss + cfg.pair_weight * pair
+            logs["pair"] = pair.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
         opt.step()
-        return {"rollout": loss.item(), "first": err[0].item(), "last": err[-1].item()}
+        return logs
 
     return train_loop(cfg, {"dit": student}, {"opt_dit": opt}, step, log, progress,
                       extra={"dit_config": asdict(student.config), "chunk_frames": cfg.chunk_frames})
