@@ -44,7 +44,7 @@ def runs(tmp_path_factory):
                              "pair_weight": 1.0}),
         ("decoder", {**base, "out": d("decoder"), "student_run": d("rollout"), "codecs_run": d("codecs"),
                      "latents": str(root / "rollout" / "latents-train.safetensors"), "crop": 16, "window_frames": 2,
-                     "sink_frames": 1, "steps": 2}),
+                     "sink_frames": 1, "steps": 2, "pair_weight": 1.0}),
         ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
                     "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9,
                     "teacher_cfg": 3.0}),
@@ -60,7 +60,7 @@ def test_every_stage_writes_checkpoints_and_logs(runs):
         assert ckpt is not None and ckpt.name == f"ckpt-{steps:06d}.safetensors", name
         assert "done" in (runs / name / "train.log").read_text()
     assert "motion=" in (runs / "vae" / "train.log").read_text() and "chroma=" in (runs / "vae" / "train.log").read_text()
-    assert "pair=" in (runs / "rollout" / "train.log").read_text()
+    assert "pair=" in (runs / "rollout" / "train.log").read_text() and "pair=" in (runs / "decoder" / "train.log").read_text()
     assert len(list((runs / "data" / "train").glob("*.npz"))) == 2
     assert len(list((runs / "data" / "heldout").glob("*.npz"))) == 1
 
@@ -586,8 +586,38 @@ def test_decoder_stage_decodes_the_students_latents_closer_to_the_ground_truth(r
         assert torch.equal(v, common.final_weights(out, "tiny")[k].to(torch.bfloat16).float()), k
 
 
+def test_decoder_pair_term_fits_the_change_between_presets(runs, tmp_path):
+    """With pair_weight the decoder's change between a clip's decodes under two presets comes nearer
+    the change between their ground-truth frames than the same training without the term brings it."""
+    from alaya_flash.model_zoo.codecs import tiny
+    from alaya_flash.model_zoo.loading import load_strict, read_state_dict
+    from alaya_flash.model_zoo.training.data import ClipSet
+
+    renders = read_state_dict(runs / "decoder" / "renders.safetensors")["renders"]
+    gt = torch.from_numpy(ClipSet(runs / "data", "train").rgb[:, :, :9]).float().div(255).permute(0, 1, 2, 5, 3, 4)
+
+    def train(weight: float) -> float:
+        out = tmp_path / f"dec-{weight}"
+        out.mkdir()
+        (out / "renders.safetensors").symlink_to(runs / "decoder" / "renders.safetensors")
+        conf = {"out": str(out), "student_run": str(runs / "rollout"), "codecs_run": str(runs / "codecs"),
+                "latents": str(runs / "rollout" / "latents-train.safetensors"), "crop": 16, "window_frames": 2,
+                "sink_frames": 1, "batch": 2, "lr": 3e-3, "steps": 30, "log_every": 30, "ckpt_every": 30,
+                "pair_weight": weight}
+        assert main(["--quiet", "train", "decoder", "--config", write(tmp_path / f"{weight}.json", conf)]) == 0
+        codec = tiny.build(tiny.CONFIGS["taew-slim"]).eval()
+        load_strict(codec, common.final_weights(out, "tiny"))
+        with torch.no_grad():
+            a, b = (codec.decode(renders[:, q])[:, :9] for q in (0, 1))
+        return float(((a - b) - (gt[:, 0] - gt[:, 1])).pow(2).mean())
+
+    assert train(4.0) < train(0.0)
+
+
 @pytest.mark.parametrize("bad, message", [({"crop": 12}, "crop 12 must be a positive multiple of 8"),
-                                          ({"motion_weight": -1.0}, "must be >= 0")])
+                                          ({"motion_weight": -1.0}, "must be >= 0"),
+                                          ({"pair_weight": -1.0}, "pair_weight -1.0 must be >= 0"),
+                                          ({"pair_weight": 1.0, "batch": 3}, "batch 3 even")])
 def test_bad_decoder_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["train", "decoder", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert message in capsys.readouterr().err

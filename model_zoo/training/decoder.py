@@ -41,10 +41,16 @@ class DecoderStageConfig(StageConfig):
     lr: float = 3e-4
     motion_weight: float = 1.0
     boundary_weight: float = 2.0
+    # > 0: half the batch is the other half's clips and crops under their nearest preset (by the
+    # ground-truth latents), and the change between the two decodes is fitted to the ground truth's
+    pair_weight: float = 0.0
 
     def validate(self):
         if self.crop % 8 or self.crop <= 0:
             raise AlayaError(f"decoder stage: crop {self.crop} must be a positive multiple of 8")
+        if self.pair_weight < 0 or (self.pair_weight > 0 and self.batch % 2):
+            raise AlayaError(f"decoder stage: pair_weight {self.pair_weight} must be >= 0, and with it "
+                             f"batch {self.batch} even (pairs of crops)")
         if self.motion_weight < 0 or self.boundary_weight < 0:
             raise AlayaError(f"decoder stage: motion_weight {self.motion_weight} and boundary_weight "
                              f"{self.boundary_weight} must be >= 0")
@@ -83,6 +89,7 @@ def student_renders(cfg: DecoderStageConfig, data: LatentSet, log) -> torch.Tens
 
 def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
     from ..loading import load_strict, read_metadata
+    from .student import nearest_presets
 
     path = Path(cfg.latents)
     if not path.is_file():
@@ -108,13 +115,19 @@ def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
     n, p = renders.shape[:2]
     h, w = clips.rgb.shape[3:5]
     k = cfg.crop // 8
+    nearest = nearest_presets(data.rgb) if cfg.pair_weight else None
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        z, rgb = [], []
-        for _ in range(cfg.batch):
+        picks = []
+        for _ in range(cfg.batch // 2 if nearest is not None else cfg.batch):
             c, q = int(torch.randint(n, (1,), generator=g)), int(torch.randint(p, (1,), generator=g))
             y, x = int(torch.randint(h // 8 - k + 1, (1,), generator=g)), int(torch.randint(w // 8 - k + 1, (1,), generator=g))
+            picks.append((c, q, y, x))
+        if nearest is not None:
+            picks += [(c, int(nearest[c, q]), y, x) for c, q, y, x in picks]
+        z, rgb = [], []
+        for c, q, y, x in picks:
             clip, start = windows[c]
             z.append(renders[c, q, :, :, y:y + k, x:x + k])
             rgb.append(clips.rgb[clip, q, start:start + frames, 8 * y:8 * (y + k), 8 * x:8 * (x + k)])
@@ -131,6 +144,11 @@ def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
             jump = boundary_motion_loss(out, target, dim=1)
             loss = loss + cfg.boundary_weight * jump
             losses["jump"] = jump.item()
+        if nearest is not None:
+            (oa, ob), (ta, tb) = out.chunk(2), target.chunk(2)
+            pair = F.l1_loss(oa - ob, ta - tb) + F.mse_loss(oa - ob, ta - tb)
+            loss = loss + cfg.pair_weight * pair
+            losses["pair"] = pair.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(codec.decoder.parameters(), 1.0)
