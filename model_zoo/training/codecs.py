@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..codecs import gbuffer_encoder, tiny, wan_vae
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION
-from .common import StageConfig, autocast, final_weights, step_generator, train_loop
+from .common import StageConfig, autocast, descend, final_weights, step_generator, train_loop
 from .data import ClipSet
 
 
@@ -179,10 +179,7 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
             chroma = chroma_loss(recon, video, dim=1)
             loss = loss + cfg.chroma_weight * chroma
             losses["chroma"] = chroma.item()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
+        descend(opt, loss, vae.parameters())
         return losses
 
     reached = train_loop(cfg, {"vae": vae}, {"opt_vae": opt}, step, log, progress,
@@ -396,10 +393,7 @@ def run_codecs(cfg: CodecStageConfig, log, progress=None) -> int:
             jump = boundary_motion_loss(frames, target, dim=1)
             loss = loss + cfg.boundary_weight * jump
             losses["jump"] = jump.item()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        descend(opt, loss, params)
         return losses
 
     return train_loop(cfg, {"tiny": codec, "gbuffer_encoder": genc}, {"opt_codecs": opt}, step, log, progress,

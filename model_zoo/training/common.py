@@ -216,6 +216,14 @@ def step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
+def descend(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_norm: float = 1.0) -> None:
+    """One optimizer step on loss, the gradient norm of params clipped to max_norm."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_norm)
+    opt.step()
+
+
 def train_loop(cfg: StageConfig, nets: Mapping[str, nn.Module], optims: Mapping[str, torch.optim.Optimizer],
                step_fn, log: logging.Logger, progress=None, extra=None) -> int:
     """Run step_fn(step) -> {loss name: float} from the latest checkpoint to cfg.steps.

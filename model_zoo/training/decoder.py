@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..codecs import gbuffer_encoder, tiny
 from ..errors import AlayaError
 from .codecs import boundary_motion_loss, motion_loss, tiny_decode
-from .common import StageConfig, autocast, final_weights, latest_checkpoint, step_generator, train_loop
+from .common import StageConfig, autocast, descend, final_weights, latest_checkpoint, step_generator, train_loop
 from .data import ClipSet
 from .latent_data import LatentSet, checkpoint_step, selected_windows
 
@@ -149,10 +149,7 @@ def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
             pair = F.l1_loss(oa - ob, ta - tb) + F.mse_loss(oa - ob, ta - tb)
             loss = loss + cfg.pair_weight * pair
             losses["pair"] = pair.item()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(codec.decoder.parameters(), 1.0)
-        opt.step()
+        descend(opt, loss, codec.decoder.parameters())
         return losses
 
     return train_loop(cfg, {"tiny": codec, "gbuffer_encoder": genc}, {"opt_decoder": opt}, step, log, progress,

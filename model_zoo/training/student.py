@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from .. import dit
 from ..errors import AlayaError
 from ...streaming import sampler
-from .common import StageConfig, autocast, step_generator, train_loop
+from .common import StageConfig, autocast, descend, step_generator, train_loop
 from .latent_data import LatentSet, perturb_prompts
 from .teacher import flow_loss, load_dit
 
@@ -250,10 +250,7 @@ def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
             real = x0_loss(noisy, sigma, scond[wi], prompt, x0, offset)
             loss = loss + cfg.data_weight * real
             out["data"] = real.item()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-        opt.step()
+        descend(opt, loss, student.parameters())
         return out
 
     return train_loop(cfg, {"dit": student}, {"opt_dit": opt}, step, log, progress,
@@ -337,16 +334,10 @@ def run_dmd(cfg: DMDStageConfig, log, progress=None) -> int:
             x = rollout(student, scond[wi], prompt, cfg.chunk_frames, exit_step, g)
         if gen_step:
             loss = dmd_loss(x, teacher, critic, cond, prompt, data.negative[None], cfg, g)
-            opt_g.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(student.parameters(), 10.0)
-            opt_g.step()
+            descend(opt_g, loss, student.parameters(), 10.0)
             out["dmd"] = loss.item()
         closs = flow_loss(critic, x.detach(), cond, prompt, g, cfg.dmd_shift)
-        opt_c.zero_grad(set_to_none=True)
-        closs.backward()
-        torch.nn.utils.clip_grad_norm_(critic.parameters(), 10.0)
-        opt_c.step()
+        descend(opt_c, closs, critic.parameters(), 10.0)
         out["critic"] = closs.item()
         return out
 
@@ -443,10 +434,7 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
             pair = ((xa - xb) - (ya - yb)).pow(2).mean()
             loss = loss + cfg.pair_weight * pair
             logs["pair"] = pair.item()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-        opt.step()
+        descend(opt, loss, student.parameters())
         return logs
 
     return train_loop(cfg, {"dit": student}, {"opt_dit": opt}, step, log, progress,

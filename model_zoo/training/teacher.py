@@ -19,7 +19,7 @@ from .. import dit
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION
 from ...streaming import sampler
-from .common import StageConfig, autocast, step_generator, train_loop
+from .common import StageConfig, autocast, descend, step_generator, train_loop
 from .latent_data import LatentSet, encode_split
 
 
@@ -103,10 +103,7 @@ def run_teacher(cfg: TeacherStageConfig, log, progress=None) -> int:
         x0, cond, prompt, _ = data.sample(g, cfg.batch, cfg.prompt_dropout, cfg.train_wordings, cfg.text_noise)
         offset = int(torch.randint(cfg.rope_offset_max + 1, (1,), generator=g))
         loss = flow_loss(model, x0, cond, prompt, g, cfg.shift, start_frame=offset)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        descend(opt, loss, model.parameters())
         return {"flow": loss.item()}
 
     from dataclasses import asdict
