@@ -488,7 +488,7 @@ def test_rollout_stage_regresses_the_stream_onto_the_data(runs, tmp_path):
 
 
 def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
-    from alaya_flash.model_zoo.training.student import nearest_presets
+    from alaya_flash.model_zoo.training.latent_data import nearest_presets
 
     rgb = torch.zeros(2, 3, 1, 1, 1, 2)
     rgb[0, :, 0, 0, 0, 0] = torch.tensor([0.0, 1.0, 3.0])  # clip 0: 0-1 near, 2 nearest to 1
@@ -497,8 +497,8 @@ def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
 
 
 def test_pairs_share_the_clip_and_take_the_nearest_preset(runs):
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
-    from alaya_flash.model_zoo.training.student import nearest_presets, sample_pairs
+    from alaya_flash.model_zoo.training.latent_data import LatentSet, nearest_presets
+    from alaya_flash.model_zoo.training.student import sample_pairs
 
     data = LatentSet(runs / "rollout" / "latents-train.safetensors")
     nearest = nearest_presets(data.rgb)

@@ -211,6 +211,12 @@ def lr_scale(cfg: StageConfig, step: int) -> float:
     return scale
 
 
+def check_pair_weight(stage: str, pair_weight: float, batch: int) -> None:
+    """pair_weight (student-rollout, decoder) is >= 0, and with it the batch splits into pairs."""
+    if pair_weight < 0 or (pair_weight > 0 and batch % 2):
+        raise AlayaError(f"{stage}: pair_weight {pair_weight} must be >= 0, and with it batch {batch} even (pairs)")
+
+
 def step_generator(seed: int, step: int) -> torch.Generator:
     """The random source of one training step: a resumed run draws the same samples."""
     return torch.Generator().manual_seed(seed * 1_000_003 + step)

@@ -23,9 +23,10 @@ import torch.nn.functional as F
 from ..codecs import gbuffer_encoder, tiny
 from ..errors import AlayaError
 from .codecs import boundary_motion_loss, motion_loss, tiny_decode
-from .common import StageConfig, autocast, descend, final_weights, latest_checkpoint, step_generator, train_loop
+from .common import (StageConfig, autocast, check_pair_weight, descend, final_weights, latest_checkpoint,
+                     step_generator, train_loop)
 from .data import ClipSet
-from .latent_data import LatentSet, checkpoint_step, selected_windows
+from .latent_data import LatentSet, checkpoint_step, nearest_presets, selected_windows
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,7 @@ class DecoderStageConfig(StageConfig):
     def validate(self):
         if self.crop % 8 or self.crop <= 0:
             raise AlayaError(f"decoder stage: crop {self.crop} must be a positive multiple of 8")
-        if self.pair_weight < 0 or (self.pair_weight > 0 and self.batch % 2):
-            raise AlayaError(f"decoder stage: pair_weight {self.pair_weight} must be >= 0, and with it "
-                             f"batch {self.batch} even (pairs of crops)")
+        check_pair_weight("decoder stage", self.pair_weight, self.batch)
         if self.motion_weight < 0 or self.boundary_weight < 0:
             raise AlayaError(f"decoder stage: motion_weight {self.motion_weight} and boundary_weight "
                              f"{self.boundary_weight} must be >= 0")
@@ -89,7 +88,6 @@ def student_renders(cfg: DecoderStageConfig, data: LatentSet, log) -> torch.Tens
 
 def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
     from ..loading import load_strict, read_metadata
-    from .student import nearest_presets
 
     path = Path(cfg.latents)
     if not path.is_file():

@@ -179,6 +179,16 @@ class LatentSet:
         return self.rgb[wi, pi], self.cond[wi], prompt, (wi, pi)
 
 
+def nearest_presets(rgb: torch.Tensor) -> torch.Tensor:
+    """For latents (N, P, C, T, h, w) of N clips under P presets: (N, P), the other preset whose
+    latents are nearest (mean squared difference) to each preset's on the same clip."""
+    n, p = rgb.shape[:2]
+    flat = rgb.reshape(n, p, -1).float()
+    dist = torch.cdist(flat, flat)  # (N, P, P)
+    dist.diagonal(dim1=1, dim2=2).fill_(float("inf"))
+    return dist.argmin(dim=2)
+
+
 def perturb_prompts(prompt: torch.Tensor, noise: float, g: torch.Generator) -> torch.Tensor:
     """Unit prompt embeddings (..., D) moved by isotropic Gaussian noise of expected norm `noise`, then
     normalized again.

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from .. import dit
 from ..errors import AlayaError
 from ...streaming import sampler
-from .common import StageConfig, autocast, descend, step_generator, train_loop
-from .latent_data import LatentSet, perturb_prompts
+from .common import StageConfig, autocast, check_pair_weight, descend, step_generator, train_loop
+from .latent_data import LatentSet, nearest_presets, perturb_prompts
 from .teacher import flow_loss, load_dit
 
 
@@ -364,22 +364,10 @@ class RolloutStageConfig(StageConfig):
     def validate(self):
         if (self.frames - 1) % 4 or self.frames < 5:
             raise AlayaError(f"student-rollout: frames {self.frames} must be 4k + 1 and at least 5")
-        if self.pair_weight < 0 or (self.pair_weight > 0 and self.batch % 2):
-            raise AlayaError(f"student-rollout: pair_weight {self.pair_weight} must be >= 0, and with it "
-                             f"batch {self.batch} even (pairs of renders)")
+        check_pair_weight("student-rollout", self.pair_weight, self.batch)
         if self.window_frames < self.chunk_frames or self.sink_frames < 0:
             raise AlayaError(f"student-rollout: window_frames {self.window_frames} must hold a chunk "
                              f"({self.chunk_frames}) and sink_frames {self.sink_frames} be >= 0")
-
-
-def nearest_presets(rgb: torch.Tensor) -> torch.Tensor:
-    """For latents (N, P, C, T, h, w) of N clips under P presets: (N, P), the other preset whose
-    latents are nearest (mean squared difference) to each preset's on the same clip."""
-    n, p = rgb.shape[:2]
-    flat = rgb.reshape(n, p, -1).float()
-    dist = torch.cdist(flat, flat)  # (N, P, P)
-    dist.diagonal(dim1=1, dim2=2).fill_(float("inf"))
-    return dist.argmin(dim=2)
 
 
 def sample_pairs(data: LatentSet, nearest: torch.Tensor, g: torch.Generator, pairs: int):
