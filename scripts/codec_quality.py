@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("--clips", type=int, default=2)
     p.add_argument("--frames", type=int, default=9)
     p.add_argument("--presets", type=int, default=8, help="first N presets")
+    p.add_argument("--device", default="cpu", help="torch device for the networks (cpu or cuda); metrics are computed on the CPU")
     args = p.parse_args(argv)
     import_package()
     import torch
@@ -58,7 +59,8 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     held = ClipSet(args.data, "heldout")
-    vae = load_vae(args.vae)
+    dev = torch.device(args.device)
+    vae = load_vae(args.vae).to(dev)
     codec = genc = None
     if args.codecs:
         names = json.loads(read_metadata(latest_checkpoint(Path(args.codecs)))["extra"])
@@ -66,6 +68,7 @@ def main(argv=None) -> int:
         load_strict(codec, final_weights(Path(args.codecs), "tiny"))
         genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[names["gbuffer_encoder"]]).eval()
         load_strict(genc, final_weights(Path(args.codecs), "gbuffer_encoder"))
+        codec, genc = codec.to(dev), genc.to(dev)
     got = {"vae_roundtrip_psnr": [], "tiny_decoder_on_vae_latents_psnr": [], "tiny_roundtrip_psnr": [],
            "gbuffer_encoder_latent_mse": []}
     t = args.frames
@@ -88,7 +91,7 @@ def main(argv=None) -> int:
             near = nearest(frames, refs, k)
             got.setdefault(f"{name}_nearest_rate", []).append(float(near["hit"]))
             got.setdefault(f"{name}_margin_db", []).append(near["margin_db"])
-    with torch.no_grad(), autocast():
+    with torch.no_grad(), autocast(dev):
         for c in range(min(args.clips, len(held))):
             presets = min(args.presets, held.rgb.shape[1])
             refs = [torch.from_numpy(held.rgb[c, k, :t]).float() / 255 for k in range(presets)]
@@ -96,7 +99,7 @@ def main(argv=None) -> int:
                 u8 = torch.from_numpy(held.rgb[c, k, :t])
                 gt = refs[k]  # (T, H, W, 3)
                 z = vae.encode(to_video(u8[None]), chunk=None)
-                rec = vae.decode(z.float(), chunk=None).float()[0].permute(1, 2, 3, 0).add(1).div(2).clamp(0, 1)
+                rec = vae.decode(z.float(), chunk=None).float()[0].permute(1, 2, 3, 0).add(1).div(2).clamp(0, 1).cpu()
                 got["vae_roundtrip_psnr"].append(psnr(rec, gt))
                 got.setdefault("vae_roundtrip_colour_fit_psnr", []).append(psnr(colour_fit(rec, gt), gt))
                 got.setdefault("ground_truth_cross_latent_ratio", []).append(boundary_ratio(gt, bounds))
@@ -104,21 +107,21 @@ def main(argv=None) -> int:
                 control("vae_roundtrip", rec, refs, k)
                 if codec is not None:
                     # (T, H, W, 3) in [0, 1]
-                    dec = codec.decode(z.float()).float()[0].permute(0, 2, 3, 1)[:t].clamp(0, 1)
+                    dec = codec.decode(z.float()).float()[0].permute(0, 2, 3, 1)[:t].clamp(0, 1).cpu()
                     got["tiny_decoder_on_vae_latents_psnr"].append(psnr(dec, gt))
                     got.setdefault("tiny_decoder_on_vae_latents_colour_fit_psnr", []).append(psnr(colour_fit(dec, gt), gt))
                     motion("tiny_decoder_on_vae_latents", dec, gt)
                     control("tiny_decoder_on_vae_latents", dec, refs, k)
                     frames = gt.permute(0, 3, 1, 2)[None]
                     pad = frames[:, -1:].expand(-1, (-t) % 4, -1, -1, -1)
-                    zt = codec.encode(torch.cat([frames, pad], 1))
-                    rt = codec.decode(zt.float()).float()[0]
+                    zt = codec.encode(torch.cat([frames, pad], 1).to(dev))
+                    rt = codec.decode(zt.float()).float()[0].cpu()
                     n = min(rt.shape[0], t)
                     got["tiny_roundtrip_psnr"].append(psnr(rt.permute(0, 2, 3, 1)[:n].clamp(0, 1), gt[:n]))
             if genc is not None:
                 gb = torch.from_numpy(held.gbuffers[c, :t])[None]
                 ref = vae_gbuffer_latents(vae, gb)
-                err = (genc.encode(gb).float() - ref).pow(2)
+                err = (genc.encode(gb.to(dev)).float() - ref).pow(2).cpu()
                 got["gbuffer_encoder_latent_mse"].append(float(err.mean()))
                 per_latent.append(err.mean(dim=(0, 1, 3, 4)))
     known = lambda v: [x for x in v if x is not None]  # noqa: E731  (a clip too short for a boundary gives None)

@@ -156,12 +156,16 @@ class StreamRunner:
         progress: Callable[[RunStats], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         static_cache: dict | None = None,
+        sync: Callable[[], None] | None = None,
     ):
         """static_cache: a dict kept by the caller across runs; run-once nodes (model loaders, prompt
-        encoding) whose class and inputs match an earlier run reuse its outputs (`run --inputs`)."""
+        encoding) whose class and inputs match an earlier run reuse its outputs (`run --inputs`).
+        sync: called at the end of every node's step before its time is read (torch.cuda.synchronize
+        in `bench`: GPU work is asynchronous and would otherwise be billed to whichever node waits)."""
         self.wf, self.classes = wf, node_classes
         self.progress, self.should_stop = progress, should_stop
         self.static_cache = static_cache
+        self._sync = sync or (lambda: None)
         self.order = validate(wf, node_classes)
         outputs = [n for n in self.order if getattr(self._cls(n), "OUTPUT_NODE", False)]
         needed = upstream_of(wf, outputs)
@@ -223,6 +227,7 @@ class StreamRunner:
                     sources[nid] = iter(cls().open_stream(**static))
                 else:
                     stages[nid] = cls().start_stream(**static)
+                self._sync()
                 stats.node_seconds[nid] = time.perf_counter() - t0
             stats.setup_seconds = time.perf_counter() - start
             sinks = [n for n in self.order if getattr(self._cls(n), "OUTPUT_NODE", False) and n in self.streaming]
@@ -242,6 +247,7 @@ class StreamRunner:
                             stats.frames += max(chunk_length(c) for c in chunk)
                     else:
                         tick[nid] = self._step(nid, stages[nid], tick, final=False)
+                    self._sync()
                     stats.node_seconds[nid] = stats.node_seconds.get(nid, 0.0) + time.perf_counter() - t0
                 if not alive:
                     break
@@ -263,6 +269,7 @@ class StreamRunner:
                         stats.first_output_seconds = time.perf_counter() - start - stats.setup_seconds
                     t0 = time.perf_counter()
                     tick[nid] = self._step(nid, stages[nid], tick, final=True)
+                    self._sync()
                     stats.node_seconds[nid] += time.perf_counter() - t0
         except BaseException:
             for nid in reversed(self.order):

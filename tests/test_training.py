@@ -362,6 +362,33 @@ def test_negative_chroma_weight_is_refused(tmp_path, capsys):
     assert "vae stage: motion_weight 0.0 and chroma_weight -0.5 must be >= 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("device, message", [
+    ("tpu", "vae stage: device 'tpu' is unknown; choose cpu or cuda"),
+    pytest.param("cuda", "vae stage: device 'cuda' asked for, but this torch sees no CUDA GPU",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
+])
+def test_vae_stage_refuses_a_device_it_cannot_train_on(device, message, tmp_path, capsys):
+    cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "device": device})
+    assert main(["--quiet", "train", "vae", "--config", cfg]) != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # refused before anything is written
+
+
+def test_vae_stage_on_an_explicit_cpu_device_equals_the_default(runs, tmp_path):
+    """device only places the networks: the same seed draws the same crops and noise, so one step
+    gives the same weights with device cpu named as with the default."""
+    cfg = {"out": "", "data": str(runs / "data"), "steps": 1, "base_dim": 4, "frames": 5, "crop": 16, "batch": 2,
+           "ckpt_every": 1, "log_every": 1}
+    got = []
+    for name, extra in (("default", {}), ("cpu", {"device": "cpu"})):
+        out = tmp_path / name
+        assert main(["--quiet", "train", "vae", "--config", write(tmp_path / f"{name}.json",
+                                                                  {**cfg, **extra, "out": str(out)})]) == 0
+        got.append(common.final_weights(out, "vae"))
+    assert got[0].keys() == got[1].keys()
+    assert all(torch.equal(got[0][k], got[1][k]) for k in got[0])
+
+
 def test_negative_train_wordings_is_refused(tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "train_wordings": -3})
     assert main(["--quiet", "train", "teacher", "--config", cfg]) != 0

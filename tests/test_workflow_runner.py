@@ -163,6 +163,36 @@ def test_abort_runs_on_failure():
     assert Collect.sink == [("a", "aborted")]
 
 
+def test_sync_bills_asynchronous_work_to_the_node_that_queued_it():
+    """bench passes torch.cuda.synchronize: work a node queued (here: a wait that Mix queues and
+    sync performs) is timed inside that node's step, not the next node's."""
+    import time
+
+    queued = []
+
+    class QueuingMix(BlockMix):
+        def start_stream(self, block, seed):
+            state = super().start_stream(block, seed)
+            inner = state.step
+
+            def step(images):
+                queued.append(0.02)
+                return inner(images)
+
+            state.step = step
+            return state
+
+    def sync():
+        while queued:
+            time.sleep(queued.pop())
+
+    classes = {**CLASSES, "Mix": QueuingMix}
+    stats = rn.StreamRunner(wfm.parse_workflow(api_graph(chunk=4), classes), classes, sync=sync).run()
+    assert stats.ticks == 3 and stats.node_seconds["2"] >= 0.02 * stats.ticks
+    assert stats.node_seconds["3"] < 0.02  # the sink waited for nothing it did not queue
+    assert not queued
+
+
 # --- reading and validation -------------------------------------------------------------------
 
 

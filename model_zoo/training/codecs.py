@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..codecs import gbuffer_encoder, tiny, wan_vae
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION
-from .common import StageConfig, autocast, descend, final_weights, step_generator, train_loop
+from .common import StageConfig, autocast, check_device, descend, final_weights, step_generator, train_loop
 from .data import ClipSet
 
 
@@ -39,8 +39,12 @@ class VAEStageConfig(StageConfig):
     latent_reg: float = 1e-3
     motion_weight: float = 0.0  # weight of motion_loss beside the reconstruction
     chroma_weight: float = 0.0  # weight of chroma_loss beside the reconstruction
+    # where the VAE trains: "cpu" or "cuda". Samples and noise are drawn on the CPU from the step's
+    # seed either way, so a run draws the same crops on both and can resume on the other
+    device: str = "cpu"
 
     def validate(self):
+        check_device("vae stage", self.device)
         if self.motion_weight < 0 or self.chroma_weight < 0:
             raise AlayaError(f"vae stage: motion_weight {self.motion_weight} and chroma_weight {self.chroma_weight} "
                              "must be >= 0")
@@ -152,9 +156,11 @@ def vae_gbuffer_latents(vae: wan_vae.WanVAE, gb: torch.Tensor) -> torch.Tensor:
 def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
     clips = ClipSet(cfg.data, "train")
     vcfg = vae_config(cfg)
-    vae = wan_vae.build(vcfg)
+    dev = torch.device(cfg.device)
+    vae = wan_vae.build(vcfg).to(dev)
     opt = torch.optim.AdamW(vae.parameters(), lr=cfg.lr, weight_decay=0.0)
-    log.info("vae %s: %.2fM parameters, %d training clips", vcfg, sum(p.numel() for p in vae.parameters()) / 1e6, len(clips))
+    log.info("vae %s: %.2fM parameters, %d training clips, on %s", vcfg,
+             sum(p.numel() for p in vae.parameters()) / 1e6, len(clips), dev)
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
@@ -162,10 +168,10 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
         use_gb = torch.rand(cfg.batch, generator=g) < cfg.gbuffer_fraction
         passes = torch.randint(5, (cfg.batch,), generator=g)
         video = torch.stack([to_video(gb[j:j + 1, :, passes[j]])[0] if use_gb[j] else to_video(rgb[j:j + 1])[0]
-                             for j in range(cfg.batch)])
-        with autocast():
+                             for j in range(cfg.batch)]).to(dev)
+        with autocast(dev):
             z = vae._encode(video, None)  # normalized mu, with gradients (encode() is inference-only)
-            noisy = z + cfg.latent_noise * torch.randn(z.shape, generator=g)
+            noisy = z + cfg.latent_noise * torch.randn(z.shape, generator=g).to(dev)
             recon = vae_decode_unclamped(vae, noisy).float()
         rec = F.l1_loss(recon, video) + F.mse_loss(recon, video)
         reg = z.float().pow(2).mean()
@@ -214,10 +220,11 @@ def calibrate_vae(cfg: VAEStageConfig, clips: ClipSet, log, step: int, samples: 
     """
     from ..loading import save_safetensors
 
-    vae = load_vae(cfg.out, calibrated=False)
+    vae = load_vae(cfg.out, calibrated=False).to(cfg.device)
     g = torch.Generator().manual_seed(cfg.seed + 1)
     _, rgb, _ = sample_clips(clips, g, samples, cfg.frames, 0)
-    z = torch.cat([vae.encode(to_video(rgb[i:i + 4]), chunk=None) for i in range(0, samples, 4)])
+    z = torch.cat([vae.encode(to_video(rgb[i:i + 4]).to(cfg.device), chunk=None).float().cpu()
+                   for i in range(0, samples, 4)])
     mean, std = z.mean(dim=(0, 2, 3, 4)), z.std(dim=(0, 2, 3, 4)).clamp_min(1e-3)
     save_safetensors({"mean": mean, "std": std}, Path(cfg.out) / LATENT_STATS, {"samples": samples, "step": step})
     log.info("latent stats: mean %s std %s", [round(v, 3) for v in mean.tolist()], [round(v, 3) for v in std.tolist()])

@@ -287,15 +287,29 @@ def train_loop(cfg: StageConfig, nets: Mapping[str, nn.Module], optims: Mapping[
     return max(start, step + 1 if cfg.steps > start else start)
 
 
-def autocast():
-    """Mixed precision for training passes: bf16 autocast where bf16 is fast (precision.preferred_dtype:
-    CPUs with AMX / AVX512-BF16), float32 elsewhere. Measured: on an AMX Xeon a DiT training step
-    (dim 192, 4 layers, batch 4, 256x256) ran 0.60 s in bf16 vs 0.95 s in float32; on an AVX2-only
-    EPYC bf16 was 7-10x SLOWER, which is why it is not used there."""
+def autocast(device: str | torch.device = "cpu"):
+    """Mixed precision for training passes on `device`: bf16 autocast where bf16 is fast
+    (precision.preferred_dtype: CPUs with AMX / AVX512-BF16, CUDA GPUs with bf16), float32 elsewhere.
+    Measured: on an AMX Xeon a DiT training step (dim 192, 4 layers, batch 4, 256x256) ran 0.60 s in
+    bf16 vs 0.95 s in float32; on an AVX2-only EPYC bf16 was 7-10x SLOWER, which is why it is not
+    used there."""
     import contextlib
 
     from ..precision import preferred_dtype
 
-    if preferred_dtype("cpu") == torch.bfloat16:
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+    device = torch.device(device)
+    if preferred_dtype(device) == torch.bfloat16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+TRAINING_DEVICES = ("cpu", "cuda")
+
+
+def check_device(stage: str, device: str) -> None:
+    """A stage's `device` is cpu or cuda, and cuda only where torch sees a GPU."""
+    if device not in TRAINING_DEVICES:
+        raise AlayaError(f"{stage}: device {device!r} is unknown; choose {' or '.join(TRAINING_DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise AlayaError(f"{stage}: device 'cuda' asked for, but this torch sees no CUDA GPU "
+                         f"(torch {torch.__version__}); use device cpu")

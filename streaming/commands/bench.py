@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="weights' dtype")
     parser.add_argument("--compare-teacher", action="store_true", help="also run the teacher (50 steps, CFG 5, full VAE)")
     parser.add_argument("--teacher-steps", type=int, default=50, help="teacher Euler steps")
+    parser.add_argument("--format", choices=("mp4", "png"), default="mp4",
+                        help="what the Save node writes (png: no video encoder needed, e.g. where PyAV is missing)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -55,7 +57,12 @@ def _clip(folder: Path, size, frames: int) -> Path:
     return out
 
 
-def _graph(clip: Path, size, frames: int, chunk: int, steps: int, out: Path, sampler: dict) -> dict:
+def _out(folder: Path, name: str, fmt: str) -> Path:
+    """The Save node's destination: an mp4 file, or a folder of frames."""
+    return folder / (f"{name}.mp4" if fmt == "mp4" else name)
+
+
+def _graph(clip: Path, size, frames: int, chunk: int, steps: int, out: Path, sampler: dict, fmt: str = "mp4") -> dict:
     h, w = size
     load = {"path": str(clip), "layout": "npy-windows", "start": 0, "frames": frames, "stride": 1, "resize": "stretch",
             "width": w, "height": h, "chunk": chunk}
@@ -65,13 +72,14 @@ def _graph(clip: Path, size, frames: int, chunk: int, steps: int, out: Path, sam
         "4": {"class_type": "AlayaFlash_EncodeGBuffers", "inputs": {"gbuffer_encoder": ["2", 1], "gbuffers": ["1", 0]}},
         "5": sampler,
         "6": {"class_type": "AlayaFlash_Decode", "inputs": {"decoder": ["2", 2], "latents": ["5", 0]}},
-        "7": {"class_type": "AlayaFlash_Save", "inputs": {"images": ["6", 0], "filename": str(out), "format": "mp4",
+        "7": {"class_type": "AlayaFlash_Save", "inputs": {"images": ["6", 0], "filename": str(out), "format": fmt,
                                                           "fps": 16.0, "overwrite": True}},
     }
 
 
-def measure(graph: dict, models: tuple, frames: int, chunk: int) -> dict:
-    """Run a graph with pre-loaded model outputs for node "2"; figures from the runner's timings."""
+def measure(graph: dict, models: tuple, frames: int, chunk: int, sync=None) -> dict:
+    """Run a graph with pre-loaded model outputs for node "2"; figures from the runner's timings
+    (sync: called after each node's step, so asynchronous GPU work is billed to its own node)."""
     from ...nodes import NODE_CLASS_MAPPINGS
     from ..runner import StreamRunner
     from ..workflow import parse_workflow
@@ -79,7 +87,7 @@ def measure(graph: dict, models: tuple, frames: int, chunk: int) -> dict:
     graph = dict(graph)
     graph["2"] = {"class_type": "_Models", "inputs": {}}
     classes = {**NODE_CLASS_MAPPINGS, "_Models": _models_node(models)}
-    stats = StreamRunner(parse_workflow(graph, classes), classes).run()
+    stats = StreamRunner(parse_workflow(graph, classes), classes, sync=sync).run()
     per_stage: dict[str, float] = {}
     for nid, sec in stats.node_seconds.items():
         stage = STAGES.get(graph[nid]["class_type"])
@@ -140,6 +148,7 @@ def run(args) -> int:
     result = {"size": [w, h], "frames": args.frames, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
               "weights": str(args.model) if args.model else f"RANDOM ({args.dit}, {args.encoder}, {args.decoder})",
               "torch_threads": torch.get_num_threads()}
+    sync = torch.cuda.synchronize if dev.type == "cuda" else None
     with tempfile.TemporaryDirectory(prefix="alaya-bench-") as tmp:
         tmp = Path(tmp)
         clip = _clip(tmp, args.size, args.frames)
@@ -148,8 +157,9 @@ def run(args) -> int:
             "model": ["2", 0], "cond": ["4", 0], "prompt": ["3", 0], "seed": 0, "steps": args.steps,
             "chunk_frames": s.chunk_frames, "window_frames": s.window_frames, "sink_frames": s.sink_frames}}
         models = (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash))
-        result["flash"] = measure(_graph(clip, args.size, args.frames, args.chunk, args.steps, tmp / "flash.mp4", sampler),
-                                  models, args.frames, args.chunk)
+        graph = _graph(clip, args.size, args.frames, args.chunk, args.steps, _out(tmp, "flash", args.format), sampler,
+                       args.format)
+        result["flash"] = measure(graph, models, args.frames, args.chunk, sync)
         if args.compare_teacher:
             teacher = bundle.make_random_teacher(args.dit, "wan2.1-vae", device=dev, dtype=dtype)
             teacher.dit = flash.dit  # same DiT architecture as the student (the paper's setting)
@@ -160,10 +170,14 @@ def run(args) -> int:
                 "steps": args.teacher_steps, "cfg": 5.0, "shift": 5.0}}
             tmodels = (teacher, EncoderHandle("teacher", teacher.vae, teacher.settings.window_frames),
                        DecoderHandle("vae", teacher.vae), TextHandle(teacher))
-            result["teacher"] = measure(_graph(clip, args.size, args.frames, args.chunk, args.steps, tmp / "teacher.mp4", tsampler),
-                                        tmodels, args.frames, args.chunk)
+            graph = _graph(clip, args.size, args.frames, args.chunk, args.steps, _out(tmp, "teacher", args.format),
+                           tsampler, args.format)
+            result["teacher"] = measure(graph, tmodels, args.frames, args.chunk, sync)
             result["speedup"] = round(result["flash"]["fps_overall"] / max(1e-9, result["teacher"]["fps_overall"]), 2)
     result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if dev.type == "cuda":  # weights, activations and KV cache live on the GPU: its peak is the figure that matters
+        result["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(dev) / 2**20, 1)
+        result["gpu"] = torch.cuda.get_device_name(dev)
     if args.json:
         print(json.dumps(result))
     else:
