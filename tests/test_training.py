@@ -195,6 +195,46 @@ def test_export_loads_with_the_bundle_loaders(runs):
     assert (teacher.settings.cfg, teacher.settings.window_frames) == (3.0, 9)  # the export config's
 
 
+def test_import_then_export_gives_the_same_weights_back(runs, tmp_path):
+    """`train import` turns an exported model into run folders that the later stages read and that
+    `train export` writes out again unchanged: the way to fine-tune the shipped default."""
+    from safetensors.torch import load_file
+
+    model = runs / "model"
+    assert main(["--quiet", "train", "import", "--config",
+                 write(tmp_path / "i.json", {"model": str(model), "out": str(tmp_path / "imp")})]) == 0
+    imp = tmp_path / "imp"
+    again = tmp_path / "again"
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", {
+        "out": str(again), "student_run": str(imp / "student"), "teacher_run": str(imp / "teacher"),
+        "codecs_run": str(imp / "codecs"), "vae_run": str(imp / "vae"), "trained_size": [32, 32],
+        "teacher_window_frames": 9, "teacher_cfg": 3.0})]) == 0
+    files = sorted(p.relative_to(model) for p in model.rglob("*.safetensors"))
+    assert len(files) == 5
+    for f in files:
+        a, b = load_file(model / f), load_file(again / f)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f
+    for name in ("config.json", "teacher/config.json"):
+        assert json.loads((again / name).read_text())["networks"] == json.loads((model / name).read_text())["networks"]
+    # the imported student streams with the model's chunk size, and a later stage can start from it
+    from alaya_flash.model_zoo.training.latent_data import checkpoint_step
+    assert checkpoint_step(imp / "student") == 0
+    rollout = {"out": str(tmp_path / "r"), "student_run": str(imp / "student"), "data": str(runs / "data"),
+               "vae_run": str(imp / "vae"), "codecs_run": str(imp / "codecs"), "frames": 9, "window_frames": 2,
+               "sink_frames": 1, "steps": 1, "batch": 2, "ckpt_every": 1}
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "r.json", rollout)]) == 0
+
+
+def test_import_refuses_a_folder_that_is_not_a_model_and_a_used_out(runs, tmp_path, capsys):
+    cfg = write(tmp_path / "i.json", {"model": str(tmp_path / "nothing"), "out": str(tmp_path / "imp")})
+    assert main(["--quiet", "train", "import", "--config", cfg]) != 0
+    assert f"import: {tmp_path / 'nothing'} is not a model folder (no config.json)" in capsys.readouterr().err
+    cfg = write(tmp_path / "j.json", {"model": str(runs / "model"), "out": str(tmp_path / "imp")})
+    assert main(["--quiet", "train", "import", "--config", cfg]) == 0
+    assert main(["--quiet", "train", "import", "--config", cfg]) != 0
+    assert "already there; import into an empty folder (out)" in capsys.readouterr().err
+
+
 def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):
     from alaya_flash.model_zoo.training.data import ClipSet
 
@@ -641,8 +681,40 @@ def test_decoder_pair_term_fits_the_change_between_presets(runs, tmp_path):
     assert train(4.0) < train(0.0)
 
 
+def test_decoder_chroma_term_fits_the_hue(runs, tmp_path):
+    """With chroma_weight the decoder's hue (each pixel minus its channel mean) comes nearer the ground
+    truth's than the same training without the term brings it."""
+    from alaya_flash.model_zoo.codecs import tiny
+    from alaya_flash.model_zoo.loading import load_strict, read_state_dict
+    from alaya_flash.model_zoo.training.codecs import chroma_loss
+    from alaya_flash.model_zoo.training.data import ClipSet
+
+    renders = read_state_dict(runs / "decoder" / "renders.safetensors")["renders"]
+    gt = torch.from_numpy(ClipSet(runs / "data", "train").rgb[:, :, :9]).float().div(255).permute(0, 1, 2, 5, 3, 4)
+
+    def train(weight: float) -> float:
+        out = tmp_path / f"dec-{weight}"
+        out.mkdir()
+        (out / "renders.safetensors").symlink_to(runs / "decoder" / "renders.safetensors")
+        conf = {"out": str(out), "student_run": str(runs / "rollout"), "codecs_run": str(runs / "codecs"),
+                "latents": str(runs / "rollout" / "latents-train.safetensors"), "crop": 16, "window_frames": 2,
+                "sink_frames": 1, "batch": 2, "lr": 3e-3, "steps": 30, "log_every": 30, "ckpt_every": 30,
+                "chroma_weight": weight}
+        assert main(["--quiet", "train", "decoder", "--config", write(tmp_path / f"{weight}.json", conf)]) == 0
+        if weight:
+            assert " chroma=" in (out / "train.log").read_text()
+        codec = tiny.build(tiny.CONFIGS["taew-slim"]).eval()
+        load_strict(codec, common.final_weights(out, "tiny"))
+        with torch.no_grad():
+            frames = torch.stack([codec.decode(renders[:, q])[:, :9] for q in range(renders.shape[1])], 1)
+        return float(chroma_loss(frames, gt, dim=3))
+
+    assert train(8.0) < train(0.0)
+
+
 @pytest.mark.parametrize("bad, message", [({"crop": 12}, "crop 12 must be a positive multiple of 8"),
                                           ({"motion_weight": -1.0}, "must be >= 0"),
+                                          ({"chroma_weight": -1.0}, "chroma_weight -1.0 must be >= 0"),
                                           ({"pair_weight": -1.0}, "pair_weight -1.0 must be >= 0"),
                                           ({"pair_weight": 1.0, "batch": 3}, "batch 3 even")])
 def test_bad_decoder_config_is_refused(bad, message, tmp_path, capsys):

@@ -13,6 +13,7 @@ order, each reading the previous stages' output folders:
     student-rollout  self-rollout over whole clips, regressed onto the ground truth       (student.py)
     decoder      the tiny decoder adapted to the student's streamed latents               (decoder.py)
     export       one safetensors per network + bundle JSON                               (export.py)
+    import       an exported model folder back into run folders, to fine-tune it       (import_model.py)
 
 Nothing at inference time imports this package; it imports the networks and streaming's data.
 """
@@ -31,6 +32,7 @@ STAGES: dict[str, tuple[str, str, str]] = {
     "student-rollout": ("student", "RolloutStageConfig", "run_rollout"),
     "decoder": ("decoder", "DecoderStageConfig", "run_decoder"),
     "export": ("export", "ExportConfig", "run_export"),
+    "import": ("import_model", "ImportConfig", "run_import"),
 }
 
 

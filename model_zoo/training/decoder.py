@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..codecs import gbuffer_encoder, tiny
 from ..errors import AlayaError
-from .codecs import boundary_motion_loss, motion_loss, tiny_decode
+from .codecs import boundary_motion_loss, chroma_loss, motion_loss, tiny_decode
 from .common import (StageConfig, autocast, check_pair_weight, descend, final_weights, latest_checkpoint,
                      step_generator, train_loop)
 from .data import ClipSet
@@ -42,6 +42,7 @@ class DecoderStageConfig(StageConfig):
     lr: float = 3e-4
     motion_weight: float = 1.0
     boundary_weight: float = 2.0
+    chroma_weight: float = 0.0  # weight of chroma_loss (hue with brightness taken out; codecs.py)
     # > 0: half the batch is the other half's clips and crops under their nearest preset (by the
     # ground-truth latents), and the change between the two decodes is fitted to the ground truth's
     pair_weight: float = 0.0
@@ -50,9 +51,9 @@ class DecoderStageConfig(StageConfig):
         if self.crop % 8 or self.crop <= 0:
             raise AlayaError(f"decoder stage: crop {self.crop} must be a positive multiple of 8")
         check_pair_weight("decoder stage", self.pair_weight, self.batch)
-        if self.motion_weight < 0 or self.boundary_weight < 0:
-            raise AlayaError(f"decoder stage: motion_weight {self.motion_weight} and boundary_weight "
-                             f"{self.boundary_weight} must be >= 0")
+        if self.motion_weight < 0 or self.boundary_weight < 0 or self.chroma_weight < 0:
+            raise AlayaError(f"decoder stage: motion_weight {self.motion_weight}, boundary_weight "
+                             f"{self.boundary_weight} and chroma_weight {self.chroma_weight} must be >= 0")
 
 
 @torch.no_grad()
@@ -142,6 +143,10 @@ def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
             jump = boundary_motion_loss(out, target, dim=1)
             loss = loss + cfg.boundary_weight * jump
             losses["jump"] = jump.item()
+        if cfg.chroma_weight:
+            chroma = chroma_loss(out, target, dim=2)
+            loss = loss + cfg.chroma_weight * chroma
+            losses["chroma"] = chroma.item()
         if nearest is not None:
             (oa, ob), (ta, tb) = out.chunk(2), target.chunk(2)
             pair = F.l1_loss(oa - ob, ta - tb) + F.mse_loss(oa - ob, ta - tb)
