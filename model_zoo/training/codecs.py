@@ -40,7 +40,7 @@ class VAEStageConfig(StageConfig):
     motion_weight: float = 0.0  # weight of motion_loss beside the reconstruction
     chroma_weight: float = 0.0  # weight of chroma_loss beside the reconstruction
     # where the VAE trains: "cpu" or "cuda". Samples and noise are drawn on the CPU from the step's
-    # seed either way, so a run draws the same crops on both and can resume on the other
+    # seed either way, so a run draws the same crops and noise on both
     device: str = "cpu"
 
     def validate(self):
