@@ -198,3 +198,17 @@ def test_prompt_recache_reencodes_exactly_the_held_frames():
     assert out.isfinite().all() and state.frame == frame + 2 and state.cache.frames == 7
     with pytest.raises(AlayaError, match="recache_on_prompt needs rope='relative'"):
         SessionConfig(rope="absolute", recache_on_prompt=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_stream_on_cuda_equals_the_cpu_stream():
+    """The stream's noise comes from its CPU generator, so a seed gives the same frames on a GPU as
+    on the CPU (to float32 rounding), through evictions of the rolling cache."""
+    model, chunks, prompt = tiny(), cond_chunks(5), torch.randn(1, 5, 16)
+    cpu, cpu_state = stream(session(model), 4, chunks, prompt)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # matmuls: no TF32 by default
+        gpu, gpu_state = stream(session(model.cuda()), 4, chunks, prompt)
+    assert gpu_state.cache.evicted == cpu_state.cache.evicted > 0
+    for a, b in zip(cpu, gpu):
+        assert b.device.type == "cuda"
+        assert (a - b.cpu()).abs().max() <= 1e-3 * a.abs().max()

@@ -429,6 +429,34 @@ def test_vae_stage_on_an_explicit_cpu_device_equals_the_default(runs, tmp_path):
     assert all(torch.equal(got[0][k], got[1][k]) for k in got[0])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("first, then", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_vae_stage_resumes_on_the_other_device(first, then, runs, tmp_path, monkeypatch):
+    """A checkpoint holds CPU tensors: a run begun on one device continues on the other from its
+    step, with its optimizer's moments, and ends where an uninterrupted run on the first device
+    does, up to the two devices' float32 rounding (autocast and TF32 off for the comparison)."""
+    import contextlib
+
+    from alaya_flash.model_zoo.training import codecs
+
+    monkeypatch.setattr(codecs, "autocast", lambda device: contextlib.nullcontext())
+    cfg = {"data": str(runs / "data"), "base_dim": 4, "frames": 5, "crop": 16, "batch": 2, "ckpt_every": 2,
+           "log_every": 1, "lr": 1e-3}
+    once = write(tmp_path / "once.json", {**cfg, "out": str(tmp_path / "once"), "steps": 4, "device": first})
+    split = write(tmp_path / "split.json", {**cfg, "out": str(tmp_path / "split")})
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # matmuls: no TF32 by default
+        assert main(["--quiet", "train", "vae", "--config", once]) == 0
+        assert main(["--quiet", "train", "vae", "--config", split, "--set", "steps=2", "--set", f"device={first}"]) == 0
+        at_two = common.final_weights(tmp_path / "split", "vae")
+        assert main(["--quiet", "train", "vae", "--config", split, "--set", "steps=4", "--set", f"device={then}"]) == 0
+    assert "resumed from ckpt-000002" in (tmp_path / "split" / "train.log").read_text()
+    a, b = common.final_weights(tmp_path / "once", "vae"), common.final_weights(tmp_path / "split", "vae")
+    norm = lambda d: sum(v.float().pow(2).sum() for v in d.values()).sqrt().item()  # noqa: E731
+    moved = norm({k: a[k] - at_two[k] for k in a})
+    apart = norm({k: a[k] - b[k] for k in a})
+    assert moved > 0 and apart < 0.1 * moved  # steps 3-4 without the restored moments land far off
+
+
 def test_negative_train_wordings_is_refused(tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "train_wordings": -3})
     assert main(["--quiet", "train", "teacher", "--config", cfg]) != 0

@@ -101,9 +101,12 @@ class GBufferEncoder(nn.Module):
         p = next(self.parameters())
         stacks = []
         for part in split_branches(self.state_dict(), cfg.branches):
-            stack = build_encoder(TinyCodecConfig(encoder_width=cfg.hidden, latent_channels=cfg.latent_channels,
-                                                  image_channels=cfg.image_channels))
-            stack.load_state_dict({k.removeprefix("encoder."): v for k, v in part.items()}, strict=True)
+            # Built on the meta device, with no random init, since every weight is loaded next: a stream's
+            # start took 165 -> 63 ms at full width, 38 -> 45 ms slim (median of 25, one thread).
+            with torch.device("meta"):
+                stack = build_encoder(TinyCodecConfig(encoder_width=cfg.hidden, latent_channels=cfg.latent_channels,
+                                                      image_channels=cfg.image_channels))
+            stack.load_state_dict({k.removeprefix("encoder."): v for k, v in part.items()}, strict=True, assign=True)
             stack = stack.to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
             if p.dtype in REDUCED_PRECISION:  # keeps every activation channels-last (tiny.channels_last)
                 stack = stack.to(memory_format=torch.channels_last)

@@ -1,0 +1,83 @@
+"""`alaya-flash bench`: the figures it reports come from a real run of the render workflow.
+
+No timing is asserted (speed is measured by the benchmark itself, never by tests): these check
+that the report is whole and consistent, that bad options are refused by name, and on a GPU that
+the GPU's figures are there.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from alaya_flash.streaming.cli import main
+
+TINY = ["--dit", "dit-tiny", "--encoder", "gbuffer-encoder-slim", "--decoder", "taew-slim"]
+STAGES = {"read", "encode", "sample", "decode", "write"}
+
+
+def bench(capsys, *args) -> dict:
+    assert main(["--quiet", "bench", "--size", "32", "--frames", "6", "--chunk", "3", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("fmt", ["png", "mp4"])
+def test_bench_reports_every_stage_of_the_flash_pipeline(fmt, capsys):
+    r = bench(capsys, *TINY, "--device", "cpu", "--precision", "fp32", "--format", fmt)
+    f = r["flash"]
+    assert r["size"] == [32, 32] and r["device"] == "cpu" and r["dtype"] == "float32"
+    assert r["weights"].startswith("RANDOM (dit-tiny")
+    assert f["frames"] == 6 and set(f["ms_per_frame"]) == STAGES
+    assert all(v > 0 for v in f["ms_per_frame"].values())
+    assert abs(6 / f["fps_overall"] - f["seconds"]) <= 0.006  # seconds is rounded to 0.01
+    assert f["fps_steady"] > 0 and 0 < f["first_frame_latency_s"] <= f["seconds"]
+    assert r["peak_rss_mib"] > 0 and "peak_gpu_mib" not in r
+
+
+def test_bench_compares_the_teacher_on_the_same_input(capsys):
+    r = bench(capsys, *TINY, "--device", "cpu", "--precision", "fp32", "--format", "png",
+              "--compare-teacher", "--teacher-steps", "2")
+    assert r["teacher"]["frames"] == r["flash"]["frames"] == 6
+    assert set(r["teacher"]["ms_per_frame"]) == STAGES
+    assert r["speedup"] == pytest.approx(r["flash"]["fps_overall"] / r["teacher"]["fps_overall"], rel=0.01)
+
+
+def test_bench_runs_a_model_folder(capsys):
+    r = bench(capsys, "--model", "model_zoo/default", "--device", "cpu", "--format", "png")
+    assert r["weights"] == "model_zoo/default" and r["flash"]["frames"] == 6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--size", "40x32"], "--size 40x32: width and height must be multiples of 16"),
+    (["--frames", "0"], "--frames and --chunk must be at least 1"),
+])
+def test_bench_refuses_bad_sizes(args, message, capsys):
+    assert main(["--quiet", "bench", *TINY, "--device", "cpu", *args]) != 0
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_bench_on_cuda_reports_the_gpu_and_its_peak_memory(capsys):
+    r = bench(capsys, *TINY, "--device", "cuda", "--precision", "bf16", "--format", "png")
+    assert r["device"].startswith("cuda") and r["dtype"] == "bfloat16"
+    assert r["gpu"] == torch.cuda.get_device_name(0) and r["peak_gpu_mib"] > 0
+    assert set(r["flash"]["ms_per_frame"]) == STAGES
+
+
+def test_profile_bench_profiles_a_plain_and_a_profiled_run(capsys):
+    """benchmarks/profile_bench.py: a warm-up, a plain and a profiled bench of the same pipeline;
+    the profile's table lists the operators that ran."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_bench.py"
+    spec = importlib.util.spec_from_file_location("profile_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--size", "32", *TINY, "--frames", "4", "--rows", "5"]) == 0
+    out = capsys.readouterr().out
+    reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(reports) == 3 and all(r["flash"]["frames"] == 4 for r in reports)
+    assert "Flash pipeline: run " in out and "profiled, CPU)" in out
+    assert "aten::" in out  # the operators' table
