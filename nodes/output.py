@@ -77,6 +77,7 @@ class _Saving:
             self.sink = sinks.ExrSequenceSink(path, overwrite=overwrite)
         else:
             self.sink = sinks.NpyWindowSink(path, overwrite=overwrite)
+        self.writer = sinks.BackgroundWriter(self.sink)  # encodes while the next chunk renders
         self.frames: list = []  # decoded frames waiting for their G-buffers (the decoder lags the input)
         self.gbuffers: list = []
         self.with_gbuffers: bool | None = None
@@ -92,8 +93,7 @@ class _Saving:
 
     def _write(self):
         n = min(len(self.frames), len(self.gbuffers)) if self.with_gbuffers else len(self.frames)
-        for i in range(n):
-            self.sink.write(rgb=self.frames[i], gbuffer=self.gbuffers[i] if self.with_gbuffers else None)
+        self.writer.put([(self.frames[i], self.gbuffers[i] if self.with_gbuffers else None) for i in range(n)])
         del self.frames[:n]
         if self.with_gbuffers:
             del self.gbuffers[:n]
@@ -106,11 +106,11 @@ class _Saving:
             self.abort()
             raise AlayaError(f"{self.path}: {len(self.frames)} frame(s) and {len(self.gbuffers)} G-buffer(s) left "
                              "unpaired: the frames and G-buffers differ in length")
-        out = self.sink.close()
+        out = self.writer.close()
         return {"ui": {"text": [f"wrote {self.sink.count} frames to {out}" if out else "no frames written"]}}
 
     def abort(self):
-        self.sink.abort()
+        self.writer.abort()
 
 
 class StreamPreview:

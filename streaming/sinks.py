@@ -450,6 +450,73 @@ class NpyWindowSink(Sink):
         self._flush()
 
 
+class BackgroundWriter:
+    """Feeds a Sink from a worker thread, so that encoding the frames (PNG's zlib, H.264, EXR; each
+    releases the GIL) overlaps the next chunk's compute instead of adding to it.
+
+        writer = BackgroundWriter(Mp4Sink("out/render.mp4"))
+        writer.put([(rgb, None), ...])     # a chunk's frames: returns at once unless `depth` wait
+        writer.close()                     # waits for the queued frames, then the sink's close()
+
+    At most `depth` chunks wait, so memory stays flat when the encoder is the slower side. The
+    frames handed over must not be changed afterwards. A write that fails (bad frame, full disk)
+    aborts the sink in the worker, and the error is raised by the next put() or by close(); abort()
+    drops the chunks still queued and the output.
+    """
+
+    def __init__(self, sink: Sink, depth: int = 2):
+        import queue
+        import threading
+
+        self.sink = sink
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._dropping = False  # set by abort(): skip what is still queued
+        self._thread = threading.Thread(target=self._run, name=f"alaya-flash writer {sink.path.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            if self._error is not None or self._dropping:
+                continue
+            try:
+                for rgb, gbuffer in batch:
+                    self.sink.write(rgb=rgb, gbuffer=gbuffer)  # aborts the sink itself on an error
+            except BaseException as e:  # noqa: BLE001  (handed to the caller's thread)
+                self._error = e
+
+    def put(self, frames: list) -> None:
+        """Queue one chunk's frames as (rgb, gbuffer) pairs (either may be None, as in Sink.write)."""
+        self._check()
+        if frames:
+            self._queue.put(frames)
+
+    def close(self) -> Path | None:
+        """Write what is queued, then close the sink (see Sink.close)."""
+        self._stop()
+        self._check()
+        return self.sink.close()
+
+    def abort(self) -> None:
+        self._dropping = True
+        self._stop()
+        self.sink.abort()
+
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            self._stop()
+            raise self._error
+
+    @property
+    def count(self) -> int:
+        return self.sink.count
+
+
 def open_sink(dst, to: str, fps: float = 16.0, overwrite: bool = False, png_bits: int = 8,
               window: int = 16, depth_near: float = DEFAULT_DEPTH_NEAR) -> Sink:
     """A G-buffer stream sink by format name (SINK_FORMATS); mp4 is the teacher's {mod}.mp4 layout."""
