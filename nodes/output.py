@@ -19,7 +19,8 @@ FORMATS = ["mp4", "png", "exr", "npy"]
 class Save:
     DESCRIPTION = ("Write the rendered frames: mp4 (H.264 video), png / exr (numbered frame folder), or npy "
                    "(windows of 16 frames, with the G-buffers: training-data layout). Connect the G-buffers to also "
-                   "write the aligned passes (png, exr, npy). Relative paths start at ComfyUI's output folder.")
+                   "write the aligned passes (png, exr, npy). Frames are encoded on a background thread while the next chunk "
+                   "renders. Relative paths start at ComfyUI's output folder.")
     CATEGORY = CATEGORY
     STREAM = "stage"
     STREAM_INPUTS = ("images", "gbuffers")
