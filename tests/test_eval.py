@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -65,7 +66,7 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
         for kind in ("train_wordings", "heldout_wordings"):
             rate, misses = r["control"][kind]["nearest_rate"], r["control"][kind]["misses"]
             assert 0.0 <= rate <= 1.0 and len(misses) == round((1 - rate) * 2)  # 1 clip x 2 presets
-            assert all(m.startswith("clip 0: ") and " -> " in m for m in misses)
+            assert all(re.fullmatch(r"clip 0: \w+ -> \w+ \(-\d+\.\d\d dB\)", m) for m in misses), misses
         assert r["runtime_eval_size"]["fps"] > 0
     # student chunks of 1 latent (4 frames) have boundaries in 9 frames; so do teacher windows of 5
     assert report["student"]["cross_window"]["ratio"] is not None

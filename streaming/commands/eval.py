@@ -159,7 +159,8 @@ def evaluate(args) -> dict:
                     s[f"hit_{kind}"].append(float(near["hit"]))
                     s[f"margin_{kind}"].append(near["margin_db"])
                     if not near["hit"]:
-                        s[f"miss_{kind}"].append(f"clip {c}: {name} -> {names[near['nearest']]}")
+                        s[f"miss_{kind}"].append(f"clip {c}: {name} -> {names[near['nearest']]} "
+                                                 f"({near['margin_db']:+.2f} dB)")
                     if kind == "train":
                         s["psnr"].append(metrics.psnr(out, gt[p]))
                         s["psnr_by_latent"].append(metrics.psnr_by_latent(out, gt[p]))
