@@ -92,3 +92,24 @@ def test_abort_drops_the_queued_chunks_and_the_output(tmp_path):
     assert not aborting.is_alive()
     assert sink.count in (0, 2)  # at most the chunk the worker had begun; the queued ones were dropped
     assert not list(tmp_path.iterdir())
+
+
+def test_live_recorder_writes_beside_the_loop_and_reports_a_bad_frame(tmp_path):
+    """The live Recorder encodes through a BackgroundWriter: a good recording is whole on close; a
+    frame of another size fails the recording with the sink's message and leaves no folder."""
+    from alaya_flash.streaming.preview.recorder import Recorder
+    from alaya_flash.streaming.readers import open_gbuffers
+
+    teacher = np.random.default_rng(1).integers(0, 256, (5, 16, 24, 3), dtype=np.uint8)
+    rec = Recorder(tmp_path / "good", fps=10, gbuffers=True)
+    for f in frames(5):
+        rec.write(f, teacher)
+    assert rec.close() == tmp_path / "good"
+    assert open_gbuffers(tmp_path / "good" / "gbuffers").info.num_frames == 5
+
+    rec = Recorder(tmp_path / "bad", fps=10)
+    rec.write(frames(1)[0], None)
+    rec.write(frames(1, w=32)[0], None)
+    with pytest.raises(AlayaError, match="frame 1: size 32x16 differs"):
+        rec.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..sinks import AtomicOutput, Mp4Sink, TeacherMp4Sink
+from ..sinks import AtomicOutput, BackgroundWriter, Mp4Sink, TeacherMp4Sink
 from ..world.play import Controls
 
 
@@ -33,6 +33,8 @@ class Recorder:
         try:
             self.sink = TeacherMp4Sink(self.out.tmp / "gbuffers", fps) if gbuffers else Mp4Sink(self.out.tmp / "rgb.mp4", fps)
             self._log = open(self.out.tmp / "controls.jsonl", "w", encoding="utf-8")
+            # Encoding (six lossless videos a frame with G-buffers) runs beside the live loop, not in it.
+            self.writer = BackgroundWriter(self.sink, depth=max(1, round(fps)))  # at most a second waits
         except BaseException:
             self.out.abort()
             raise
@@ -48,10 +50,7 @@ class Recorder:
         self._log.write(json.dumps({"frame": frame, **what}) + "\n")
 
     def write(self, rgb: np.ndarray, teacher: np.ndarray | None) -> None:
-        if self.gbuffers:
-            self.sink.write(rgb=rgb, gbuffer=teacher)
-        else:
-            self.sink.write(rgb=rgb)
+        self.writer.put([(rgb, teacher if self.gbuffers else None)])
         self.frames += 1
 
     def close(self) -> Path | None:
@@ -64,7 +63,7 @@ class Recorder:
         self._done = True
         try:
             self._log.close()
-            self.sink.close()
+            self.writer.close()
         except BaseException:
             self.out.abort()
             raise
@@ -75,5 +74,5 @@ class Recorder:
             return
         self._done = True
         self._log.close()
-        self.sink.abort()
+        self.writer.abort()
         self.out.abort()
