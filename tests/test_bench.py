@@ -31,7 +31,7 @@ def test_bench_reports_every_stage_of_the_flash_pipeline(fmt, capsys):
     assert f["frames"] == 6 and set(f["ms_per_frame"]) == STAGES
     assert all(v > 0 for v in f["ms_per_frame"].values())
     assert abs(6 / f["fps_overall"] - f["seconds"]) <= 0.006  # seconds is rounded to 0.01
-    assert f["fps_steady"] > 0 and 0 < f["first_frame_latency_s"] <= f["seconds"]
+    assert f["fps_steady"] > 0 and f["first_frame_latency_s"] > 0  # latency counts set-up, seconds do not
     assert r["peak_rss_mib"] > 0 and "peak_gpu_mib" not in r
 
 
