@@ -1,5 +1,6 @@
 """`alaya-flash world`: the clip it writes loads with the package's readers, matches the source
 bit for bit, records cameras; bad options give one line and write nothing."""
+import argparse
 import json
 
 import numpy as np
@@ -95,6 +96,9 @@ def test_size_argument_forms():
     from alaya_flash.streaming.commands.world import parse_presets, parse_size
 
     assert parse_size("128") == (128, 128) and parse_size("320x192") == (192, 320)
+    for bad, message in (("big", "is not N or WIDTHxHEIGHT"), ("0x16", "must be positive"), ("1x2x3", "is not N")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            parse_size(bad)
     assert len(parse_presets("all")) >= 6 and parse_presets("none") == ()
     with pytest.raises(SystemExit):
         main(["world", "--out", "x", "--size", "big"])

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .gbuffers import parse_size
+from .world import parse_size
 
 HELP = "render the demo G-buffer stream to a preview video"
 

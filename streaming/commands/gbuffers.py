@@ -13,20 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from .world import parse_size
+
 HELP = "inspect (info) or convert G-buffer streams between layouts"
 
 FORMATS = ("mp4", "png", "exr", "npy")  # = sinks.SINK_FORMATS; kept here so --help stays import-light
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """'832x448' (width x height) -> (height, width)."""
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not WIDTHxHEIGHT, e.g. 832x448") from None
-    if w < 1 or h < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r} must be positive")
-    return h, w
 
 
 def add_reader_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,7 +28,7 @@ def add_reader_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", type=int, default=None, help="stop before this source frame (default: the end)")
     p.add_argument("--stride", type=int, default=1, help="read every N-th frame")
     p.add_argument("--size", type=parse_size, default=None, metavar="WxH",
-                   help="resize to WIDTHxHEIGHT, e.g. 832x448 (default: keep the source size)")
+                   help="resize to WIDTHxHEIGHT (N: N x N), e.g. 832x448 (default: keep the source size)")
     p.add_argument("--resize", choices=("stretch", "crop"), default="stretch",
                    help="stretch: the teacher's LANCZOS, no crop; crop: keep aspect, centre crop")
     p.add_argument("--fps", type=float, default=None, help="override the source frame rate (npy and images have none; 16)")

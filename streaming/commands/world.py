@@ -36,6 +36,8 @@ def parse_size(text: str) -> tuple[int, int]:
         parts *= 2
     if len(parts) != 2:
         raise argparse.ArgumentTypeError(f"size {text!r} is not N or WIDTHxHEIGHT, e.g. 256 or 320x192")
+    if min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"size {text!r} must be positive")
     return parts[1], parts[0]
 
 
