@@ -457,6 +457,23 @@ def test_vae_stage_resumes_on_the_other_device(first, then, runs, tmp_path, monk
     assert moved > 0 and apart < 0.1 * moved  # steps 3-4 without the restored moments land far off
 
 
+def test_vae_stage_starts_from_another_runs_weights(runs, tmp_path, capsys):
+    """init: a new run starts from another run's latest VAE weights (with lr 0 it keeps them exactly);
+    a run that has checkpoints resumes from them instead; weights of another shape are refused by name."""
+    cfg = {"data": str(runs / "data"), "base_dim": 4, "frames": 5, "crop": 16, "batch": 2, "ckpt_every": 1,
+           "log_every": 1, "init": str(runs / "vae")}
+    conf = write(tmp_path / "init.json", {**cfg, "out": str(tmp_path / "a"), "steps": 1, "lr": 0.0})
+    assert main(["--quiet", "train", "vae", "--config", conf]) == 0
+    assert "started from the weights of" in (tmp_path / "a" / "train.log").read_text()
+    start, kept = common.final_weights(runs / "vae", "vae"), common.final_weights(tmp_path / "a", "vae")
+    assert all(torch.equal(start[k], kept[k]) for k in start)
+    assert main(["--quiet", "train", "vae", "--config", conf, "--set", "steps=2"]) == 0
+    assert (tmp_path / "a" / "train.log").read_text().count("started from the weights of") == 1  # resumed
+    wider = write(tmp_path / "wider.json", {**cfg, "out": str(tmp_path / "b"), "steps": 1, "base_dim": 8})
+    assert main(["--quiet", "train", "vae", "--config", wider]) != 0
+    assert f"vae stage: init {runs / 'vae'}: state dict: keys do not match" in capsys.readouterr().err
+
+
 def test_negative_train_wordings_is_refused(tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "train_wordings": -3})
     assert main(["--quiet", "train", "teacher", "--config", cfg]) != 0

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from ..codecs import gbuffer_encoder, tiny, wan_vae
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION
-from .common import StageConfig, autocast, check_device, descend, final_weights, step_generator, train_loop
+from .common import (StageConfig, autocast, check_device, descend, final_weights, latest_checkpoint, step_generator,
+                     train_loop)
 from .data import ClipSet
 
 
@@ -42,6 +43,9 @@ class VAEStageConfig(StageConfig):
     # where the VAE trains: "cpu" or "cuda". Samples and noise are drawn on the CPU from the step's
     # seed either way, so a run draws the same crops and noise on both
     device: str = "cpu"
+    # a vae run folder (e.g. runs/imported/vae) whose latest weights start this run when `out` has no
+    # checkpoint yet; the optimizer starts fresh (continue the shipped VAE without its run folder)
+    init: str = ""
 
     def validate(self):
         check_device("vae stage", self.device)
@@ -157,7 +161,16 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
     clips = ClipSet(cfg.data, "train")
     vcfg = vae_config(cfg)
     dev = torch.device(cfg.device)
-    vae = wan_vae.build(vcfg).to(dev)
+    vae = wan_vae.build(vcfg)
+    if cfg.init and latest_checkpoint(Path(cfg.out)) is None:
+        from ..loading import load_strict
+
+        try:
+            load_strict(vae, final_weights(Path(cfg.init), "vae"))
+        except AlayaError as e:
+            raise AlayaError(f"vae stage: init {cfg.init}: {e}") from None
+        log.info("started from the weights of %s (fresh optimizer)", cfg.init)
+    vae = vae.to(dev)
     opt = torch.optim.AdamW(vae.parameters(), lr=cfg.lr, weight_decay=0.0)
     log.info("vae %s: %.2fM parameters, %d training clips, on %s", vcfg,
              sum(p.numel() for p in vae.parameters()) / 1e6, len(clips), dev)
@@ -267,7 +280,6 @@ def load_vae(run_dir: str | Path, calibrated: bool = True) -> wan_vae.WanVAE:
     calibrated: fold the folder's latent statistics (calibrate_vae) into it, as every later stage sees it.
     """
     from ..loading import load_strict, read_metadata
-    from .common import latest_checkpoint
 
     ckpt = latest_checkpoint(Path(run_dir))
     if ckpt is None:
