@@ -7,6 +7,7 @@ the GPU's figures are there.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,8 +45,9 @@ def test_bench_compares_the_teacher_on_the_same_input(capsys):
 
 
 def test_bench_runs_a_model_folder(capsys):
-    r = bench(capsys, "--model", "model_zoo/default", "--device", "cpu", "--format", "png")
-    assert r["weights"] == "model_zoo/default" and r["flash"]["frames"] == 6
+    model = Path(__file__).resolve().parents[1] / "model_zoo" / "default"
+    r = bench(capsys, "--model", str(model), "--device", "cpu", "--format", "png")
+    assert r["weights"] == str(model) and r["flash"]["frames"] == 6
 
 
 @pytest.mark.parametrize("args, message", [
@@ -69,7 +71,6 @@ def test_profile_bench_profiles_a_plain_and_a_profiled_run(capsys):
     """benchmarks/profile_bench.py: a warm-up, a plain and a profiled bench of the same pipeline;
     the profile's table lists the operators that ran."""
     import importlib.util
-    from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_bench.py"
     spec = importlib.util.spec_from_file_location("profile_bench", path)
