@@ -14,6 +14,7 @@ is (--model DIR, --steps N, ...).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 
@@ -39,11 +40,8 @@ def main(argv=None) -> int:
 
     def recorded(with_profiler):
         def run(*a, **k):  # only the pipeline's run: not building the networks or the input clip
-            if not with_profiler:
-                out = measure(*a, **k)
-                runs.append((None, out["seconds"]))
-                return out
-            with profile(activities=acts, record_shapes=args.shapes) as got:
+            ctx = profile(activities=acts, record_shapes=args.shapes) if with_profiler else contextlib.nullcontext()
+            with ctx as got:
                 out = measure(*a, **k)
             runs.append((got, out["seconds"]))
             return out

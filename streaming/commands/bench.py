@@ -7,7 +7,8 @@ Runs the standard render workflow through the streaming runner (Load G-Buffers f
 npy clip, Encode G-Buffers, Flash Sampler, Decode, Save mp4) and reports, from the
 runner's per-node timings: steady-state FPS (after the first chunk), first-frame latency (from
 the end of model loading to the first frames reaching the sink), peak resident memory and
-per-stage milliseconds per frame (read, encode, sample, decode, write). --compare-teacher runs
+per-stage milliseconds per frame (read, encode, sample, decode, write; the Save node encodes on a
+worker thread, so write is only what the loop still waits for). --compare-teacher runs
 the teacher on the same input and size (bidirectional, 50 steps, CFG, full Wan VAE) and prints
 the speed-up. Without --model the networks have RANDOM weights (said in the output): speed does
 not depend on the weights' values.
