@@ -7,12 +7,14 @@ A model is a folder:
       dit.safetensors                  dit.safetensors
       gbuffer_encoder.safetensors      vae.safetensors
       decoder.safetensors
+      refiner.safetensors            (optional: the G-buffer refiner, codecs/refiner.py)
 
 config.json (written by save_flash / save_teacher; every key is checked on load):
 
     {"format": "alaya-flash/flash", "version": 1,
      "networks": {"dit": {"family": "dit", "config_name": "dit-small", "config": {...}},
-                  "gbuffer_encoder": {...}, "decoder": {...}},       # teacher: "dit", "vae"
+                  "gbuffer_encoder": {...}, "decoder": {...},        # teacher: "dit", "vae"
+                  "refiner": {...}},                                 # optional
      "text_encoder": "all-minilm-l6-v2",
      "session": {"steps": 4, "shift": 5.0, "chunk_frames": 3, "window_frames": 12,
                  "sink_frames": 3, "rope": "relative"},              # teacher: steps, cfg, shift,
@@ -46,6 +48,7 @@ from .loading import load_strict, save_safetensors
 
 FORMAT_VERSION = 1
 FLASH_ROLES = {"dit": "dit", "gbuffer_encoder": "gbuffer-encoder", "decoder": "tiny-codec"}  # role -> family
+FLASH_OPTIONAL_ROLES = {"refiner": "gbuffer-refiner"}  # loaded when config.json names them
 TEACHER_ROLES = {"dit": "dit", "vae": "wan-vae"}
 TEXT_ENCODERS = ("all-minilm-l6-v2",)
 DEFAULT_DIR = Path(__file__).resolve().parent / "default"
@@ -81,6 +84,7 @@ class FlashModel:
     dit: nn.Module
     gbuffer_encoder: nn.Module
     decoder: nn.Module  # TinyCodec; its decoder half is used
+    refiner: nn.Module | None = None  # GBufferRefiner, or None: frames come straight from the decoder
     settings: FlashSettings = FlashSettings()
     text_encoder_name: str = "all-minilm-l6-v2"
     trained_size: tuple[int, int] | None = None
@@ -246,8 +250,10 @@ def save_flash(model: FlashModel, folder: str | os.PathLike, config_names: dict[
     folder = Path(folder)
     names = config_names or {}
     networks = {}
-    for role, family in FLASH_ROLES.items():
+    for role, family in {**FLASH_ROLES, **FLASH_OPTIONAL_ROLES}.items():
         module = getattr(model, role)
+        if module is None:
+            continue
         save_safetensors(module.state_dict(), folder / f"{role}.safetensors", {"family": family, "role": role})
         networks[role] = _network_entry(module, family, names.get(role))
     _write_config(folder, {
@@ -256,6 +262,8 @@ def save_flash(model: FlashModel, folder: str | os.PathLike, config_names: dict[
         "trained_size": list(model.trained_size) if model.trained_size else None,
         "random_weights": model.random_weights, "notes": notes,
     })
+    for role in set(FLASH_OPTIONAL_ROLES) - set(networks):  # no stale optional network from an earlier save
+        (folder / f"{role}.safetensors").unlink(missing_ok=True)
     return folder
 
 
@@ -265,6 +273,12 @@ def load_flash(folder: str | os.PathLike | None = None, device: str | torch.devi
     folder = Path(folder) if folder is not None else default_flash_dir()
     cfg = _read_config(folder, "flash")
     nets = _load_networks(folder, cfg, FLASH_ROLES, device, dtype)
+    optional = {r: f for r, f in FLASH_OPTIONAL_ROLES.items() if r in cfg["networks"]}
+    nets.update(_load_networks(folder, cfg, optional, device, dtype))
+    unknown = sorted(set(cfg["networks"]) - set(FLASH_ROLES) - set(FLASH_OPTIONAL_ROLES))
+    if unknown:
+        raise CheckpointError(f"{folder / 'config.json'}: networks {', '.join(unknown)} are unknown "
+                              f"(a Flash model has {', '.join([*FLASH_ROLES, *FLASH_OPTIONAL_ROLES])})")
     text = cfg.get("text_encoder", "all-minilm-l6-v2")
     if text not in TEXT_ENCODERS:
         raise CheckpointError(f"{folder / 'config.json'}: text_encoder {text!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
@@ -275,18 +289,23 @@ def load_flash(folder: str | os.PathLike | None = None, device: str | torch.devi
 
 def make_random_flash(dit: str = "dit-tiny", gbuffer_encoder: str = "gbuffer-encoder-slim", decoder: str = "taew-slim",
                       seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                      settings: FlashSettings = FlashSettings(), text_encoder: str = "all-minilm-l6-v2") -> FlashModel:
+                      settings: FlashSettings = FlashSettings(), text_encoder: str = "all-minilm-l6-v2",
+                      refiner: str | None = None) -> FlashModel:
     """A Flash model with random weights from named configs (tests and benchmarks).
 
-    The DiT's text width is set to the text encoder's (384), whatever the named config says.
+    The DiT's text width is set to the text encoder's (384), whatever the named config says. A
+    refiner (e.g. "gbuffer-refiner-16") starts as the identity: its last layer is zero.
     """
     torch.manual_seed(seed)
     text_dim = _text_dim(text_encoder)
     nets = {}
-    for role, name in (("dit", dit), ("gbuffer_encoder", gbuffer_encoder), ("decoder", decoder)):
+    roles = {**FLASH_ROLES, **FLASH_OPTIONAL_ROLES}
+    for role, name in (("dit", dit), ("gbuffer_encoder", gbuffer_encoder), ("decoder", decoder), ("refiner", refiner)):
+        if name is None:
+            continue
         family, cfg = registry.get_config(name)
-        if family != FLASH_ROLES[role]:
-            raise AlayaError(f"config {name!r} is a {family} config; the {role} needs a {FLASH_ROLES[role]} config")
+        if family != roles[role]:
+            raise AlayaError(f"config {name!r} is a {family} config; the {role} needs a {roles[role]} config")
         if role == "dit":
             cfg = dataclasses.replace(cfg, text_dim=text_dim)
         nets[role] = registry.build_config(family, cfg, dtype=dtype).to(device).eval().requires_grad_(False)

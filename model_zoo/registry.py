@@ -18,6 +18,7 @@ FAMILIES: dict[str, str] = {
     "tiny-codec": "codecs.tiny",
     "gbuffer-encoder": "codecs.gbuffer_encoder",
     "wan-vae": "codecs.wan_vae",
+    "gbuffer-refiner": "codecs.refiner",
 }
 
 

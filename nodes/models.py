@@ -41,6 +41,13 @@ class DecoderHandle:
 
 
 @dataclass
+class RefinerHandle:
+    """ALAYA_REFINER: the model's G-buffer refiner, or None when the model has none (Refine passes frames through)."""
+
+    module: Any
+
+
+@dataclass
 class TextHandle:
     """ALAYA_TEXT_ENCODER: prompt strings -> (B, L, text_dim) for a model."""
 
@@ -110,11 +117,12 @@ def _text_override(model, name: str, device) -> None:
 
 
 class LoadFlashModel:
-    DESCRIPTION = ("Load a Flash model folder (config.json + dit / gbuffer_encoder / decoder safetensors) from the "
-                   "project's model_zoo or ComfyUI's diffusion_models; optionally a TAEHV decoder from vae_approx.")
+    DESCRIPTION = ("Load a Flash model folder (config.json + dit / gbuffer_encoder / decoder safetensors, and the "
+                   "G-buffer refiner when it has one) from the project's model_zoo or ComfyUI's diffusion_models; "
+                   "optionally a TAEHV decoder from vae_approx.")
     CATEGORY = CATEGORY
-    RETURN_TYPES = ("ALAYA_FLASH", "ALAYA_GBUFFER_ENCODER", "ALAYA_DECODER", "ALAYA_TEXT_ENCODER")
-    RETURN_NAMES = ("model", "gbuffer_encoder", "decoder", "text_encoder")
+    RETURN_TYPES = ("ALAYA_FLASH", "ALAYA_GBUFFER_ENCODER", "ALAYA_DECODER", "ALAYA_TEXT_ENCODER", "ALAYA_REFINER")
+    RETURN_NAMES = ("model", "gbuffer_encoder", "decoder", "text_encoder", "refiner")
     FUNCTION = "load"
 
     @classmethod
@@ -139,7 +147,7 @@ class LoadFlashModel:
         dev = comfy.torch_device(device)
         dtype = comfy.torch_dtype(precision, dev)
         if model in RANDOM:
-            flash = bundle.make_random_flash(*RANDOM[model], device=dev, dtype=dtype)
+            flash = bundle.make_random_flash(*RANDOM[model], device=dev, dtype=dtype, refiner="gbuffer-refiner-16")
         else:
             path = comfy.resolve("diffusion_models", model)
             if path is None:
@@ -148,9 +156,12 @@ class LoadFlashModel:
                 raise AlayaError(f"Flash model {model!r} not found (searched: {comfy.searched('diffusion_models')})")
             flash = bundle.load_flash(path, dev, dtype)
         if decoder != FROM_MODEL:
+            # the refiner learned this model's decoder's errors: another decoder's frames pass through unrefined
             flash.decoder = load_tiny_decoder(comfy.resolve("vae_approx", decoder), dev, dtype)
+            flash.refiner = None
         _text_override(flash, text_encoder, dev)
-        return (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash))
+        return (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash),
+                RefinerHandle(flash.refiner))
 
 
 def load_tiny_decoder(path, device, dtype):

@@ -1,6 +1,6 @@
-"""Rendering nodes: Encode G-Buffers, Flash Sampler, Teacher Sampler, Decode.
+"""Rendering nodes: Encode G-Buffers, Flash Sampler, Teacher Sampler, Decode, Refine.
 
-All four are stream stages (docs/runner.md): the runner steps them chunk by chunk, ComfyUI calls
+All five are stream stages (docs/runner.md): the runner steps them chunk by chunk, ComfyUI calls
 them once over the whole sequence (run_stage_whole). Each wraps one stage of
 streaming/pipelines.py; inside ComfyUI they drive a progress bar per chunk (the Flash Sampler's
 and Decode's carry a preview frame) and check for interruption every chunk.
@@ -237,9 +237,58 @@ class _Decoding:
         return (None,)
 
 
+class Refine:
+    DESCRIPTION = ("Decoded frames + their G-buffers -> refined frames: the Flash model's G-buffer refiner restores "
+                   "detail and colour the 8x-smaller latents lost, frame by frame. Frames pass through unchanged when "
+                   "the model has no refiner. Connect the same G-buffers that fed Encode G-Buffers.")
+    CATEGORY = CATEGORY
+    STREAM = "stage"
+    STREAM_INPUTS = ("images", "gbuffers")
+    RETURN_TYPES = ("IMAGE",)
+    RETURN_NAMES = ("images",)
+    FUNCTION = "refine"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "refiner": ("ALAYA_REFINER", {"tooltip": "From Load Flash Model."}),
+            "images": ("IMAGE", {"tooltip": "Frames from Decode (the Flash model's tiny decoder)."}),
+            "gbuffers": ("ALAYA_GBUFFERS", {"tooltip": "The G-buffers these frames were rendered from."}),
+        }}
+
+    def start_stream(self, refiner):
+        from ..streaming.pipelines import Refine as RefineStage
+
+        return _Refining(RefineStage(refiner.module) if refiner.module is not None else None)
+
+    def refine(self, **inputs):
+        return run_stage_whole(self, **inputs)
+
+
+class _Refining:
+    """Pairs frames with G-buffers in stream order (the decoder lags the input); None: pass frames through."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def step(self, images=None, gbuffers=None):
+        comfy.check_interrupted()
+        if self.inner is None:
+            return (images,)
+        self.inner.add_gbuffers(gbuffers)
+        out = self.inner.step(images)
+        return (comfy.intermediate(out) if out is not None else None,)
+
+    def flush(self):
+        if self.inner is not None:
+            self.inner.flush()
+        return (None,)
+
+
 NODES = {
     "AlayaFlash_EncodeGBuffers": (EncodeGBuffers, "Encode G-Buffers (Alaya Flash)"),
     "AlayaFlash_FlashSampler": (FlashSampler, "Flash Sampler (Alaya Flash)"),
     "AlayaFlash_TeacherSampler": (TeacherSampler, "Teacher Sampler (Alaya Flash)"),
     "AlayaFlash_Decode": (Decode, "Decode (Alaya Flash)"),
+    "AlayaFlash_Refine": (Refine, "Refine with G-Buffers (Alaya Flash)"),
 }

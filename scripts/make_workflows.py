@@ -28,15 +28,16 @@ def L(node: str, slot: int = 0) -> list:
 
 
 def flash_branch(source: str, first: int, prompt: str, save: dict) -> dict:
-    """Load Flash Model .. Save, fed by the G-buffer source `source`; node ids from `first`."""
-    m, p, e, s, d, o = (str(first + i) for i in range(6))
+    """Load Flash Model .. Refine .. Save, fed by the G-buffer source `source`; node ids from `first`."""
+    m, p, e, s, d, r, o = (str(first + i) for i in range(7))
     return {
         m: ("AlayaFlash_LoadFlashModel", "Load Flash Model", dict(MODEL)),
         p: ("AlayaFlash_EncodePrompt", "Encode Prompt", {"text_encoder": L(m, 3), "text": prompt}),
         e: ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers", {"gbuffer_encoder": L(m, 1), "gbuffers": L(source)}),
         s: ("AlayaFlash_FlashSampler", "Flash Sampler", {"model": L(m), "cond": L(e), "prompt": L(p), **SAMPLER}),
         d: ("AlayaFlash_Decode", "Decode", {"decoder": L(m, 2), "latents": L(s)}),
-        o: save(d),
+        r: ("AlayaFlash_Refine", "Refine with G-Buffers", {"refiner": L(m, 4), "images": L(d), "gbuffers": L(source)}),
+        o: save(r),
     }
 
 
@@ -59,14 +60,14 @@ WORKFLOWS = {
     "teacher-vs-flash": {
         "1": ("AlayaFlash_LoadGBuffers", "Load G-Buffers", dict(LOAD)),
         **flash_branch("1", 2, "a sunny city street, photorealistic", _save("alaya-flash/flash.mp4", title="Save Flash")),
-        "8": ("AlayaFlash_LoadTeacherModel", "Load Teacher Model", dict(TEACHER)),
-        "9": ("AlayaFlash_EncodePrompt", "Encode Prompt (teacher)", {"text_encoder": L("8", 3), "text": "a sunny city street, photorealistic"}),
-        "10": ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers (teacher)", {"gbuffer_encoder": L("8", 1), "gbuffers": L("1")}),
-        "11": ("AlayaFlash_TeacherSampler", "Teacher Sampler", {"model": L("8"), "cond": L("10"), "prompt": L("9"),
+        "9": ("AlayaFlash_LoadTeacherModel", "Load Teacher Model", dict(TEACHER)),
+        "10": ("AlayaFlash_EncodePrompt", "Encode Prompt (teacher)", {"text_encoder": L("9", 3), "text": "a sunny city street, photorealistic"}),
+        "11": ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers (teacher)", {"gbuffer_encoder": L("9", 1), "gbuffers": L("1")}),
+        "12": ("AlayaFlash_TeacherSampler", "Teacher Sampler", {"model": L("9"), "cond": L("11"), "prompt": L("10"),
                                                                  "negative_prompt": "blurry, distorted", "seed": 0,
                                                                  "steps": 50, "cfg": 5.0, "shift": 5.0}),
-        "12": ("AlayaFlash_Decode", "Decode (full VAE)", {"decoder": L("8", 2), "latents": L("11")}),
-        "13": ("AlayaFlash_Save", "Save Teacher", {"images": L("12"), "filename": "alaya-flash/teacher.mp4", "format": "mp4",
+        "13": ("AlayaFlash_Decode", "Decode (full VAE)", {"decoder": L("9", 2), "latents": L("12")}),
+        "14": ("AlayaFlash_Save", "Save Teacher", {"images": L("13"), "filename": "alaya-flash/teacher.mp4", "format": "mp4",
                                                    "fps": 16.0, "overwrite": True}),
     },
     "live-preview": {

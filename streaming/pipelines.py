@@ -10,8 +10,10 @@ Flash (one continuous causal stream):
     enc = GBufferEncode(model.gbuffer_encoder)         # teacher-form uint8 -> cond latents
     smp = FlashSample(model, prompts, seed=0)          # cond latents -> clean latents (AR chunks)
     dec = Decode(tiny_decoder(model))                  # clean latents -> RGB frames
+    ref = Refine(model.refiner)                        # frames + their G-buffers -> frames (optional)
     for gbuffers in chunks:                            # GBuffers (T, 5, H, W, 3) uint8
-        rgb = dec.step(smp.step(enc.step(gbuffers)))   # (t, H, W, 3) float [0, 1], or None
+        ref.add_gbuffers(gbuffers)
+        rgb = ref.step(dec.step(smp.step(enc.step(gbuffers))))  # (t, H, W, 3) float [0, 1], or None
     ... then the same with flush() at the end (see FlashPipeline, which does exactly this)
 
 Teacher (bidirectional windows of `window_frames` pixel frames, independent clips):
@@ -385,6 +387,47 @@ class Decode:
         return None
 
 
+class Refine:
+    """Decoded frames -> refined frames, each with its own G-buffers (model_zoo/codecs/refiner.py).
+
+    The decoder lags its input, so G-buffers wait here (add_gbuffers) until their frames arrive;
+    frames and G-buffers pair in stream order, and the stream must end with none left over.
+    """
+
+    def __init__(self, refiner):
+        self.refiner = refiner
+        self.frames: torch.Tensor | None = None
+        self.gbuffers: torch.Tensor | None = None
+
+    def add_gbuffers(self, gbuffers: GBuffers | None) -> None:
+        if gbuffers is not None:
+            self.gbuffers = _append(self.gbuffers, gbuffers.images)
+
+    def step(self, frames: torch.Tensor | None) -> torch.Tensor | None:
+        if frames is not None:
+            self.frames = _append(self.frames, frames)
+        n = min(_count(self.frames), _count(self.gbuffers))
+        if n == 0:
+            return None
+        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n])
+        self.frames, self.gbuffers = self.frames[n:], self.gbuffers[n:]
+        return out
+
+    def flush(self) -> None:
+        if _count(self.frames) or _count(self.gbuffers):
+            raise AlayaError(f"Refine: {_count(self.frames)} frame(s) and {_count(self.gbuffers)} G-buffer frame(s) "
+                             "left unpaired at the end of the stream: the frames must come from these G-buffers")
+        return None
+
+
+def _append(buffer: torch.Tensor | None, more: torch.Tensor) -> torch.Tensor:
+    return more if buffer is None or not len(buffer) else torch.cat([buffer, more])
+
+
+def _count(buffer: torch.Tensor | None) -> int:
+    return 0 if buffer is None else len(buffer)
+
+
 # ---------------------------------------------------------------------------------------------
 # Teacher stages.
 
@@ -499,9 +542,10 @@ class StageTimes:
 
 class _Pipeline:
     stages: tuple
+    names = ("encode", "sample", "decode")
 
     def _through(self, value, final: bool):
-        for name, stage in zip(("encode", "sample", "decode"), self.stages):
+        for name, stage in zip(self.names, self.stages):
             t0 = time.perf_counter()
             out = stage.step(value) if value is not None else None
             if final:
@@ -528,12 +572,22 @@ class _Pipeline:
 
 
 class FlashPipeline(_Pipeline):
-    """G-buffers -> RGB with a Flash model, chunk by chunk (encoder, AR sampler, tiny decoder)."""
+    """G-buffers -> RGB with a Flash model, chunk by chunk (encoder, AR sampler, tiny decoder, and the
+    G-buffer refiner when the model has one and `refine` is on)."""
 
-    def __init__(self, model, prompts: PromptSchedule, seed: int = 0, **sample_options):
+    def __init__(self, model, prompts: PromptSchedule, seed: int = 0, refine: bool = True, **sample_options):
         self.times = StageTimes()
         self.stages = (GBufferEncode(model.gbuffer_encoder), FlashSample(model, prompts, seed, **sample_options),
                        Decode(TinyDecoder(model.decoder)))
+        self.refine = Refine(model.refiner) if refine and model.refiner is not None else None
+        if self.refine is not None:
+            self.stages += (self.refine,)
+            self.names += ("refine",)
+
+    def step(self, gbuffers: GBuffers) -> torch.Tensor | None:
+        if self.refine is not None:
+            self.refine.add_gbuffers(gbuffers)
+        return super().step(gbuffers)
 
 
 class TeacherPipeline(_Pipeline):

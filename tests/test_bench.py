@@ -16,6 +16,7 @@ from alaya_flash.streaming.cli import main
 
 TINY = ["--dit", "dit-tiny", "--encoder", "gbuffer-encoder-slim", "--decoder", "taew-slim"]
 STAGES = {"read", "encode", "sample", "decode", "write"}
+FLASH_STAGES = STAGES | {"refine"}  # random weights come with a G-buffer refiner unless --refiner none
 
 
 def bench(capsys, *args) -> dict:
@@ -29,7 +30,7 @@ def test_bench_reports_every_stage_of_the_flash_pipeline(fmt, capsys):
     f = r["flash"]
     assert r["size"] == [32, 32] and r["device"] == "cpu" and r["dtype"] == "float32"
     assert r["weights"].startswith("RANDOM (dit-tiny")
-    assert f["frames"] == 6 and set(f["ms_per_frame"]) == STAGES
+    assert f["frames"] == 6 and set(f["ms_per_frame"]) == FLASH_STAGES
     assert all(v > 0 for v in f["ms_per_frame"].values())
     assert abs(6 / f["fps_overall"] - f["seconds"]) <= 0.006  # seconds is rounded to 0.01
     assert f["fps_steady"] > 0 and f["first_frame_latency_s"] > 0  # latency counts set-up, seconds do not
@@ -64,7 +65,12 @@ def test_bench_on_cuda_reports_the_gpu_and_its_peak_memory(capsys):
     r = bench(capsys, *TINY, "--device", "cuda", "--precision", "bf16", "--format", "png")
     assert r["device"].startswith("cuda") and r["dtype"] == "bfloat16"
     assert r["gpu"] == torch.cuda.get_device_name(0) and r["peak_gpu_mib"] > 0
-    assert set(r["flash"]["ms_per_frame"]) == STAGES
+    assert set(r["flash"]["ms_per_frame"]) == FLASH_STAGES
+
+
+def test_bench_without_a_refiner_has_no_refine_stage(capsys):
+    r = bench(capsys, *TINY, "--refiner", "none", "--device", "cpu", "--precision", "fp32", "--format", "png")
+    assert set(r["flash"]["ms_per_frame"]) == STAGES and r["weights"].endswith(", none)")
 
 
 def test_profile_bench_profiles_a_plain_and_a_profiled_run(capsys):

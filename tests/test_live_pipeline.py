@@ -82,7 +82,7 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
     assert not np.array_equal(_live(live, frames), got)
     # a workflow that shows no frames is refused with one line naming the file
     bad = json.loads(path.read_text())
-    del bad["7"]
+    del bad["8"]
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(AlayaError, match="bad.json"):
         WorkflowLive(tmp_path / "bad.json", NODE_CLASS_MAPPINGS)

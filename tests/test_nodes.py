@@ -62,7 +62,7 @@ def graph(clip, frames=20, chunk=5, **sets):
     g["2"]["inputs"].update(model="random:tiny", precision="fp32", device="cpu")
     g["3"]["inputs"]["text"] = "0: a sunny street\n8: a rainy night"
     g["5"]["inputs"]["seed"] = 5
-    g["7"] = {"class_type": "Collect", "inputs": {"images": ["6", 0]}}
+    g["8"] = {"class_type": "Collect", "inputs": {"images": ["7", 0]}}  # after Refine, instead of Save
     for k, v in sets.items():
         node, name = k.split("__")
         g[node]["inputs"][name] = v
@@ -206,7 +206,7 @@ def test_gbuffers_from_float_images_match_canonical_encoding():
 
 
 def test_encode_prompt_accepts_conditioning_of_the_right_width():
-    flash, _, _, text = NODES["AlayaFlash_LoadFlashModel"]().load("random:tiny", "(from model)", "cpu", "fp32", "(from model)")
+    flash, _, _, text, _ = NODES["AlayaFlash_LoadFlashModel"]().load("random:tiny", "(from model)", "cpu", "fp32", "(from model)")
     node = NODES["AlayaFlash_EncodePrompt"]()
     emb = torch.randn(1, 7, flash.text_dim)
     (p,) = node.encode(text, "ignored", conditioning=[[emb, {}]])
@@ -254,7 +254,7 @@ def test_comfy_progress_and_interruption_hooks(monkeypatch):
 @pytest.mark.parametrize("fmt", ["png", "exr", "npy"])
 def test_save_sequences_with_gbuffers(clip, tmp_path, fmt):
     g = graph(clip, frames=5, chunk=2)
-    g["7"] = {"class_type": "AlayaFlash_Save", "inputs": {"images": ["6", 0], "gbuffers": ["1", 0], "filename": str(tmp_path / "seq"),
+    g["8"] = {"class_type": "AlayaFlash_Save", "inputs": {"images": ["7", 0], "gbuffers": ["1", 0], "filename": str(tmp_path / "seq"),
                                                           "format": fmt, "fps": 16.0, "overwrite": False}}
     rn.StreamRunner(wfm.parse_workflow(g, NODES), NODES).run()
     from alaya_flash.streaming.readers import open_gbuffers
@@ -269,7 +269,7 @@ def test_save_sequences_with_gbuffers(clip, tmp_path, fmt):
 
 def test_save_npy_without_gbuffers_is_refused_cleanly(clip, tmp_path):
     g = graph(clip, frames=5, chunk=5)
-    g["7"] = {"class_type": "AlayaFlash_Save", "inputs": {"images": ["6", 0], "filename": str(tmp_path / "seq"),
+    g["8"] = {"class_type": "AlayaFlash_Save", "inputs": {"images": ["7", 0], "filename": str(tmp_path / "seq"),
                                                           "format": "npy", "fps": 16.0, "overwrite": False}}
     with pytest.raises(Exception, match="npy windows need G-buffer frames"):
         rn.StreamRunner(wfm.parse_workflow(g, NODES), NODES).run()

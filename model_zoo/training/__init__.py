@@ -12,6 +12,7 @@ order, each reading the previous stages' output folders:
     student-dmd  self-rollout with the rolling KV cache + distribution matching (DMD)     (student.py)
     student-rollout  self-rollout over whole clips, regressed onto the ground truth       (student.py)
     decoder      the tiny decoder adapted to the student's streamed latents               (decoder.py)
+    refiner      the G-buffer refiner fitted to an exported model's own frames          (refiner.py)
     export       one safetensors per network + bundle JSON                               (export.py)
     import       an exported model folder back into run folders, to fine-tune it       (import_model.py)
 
@@ -31,6 +32,7 @@ STAGES: dict[str, tuple[str, str, str]] = {
     "student-dmd": ("student", "DMDStageConfig", "run_dmd"),
     "student-rollout": ("student", "RolloutStageConfig", "run_rollout"),
     "decoder": ("decoder", "DecoderStageConfig", "run_decoder"),
+    "refiner": ("refiner", "RefinerStageConfig", "run_refiner"),
     "export": ("export", "ExportConfig", "run_export"),
     "import": ("import_model", "ImportConfig", "run_import"),
 }

@@ -1,7 +1,8 @@
 """Stage d: export trained networks as model folders (model_zoo/bundle.py's format).
 
     OUT/                 a Flash model: dit.safetensors (the student), gbuffer_encoder.safetensors,
-                         decoder.safetensors (the slim tiny codec), config.json
+                         decoder.safetensors (the slim tiny codec), config.json, and
+                         refiner.safetensors when refiner_run names a `train refiner` run
     OUT/teacher/         the teacher: dit.safetensors (bidirectional DiT), vae.safetensors, config.json
 
 Weights are stored in `dtype` (bfloat16 by default: half the bytes; the loaders cast on load).
@@ -25,6 +26,7 @@ class ExportConfig:
     teacher_run: str = "runs/teacher"
     codecs_run: str = "runs/codecs"
     vae_run: str = "runs/vae"
+    refiner_run: str = ""  # a `train refiner` run to ship as the G-buffer refiner ("": none)
     dtype: str = "bfloat16"
     window_frames: int = 6  # rolling KV window (latent frames) of the shipped session settings
     sink_frames: int = 1
@@ -63,13 +65,25 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     vae = load_vae(cfg.vae_run)
     out = Path(cfg.out)
     size = tuple(cfg.trained_size)
+    refiner, refiner_name = None, None
+    if cfg.refiner_run:
+        from ..codecs import refiner as refiner_codec
+
+        ckpt = latest_checkpoint(Path(cfg.refiner_run))
+        if ckpt is None:
+            raise AlayaError(f"{cfg.refiner_run}: no checkpoint here; run `alaya-flash train refiner` first")
+        refiner_name = json.loads(read_metadata(ckpt)["extra"])["refiner"]
+        refiner = refiner_codec.build(refiner_codec.CONFIGS[refiner_name])
+        load_strict(refiner, final_weights(Path(cfg.refiner_run), "refiner"))
+        refiner = refiner.to(dtype)
     flash = bundle.FlashModel(
-        dit=student.to(dtype), gbuffer_encoder=genc.to(dtype), decoder=codec.to(dtype),
+        dit=student.to(dtype), gbuffer_encoder=genc.to(dtype), decoder=codec.to(dtype), refiner=refiner,
         settings=bundle.FlashSettings(chunk_frames=chunk, window_frames=cfg.window_frames, sink_frames=cfg.sink_frames),
         trained_size=size,
     )
     notes = cfg.notes or "alaya-flash default model, trained on this project's physics world (docs/model-card.md)"
-    bundle.save_flash(flash, out, config_names={"gbuffer_encoder": names["gbuffer_encoder"], "decoder": names["tiny"]},
+    bundle.save_flash(flash, out, config_names={"gbuffer_encoder": names["gbuffer_encoder"], "decoder": names["tiny"],
+                                                     "refiner": refiner_name},
                       notes=notes)
     t = bundle.TeacherModel(dit=teacher.to(dtype), vae=vae.to(dtype),
                             settings=bundle.TeacherSettings(window_frames=cfg.teacher_window_frames, cfg=cfg.teacher_cfg), trained_size=size)

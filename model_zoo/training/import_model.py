@@ -8,6 +8,7 @@ stages read. `train import --set model=model_zoo/default --set out=runs/imported
     OUT/codecs/    the tiny codec and the G-buffer encoder
     OUT/teacher/   the teacher DiT (only when the model folder has teacher/)
     OUT/student/   the Flash DiT, with the chunk size it streams with
+    OUT/refiner/   the G-buffer refiner (only when the model has one)
 
 each as one checkpoint in the stages' format, networks only (no optimizer state: they are inputs to
 later stages, not runs to resume). `train export` of these folders gives the same weights back.
@@ -69,6 +70,8 @@ def run_import(cfg: ImportConfig, log, progress=None) -> int:
     write("student", {"dit": flash.dit}, dit_extra)
     write("codecs", {"tiny": flash.decoder, "gbuffer_encoder": flash.gbuffer_encoder},
           {"tiny": names["decoder"], "gbuffer_encoder": names["gbuffer_encoder"]})
+    if flash.refiner is not None:
+        write("refiner", {"refiner": flash.refiner}, {"refiner": raw["networks"]["refiner"].get("config_name")})
     if (model / "teacher" / "config.json").is_file():
         teacher = bundle.load_teacher(model / "teacher", dtype=torch.float32)
         write("teacher", {"dit": teacher.dit}, {"dit_config": asdict(teacher.dit.config)})

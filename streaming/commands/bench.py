@@ -4,10 +4,11 @@
   alaya-flash bench --size 832x448 --dit alayarenderer-teacher --compare-teacher --json   # on a GPU
 
 Runs the standard render workflow through the streaming runner (Load G-Buffers from a generated
-npy clip, Encode G-Buffers, Flash Sampler, Decode, Save mp4) and reports, from the
-runner's per-node timings: steady-state FPS (after the first chunk), first-frame latency (from
-the end of model loading to the first frames reaching the sink), peak resident memory and
-per-stage milliseconds per frame (read, encode, sample, decode, write; the Save node encodes on a
+npy clip, Encode G-Buffers, Flash Sampler, Decode, Refine when the model has a G-buffer refiner,
+Save mp4) and reports, from the runner's per-node timings: steady-state FPS (after the first
+chunk), first-frame latency (from the end of model loading to the first frames reaching the
+sink), peak resident memory and per-stage milliseconds per frame (read, encode, sample, decode,
+refine, write; the Save node encodes on a
 worker thread, so write is only what the loop still waits for). --compare-teacher runs
 the teacher on the same input and size (bidirectional, 50 steps, CFG, full Wan VAE) and prints
 the speed-up. Without --model the networks have RANDOM weights (said in the output): speed does
@@ -26,7 +27,8 @@ from .world import parse_size
 
 HELP = "measure FPS, latency, memory and per-stage time of the Flash pipeline (vs the teacher)"
 STAGES = {"AlayaFlash_LoadGBuffers": "read", "AlayaFlash_EncodeGBuffers": "encode", "AlayaFlash_FlashSampler": "sample",
-          "AlayaFlash_TeacherSampler": "sample", "AlayaFlash_Decode": "decode", "AlayaFlash_Save": "write"}
+          "AlayaFlash_TeacherSampler": "sample", "AlayaFlash_Decode": "decode", "AlayaFlash_Refine": "refine",
+          "AlayaFlash_Save": "write"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dit", default="dit-small", help="DiT config for random weights (alayarenderer-teacher = full 1.3B)")
     parser.add_argument("--encoder", default="gbuffer-encoder-slim", help="G-buffer encoder config for random weights")
     parser.add_argument("--decoder", default="taew-slim", help="tiny decoder config for random weights")
+    parser.add_argument("--refiner", default="gbuffer-refiner-16",
+                        help="G-buffer refiner config for random weights, or 'none' (with --model: the model's own, if any)")
     parser.add_argument("--steps", type=int, default=4, help="Flash denoising passes per chunk")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="weights' dtype")
@@ -63,7 +67,8 @@ def _out(folder: Path, name: str, fmt: str) -> Path:
     return folder / (f"{name}.mp4" if fmt == "mp4" else name)
 
 
-def _graph(clip: Path, size, frames: int, chunk: int, steps: int, out: Path, sampler: dict, fmt: str = "mp4") -> dict:
+def _graph(clip: Path, size, frames: int, chunk: int, steps: int, out: Path, sampler: dict, fmt: str = "mp4",
+           refine: bool = False) -> dict:
     h, w = size
     load = {"path": str(clip), "layout": "npy-windows", "start": 0, "frames": frames, "stride": 1, "resize": "stretch",
             "width": w, "height": h, "chunk": chunk}
@@ -73,8 +78,10 @@ def _graph(clip: Path, size, frames: int, chunk: int, steps: int, out: Path, sam
         "4": {"class_type": "AlayaFlash_EncodeGBuffers", "inputs": {"gbuffer_encoder": ["2", 1], "gbuffers": ["1", 0]}},
         "5": sampler,
         "6": {"class_type": "AlayaFlash_Decode", "inputs": {"decoder": ["2", 2], "latents": ["5", 0]}},
-        "7": {"class_type": "AlayaFlash_Save", "inputs": {"images": ["6", 0], "filename": str(out), "format": fmt,
-                                                          "fps": 16.0, "overwrite": True}},
+        **({"8": {"class_type": "AlayaFlash_Refine", "inputs": {"refiner": ["2", 4], "images": ["6", 0], "gbuffers": ["1", 0]}}}
+           if refine else {}),
+        "7": {"class_type": "AlayaFlash_Save", "inputs": {"images": ["8" if refine else "6", 0], "filename": str(out),
+                                                          "format": fmt, "fps": 16.0, "overwrite": True}},
     }
 
 
@@ -111,7 +118,7 @@ def measure(graph: dict, models: tuple, frames: int, chunk: int, sync=None) -> d
 def _models_node(outputs: tuple):
     class _Models:
         RETURN_TYPES = ("ALAYA_FLASH" if outputs[0].kind == "flash" else "ALAYA_TEACHER",
-                        "ALAYA_GBUFFER_ENCODER", "ALAYA_DECODER", "ALAYA_TEXT_ENCODER")
+                        "ALAYA_GBUFFER_ENCODER", "ALAYA_DECODER", "ALAYA_TEXT_ENCODER", "ALAYA_REFINER")[:len(outputs)]
         FUNCTION = "get"
         CATEGORY = "bench"
 
@@ -133,7 +140,7 @@ def run(args) -> int:
     from ...model_zoo import bundle
     from ...model_zoo.errors import AlayaError
     from ...nodes import comfy
-    from ...nodes.models import DecoderHandle, EncoderHandle, TextHandle
+    from ...nodes.models import DecoderHandle, EncoderHandle, RefinerHandle, TextHandle
 
     h, w = args.size
     if h % 16 or w % 16:
@@ -145,9 +152,10 @@ def run(args) -> int:
     if args.model:
         flash = bundle.load_flash(args.model, dev, dtype)
     else:
-        flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype)
+        flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype,
+                                         refiner=None if args.refiner == "none" else args.refiner)
     result = {"size": [w, h], "frames": args.frames, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
-              "weights": str(args.model) if args.model else f"RANDOM ({args.dit}, {args.encoder}, {args.decoder})",
+              "weights": str(args.model) if args.model else f"RANDOM ({args.dit}, {args.encoder}, {args.decoder}, {args.refiner})",
               "torch_threads": torch.get_num_threads()}
     sync = torch.cuda.synchronize if dev.type == "cuda" else None
     with tempfile.TemporaryDirectory(prefix="alaya-bench-") as tmp:
@@ -157,9 +165,10 @@ def run(args) -> int:
         sampler = {"class_type": "AlayaFlash_FlashSampler", "inputs": {
             "model": ["2", 0], "cond": ["4", 0], "prompt": ["3", 0], "seed": 0, "steps": args.steps,
             "chunk_frames": s.chunk_frames, "window_frames": s.window_frames, "sink_frames": s.sink_frames}}
-        models = (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash))
+        models = (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash),
+                  RefinerHandle(flash.refiner))
         graph = _graph(clip, args.size, args.frames, args.chunk, args.steps, _out(tmp, "flash", args.format), sampler,
-                       args.format)
+                       args.format, refine=flash.refiner is not None)
         result["flash"] = measure(graph, models, args.frames, args.chunk, sync)
         if args.compare_teacher:
             teacher = bundle.make_random_teacher(args.dit, "wan2.1-vae", device=dev, dtype=dtype)

@@ -57,8 +57,8 @@ def run(args) -> int:
     h, w = args.size or (0, 0)
     sets = [f"1.path={args.gbuffers.resolve()}", f"1.frames={args.frames}", f"1.width={w}", f"1.height={h}",
             f"2.model={model}", f"3.text={args.prompt}", f"5.seed={args.seed}", f"5.steps={args.steps}",
-            f"7.filename={args.out.resolve()}", f"7.format={args.format}", f"7.fps={args.fps}",
-            f"7.overwrite={args.overwrite}"]
+            f"Save.filename={args.out.resolve()}", f"Save.format={args.format}", f"Save.fps={args.fps}",
+            f"Save.overwrite={args.overwrite}"]
     wf, classes = load(WORKFLOW, sets)
     stats = execute(wf, classes, args.quiet, label="render")
     if not args.quiet:

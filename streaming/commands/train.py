@@ -9,6 +9,7 @@
   alaya-flash train student-rollout --config model_zoo/training/configs/student-rollout.json
   alaya-flash train decoder     --config model_zoo/training/configs/decoder.json
   alaya-flash train export      --config model_zoo/training/configs/export.json
+  alaya-flash train refiner     --config model_zoo/training/configs/refiner.json  (then export with refiner_run)
   alaya-flash train import      --config model_zoo/training/configs/import.json   (a model folder -> run folders)
 
 Each stage reads a JSON config (keys: the stage's dataclass in model_zoo/training/; unknown keys
@@ -23,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "train the model stage by stage (data, vae, codecs, teacher, student-ode, student-dmd, student-rollout, decoder, export, import)"
+HELP = "train the model stage by stage (data, vae, codecs, teacher, student-ode, student-dmd, student-rollout, decoder, export, refiner, import)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

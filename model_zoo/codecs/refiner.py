@@ -1,0 +1,90 @@
+"""G-buffer refiner: a decoded frame and its own G-buffers -> a corrected frame (this project's addition).
+
+The tiny decoder rebuilds each frame from latents 8x smaller than the frame, so what the latents
+cannot carry is lost: edges and texture detail finer than 8 pixels, and part of the colour (the
+codecs' colour loss, docs/model-card.md). The renderer has that frame's G-buffers at full
+resolution anyway. The refiner reads the decoded frame beside them and predicts a residual:
+
+    x    = [rgb (3), albedo (3), depth, metallic, normal (3), roughness] in [-1, 1]   12 x H x W
+    head = ReLU(conv(x)), ReLU(conv(.))                                      full resolution, width c
+    down = 2 x (ReLU(conv stride 2), ReLU(conv))                            1/4 resolution, width 2c
+    out  = rgb + tail([head, upsample(down)])                                tail: ReLU(conv), conv
+
+It works frame by frame (no memory, no prompt), so it streams with any chunking and adds no
+latency. The last conv starts at zero: an untrained refiner returns its input unchanged. Not in
+the seed paper, whose frames come straight out of its distilled decoder; a model folder without
+refiner.safetensors renders exactly as before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..errors import AlayaError
+from .tiny import channels_last, conv
+
+GBUFFER_CHANNELS = 9  # albedo 3, depth 1, metallic 1, normal 3, roughness 1 (single-channel passes: channel 0)
+
+
+@dataclass(frozen=True)
+class RefinerConfig:
+    width: int = 16  # channels at full resolution (2x at quarter resolution)
+    image_channels: int = 3
+
+
+CONFIGS: dict[str, RefinerConfig] = {
+    "gbuffer-refiner-16": RefinerConfig(),
+}
+
+
+def gbuffer_planes(images: Tensor) -> Tensor:
+    """Teacher-form G-buffers uint8 (..., 5, H, W, 3) -> float planes (..., 9, H, W) in [0, 1]."""
+    if images.dtype != torch.uint8 or images.ndim < 4 or images.shape[-4] != 5 or images.shape[-1] != 3:
+        raise AlayaError(f"G-buffer refiner: expected uint8 G-buffers (..., 5, H, W, 3), got {images.dtype} {tuple(images.shape)}")
+    albedo, depth, metallic, normal, roughness = images.unbind(-4)
+    planes = torch.cat([albedo, depth[..., :1], metallic[..., :1], normal, roughness[..., :1]], -1)
+    return planes.movedim(-1, -3).float().div(255)
+
+
+class GBufferRefiner(nn.Module):
+    PIECE = 4  # frames refined per call in refine()
+
+    def __init__(self, cfg: RefinerConfig):
+        super().__init__()
+        self.config = cfg
+        c, rgb = cfg.width, cfg.image_channels
+        self.head = nn.Sequential(conv(rgb + GBUFFER_CHANNELS, c), nn.ReLU(), conv(c, c), nn.ReLU())
+        self.down = nn.Sequential(conv(c, 2 * c, stride=2), nn.ReLU(), conv(2 * c, 2 * c), nn.ReLU(),
+                                  conv(2 * c, 2 * c, stride=2), nn.ReLU(), conv(2 * c, 2 * c), nn.ReLU())
+        self.tail = nn.Sequential(conv(3 * c, c), nn.ReLU(), conv(c, rgb))
+        nn.init.zeros_(self.tail[-1].weight)
+        nn.init.zeros_(self.tail[-1].bias)
+
+    def forward(self, rgb: Tensor, planes: Tensor) -> Tensor:
+        """rgb (M, 3, H, W) in [0, 1] and planes (M, 9, H, W) in [0, 1] -> refined rgb (M, 3, H, W), unclamped."""
+        p = self.tail[-1].weight
+        x = channels_last(torch.cat([rgb, planes], 1).to(p.dtype) * 2 - 1)
+        f = self.head(x)
+        d = F.interpolate(self.down(f), size=f.shape[-2:], mode="bilinear", align_corners=False)
+        return rgb + self.tail(torch.cat([f, d.to(f.dtype)], 1)).float()
+
+    @torch.no_grad()
+    def refine(self, frames: Tensor, gbuffers: Tensor) -> Tensor:
+        """IMAGE frames (T, H, W, 3) float [0, 1] and their G-buffers uint8 (T, 5, H, W, 3) -> IMAGE frames."""
+        if frames.shape[0] != gbuffers.shape[0] or tuple(frames.shape[1:3]) != tuple(gbuffers.shape[2:4]):
+            raise AlayaError(f"G-buffer refiner: frames {tuple(frames.shape)} and G-buffers {tuple(gbuffers.shape)} "
+                             "differ in count or size")
+        device = self.tail[-1].weight.device
+        outs = []
+        for a in range(0, frames.shape[0], self.PIECE):  # bounded memory: full-resolution features per piece
+            rgb = frames[a:a + self.PIECE].to(device).permute(0, 3, 1, 2).float()
+            out = self(rgb, gbuffer_planes(gbuffers[a:a + self.PIECE].to(device)))
+            outs.append(out.clamp(0, 1).permute(0, 2, 3, 1).contiguous().cpu())
+        return torch.cat(outs) if outs else frames
+
+
+def build(cfg: RefinerConfig) -> GBufferRefiner:
+    return GBufferRefiner(cfg)

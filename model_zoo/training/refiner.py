@@ -1,0 +1,126 @@
+"""Stage e: the G-buffer refiner, fitted to a Flash model's own frames (model_zoo/codecs/refiner.py).
+
+`train refiner` renders training clips with a Flash model folder exactly as it renders at
+inference (FlashPipeline without a refiner: streamed G-buffer encoder, few-step sampler with
+the rolling KV cache, tiny decoder; a random training wording per clip and preset), one clip
+at a time into out/renders/ (a render whose recipe matches is kept, so an interrupted stage
+resumes without rendering again), then trains the refiner on aligned crops of those frames and
+their G-buffers against the ground truth (L1 + MSE). `train export --set refiner_run=...` puts
+it into a model folder. The refiner learns that model's errors: train it again after the
+student or the decoder changed.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..codecs import refiner as refiner_codec
+from ..errors import AlayaError
+from .common import StageConfig, autocast, descend, step_generator, train_loop
+from .data import ClipSet
+
+
+CHUNK = 4  # G-buffer frames per pipeline step when rendering, as `alaya-flash eval` streams them
+
+
+@dataclass(frozen=True)
+class RefinerStageConfig(StageConfig):
+    out: str = "runs/refiner"
+    model: str = "model_zoo/default"  # the Flash model whose frames the refiner learns to correct
+    clips: int = 24  # training clips to render under every preset (0: all of the split)
+    config: str = "gbuffer-refiner-16"  # the refiner's named config (model_zoo/codecs/refiner.py)
+    precision: str = "bf16"  # of the renders: the precision the model runs in
+    crop: int = 96  # square pixel crop
+    batch: int = 8
+    lr: float = 1e-3
+
+    def validate(self):
+        if self.config not in refiner_codec.CONFIGS:
+            raise AlayaError(f"refiner stage: config {self.config!r} is unknown; known: {', '.join(refiner_codec.CONFIGS)}")
+        if self.precision not in ("bf16", "fp32"):
+            raise AlayaError(f"refiner stage: precision {self.precision!r} is not bf16 or fp32")
+        if self.crop <= 0 or self.clips < 0:
+            raise AlayaError(f"refiner stage: crop {self.crop} must be > 0 and clips {self.clips} >= 0")
+        if not (Path(self.model) / "config.json").is_file():
+            raise AlayaError(f"refiner stage: {self.model} is not a model folder (no config.json)")
+
+
+def _model_stamp(folder: Path) -> dict:
+    """What identifies the model in a render's recipe: the SHA-256 of each of its weight files."""
+    import hashlib
+
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.glob("*.safetensors"))
+            if f.name != "refiner.safetensors"}
+
+
+@torch.no_grad()
+def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log) -> np.ndarray:
+    """The model's frames of the first `cfg.clips` training clips under every preset, uint8 (N, P, T, H, W, 3)."""
+    from ...streaming.pipelines import FlashPipeline, GBuffers, PromptSchedule
+    from .. import bundle
+    from ..loading import read_metadata, read_state_dict, save_safetensors
+    from .prompts import prompts as wordings
+
+    n = len(clips) if cfg.clips == 0 else min(cfg.clips, len(clips))
+    folder = Path(cfg.out) / "renders"
+    recipe = {"model": str(cfg.model), "weights": _model_stamp(Path(cfg.model)), "data": str(cfg.data), "seed": cfg.seed,
+              "precision": cfg.precision}
+    model = None
+    out = np.empty((n, len(clips.presets), *clips.rgb.shape[2:]), np.uint8)
+    rng = random.Random(cfg.seed)
+    for c in range(n):
+        picks = [rng.choice(wordings(p, "train")) for p in clips.presets]
+        path = folder / f"clip-{c:06d}.safetensors"
+        if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == {**recipe, "clip": c}:
+            out[c] = read_state_dict(path)["frames"].numpy()
+            continue
+        if model is None:
+            dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+            model = bundle.load_flash(cfg.model, dtype=dtype)
+            text = model.text_encoder()
+        for q, preset in enumerate(clips.presets):
+            pipe = FlashPipeline(model, PromptSchedule.encode(text, picks[q]), seed=cfg.seed + c * len(clips.presets) + q,
+                                 refine=False)
+            gbuffers = torch.from_numpy(clips.gbuffers[c])
+            frames = list(pipe.run(GBuffers(gbuffers[a:a + CHUNK]) for a in range(0, len(gbuffers), CHUNK)))
+            out[c, q] = torch.cat(frames).clamp(0, 1).mul(255).round().to(torch.uint8).numpy()
+        save_safetensors({"frames": torch.from_numpy(out[c])}, path, {"recipe": {**recipe, "clip": c}})
+        log.info("rendered training clip %d/%d under %d presets", c + 1, n, len(clips.presets))
+    return out
+
+
+def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
+    clips = ClipSet(cfg.data, "train")
+    renders = model_renders(cfg, clips, log)
+    n, p, t, h, w = renders.shape[:5]
+    k = min(cfg.crop, h, w)
+    net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config])
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.0)
+
+    def step(i: int) -> dict[str, float]:
+        g = step_generator(cfg.seed, i)
+        rgb, planes, target = [], [], []
+        for _ in range(cfg.batch):
+            c, q, f = (int(torch.randint(m, (1,), generator=g)) for m in (n, p, t))
+            y, x = (int(torch.randint(m - k + 1, (1,), generator=g)) for m in (h, w))
+            rgb.append(torch.from_numpy(renders[c, q, f, y:y + k, x:x + k]))
+            planes.append(refiner_codec.gbuffer_planes(torch.from_numpy(clips.gbuffers[c, f, :, y:y + k, x:x + k])))
+            target.append(torch.from_numpy(clips.rgb[c, q, f, y:y + k, x:x + k]))
+
+        def images(batch):  # uint8 (B, k, k, 3) -> float (B, 3, k, k) in [0, 1]
+            return torch.stack(batch).permute(0, 3, 1, 2).float() / 255
+
+        with autocast():
+            out = net(images(rgb), torch.stack(planes)).float()
+        truth = images(target)
+        loss = F.l1_loss(out, truth) + F.mse_loss(out, truth)
+        descend(opt, loss, net.parameters())
+        return {"refine": loss.item()}
+
+    return train_loop(cfg, {"refiner": net}, {"opt_refiner": opt}, step, log, progress, extra={"refiner": cfg.config})
