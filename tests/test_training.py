@@ -48,6 +48,11 @@ def runs(tmp_path_factory):
         ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
                     "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9,
                     "teacher_cfg": 3.0}),
+        ("refiner", {**base, "out": d("refiner"), "model": d("model"), "data": d("data"), "clips": 2, "crop": 16,
+                     "steps": 2, "precision": "fp32"}),
+        ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
+                    "vae_run": d("vae"), "refiner_run": d("refiner"), "trained_size": [32, 32],
+                    "teacher_window_frames": 9, "teacher_cfg": 3.0}),
     ]
     for stage, cfg in stages:
         assert main(["--quiet", "train", stage, "--config", write(root / f"{stage}.json", cfg)]) == 0, stage
@@ -55,7 +60,8 @@ def runs(tmp_path_factory):
 
 
 def test_every_stage_writes_checkpoints_and_logs(runs):
-    for name, steps in (("vae", 3), ("codecs", 2), ("teacher", 3), ("ode", 2), ("dmd", 3), ("rollout", 2), ("decoder", 2)):
+    for name, steps in (("vae", 3), ("codecs", 2), ("teacher", 3), ("ode", 2), ("dmd", 3), ("rollout", 2), ("decoder", 2),
+                        ("refiner", 2)):
         ckpt = common.latest_checkpoint(runs / name)
         assert ckpt is not None and ckpt.name == f"ckpt-{steps:06d}.safetensors", name
         assert "done" in (runs / name / "train.log").read_text()
@@ -207,10 +213,10 @@ def test_import_then_export_gives_the_same_weights_back(runs, tmp_path):
     again = tmp_path / "again"
     assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", {
         "out": str(again), "student_run": str(imp / "student"), "teacher_run": str(imp / "teacher"),
-        "codecs_run": str(imp / "codecs"), "vae_run": str(imp / "vae"), "trained_size": [32, 32],
-        "teacher_window_frames": 9, "teacher_cfg": 3.0})]) == 0
+        "codecs_run": str(imp / "codecs"), "vae_run": str(imp / "vae"), "refiner_run": str(imp / "refiner"),
+        "trained_size": [32, 32], "teacher_window_frames": 9, "teacher_cfg": 3.0})]) == 0
     files = sorted(p.relative_to(model) for p in model.rglob("*.safetensors"))
-    assert len(files) == 5
+    assert len(files) == 6  # dit, gbuffer_encoder, decoder, refiner; teacher/dit, teacher/vae
     for f in files:
         a, b = load_file(model / f), load_file(again / f)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f
@@ -233,6 +239,53 @@ def test_import_refuses_a_folder_that_is_not_a_model_and_a_used_out(runs, tmp_pa
     assert main(["--quiet", "train", "import", "--config", cfg]) == 0
     assert main(["--quiet", "train", "import", "--config", cfg]) != 0
     assert "already there; import into an empty folder (out)" in capsys.readouterr().err
+
+
+def test_refiner_stage_fits_the_models_frames_to_the_ground_truth(runs, tmp_path):
+    """60 steps of the refiner stage on the exported model's renders bring them nearer the ground
+    truth than the decoder's frames are; a second run reuses the renders (same model, same recipe),
+    and the export ships the refiner the model folder then loads."""
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+
+    cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 2,
+           "crop": 32, "batch": 4, "steps": 60, "lr": 3e-3, "log_every": 20, "ckpt_every": 60, "precision": "fp32"}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    log = (tmp_path / "ref" / "train.log").read_text()
+    assert log.count("rendered training clip") == 2
+    cfg["steps"] = 61
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    assert (tmp_path / "ref" / "train.log").read_text().count("rendered training clip") == 2  # renders reused
+
+    from alaya_flash.model_zoo.codecs import refiner as rf
+    net = rf.build(rf.CONFIGS["gbuffer-refiner-16"])
+    from alaya_flash.model_zoo.loading import load_strict
+    load_strict(net, common.final_weights(tmp_path / "ref", "refiner"))
+    clips = ClipSet(runs / "data", "train")
+    renders = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
+    before, after = [], []
+    for c in range(2):
+        for q in range(len(clips.presets)):
+            frames = torch.from_numpy(renders[c, q]).float() / 255
+            truth = torch.from_numpy(clips.rgb[c, q]).float() / 255
+            before.append(torch.mean((frames - truth) ** 2))
+            after.append(torch.mean((net.refine(frames, torch.from_numpy(clips.gbuffers[c])) - truth) ** 2))
+    assert sum(after) < 0.8 * sum(before)
+    assert bundle.load_flash(runs / "model").refiner is not None  # the fixture's second export shipped one
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"config": "refiner-99"}, "config 'refiner-99' is unknown"),
+    ({"precision": "fp16"}, "precision 'fp16' is not bf16 or fp32"),
+    ({"model": "nowhere"}, "nowhere is not a model folder"),
+])
+def test_bad_refiner_config_is_refused(bad, message, tmp_path, capsys):
+    cfg = {"out": str(tmp_path / "r"), "model": str(tmp_path), **bad}
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):

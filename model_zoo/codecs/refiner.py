@@ -50,7 +50,7 @@ def gbuffer_planes(images: Tensor) -> Tensor:
 
 
 class GBufferRefiner(nn.Module):
-    PIECE = 4  # frames refined per call in refine()
+    PIECE = 1  # frames per call in refine(): one, so a frame's result never depends on how the stream was cut
 
     def __init__(self, cfg: RefinerConfig):
         super().__init__()

@@ -1,0 +1,217 @@
+"""The G-buffer refiner: the network, its place in the Flash pipeline (each frame refined with its
+own G-buffers, whatever the chunking), model folders with and without it, and the Refine node."""
+import json
+
+import pytest
+import torch
+
+from alaya_flash.model_zoo import bundle
+from alaya_flash.model_zoo.codecs import refiner as rf
+from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
+from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
+from alaya_flash.streaming import pipelines as pl
+from alaya_flash.streaming import runner as rn
+from alaya_flash.streaming import workflow as wfm
+
+
+def _perturbed(refiner: rf.GBufferRefiner, seed: int = 1) -> rf.GBufferRefiner:
+    """A refiner that is not the identity (a fresh one's last layer is zero)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in refiner.tail[-1].parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return refiner
+
+
+@pytest.fixture(scope="module")
+def flash():
+    model = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16")
+    _perturbed(model.refiner)
+    return model
+
+
+@pytest.fixture(scope="module")
+def prompts(flash):
+    return pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street")
+
+
+def _gbuffers(n, h=16, w=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return pl.GBuffers(torch.randint(0, 256, (n, 5, h, w, 3), dtype=torch.uint8, generator=g))
+
+
+def _render(pipeline, chunks):
+    return torch.cat(list(pipeline.run(chunks)))
+
+
+def test_a_fresh_refiner_is_the_identity_and_a_trained_one_is_not():
+    net = rf.build(rf.CONFIGS["gbuffer-refiner-16"])
+    frames = torch.rand(3, 16, 24, 3)
+    gb = _gbuffers(3, 16, 24).images
+    assert torch.equal(net.refine(frames, gb), frames)
+    out = _perturbed(net).refine(frames, gb)
+    assert out.shape == frames.shape and not torch.allclose(out, frames, atol=1e-3)
+    assert 0 <= out.min() and out.max() <= 1
+
+
+def test_gbuffer_planes_take_each_pass_in_order():
+    images = torch.zeros(1, 5, 2, 2, 3, dtype=torch.uint8)
+    for m in range(5):
+        images[0, m] = torch.tensor([10 * m + 1, 10 * m + 2, 10 * m + 3], dtype=torch.uint8)
+    planes = rf.gbuffer_planes(images)[0, :, 0, 0] * 255
+    # albedo RGB, depth, metallic, normal XYZ, roughness (one channel of each single-channel pass)
+    assert planes.round().tolist() == [1, 2, 3, 11, 21, 31, 32, 33, 41]
+    with pytest.raises(AlayaError, match="expected uint8 G-buffers"):
+        rf.gbuffer_planes(images.float())
+
+
+def test_refine_refuses_frames_and_gbuffers_that_do_not_match():
+    net = rf.build(rf.CONFIGS["gbuffer-refiner-16"])
+    with pytest.raises(AlayaError, match="differ in count or size"):
+        net.refine(torch.rand(2, 16, 16, 3), _gbuffers(3).images)
+
+
+@pytest.mark.parametrize("n, cut", [(5, 1), (13, 3), (16, 16)])
+def test_each_frame_is_refined_with_its_own_gbuffers_whatever_the_chunking(flash, prompts, n, cut):
+    """The pipeline with the refiner equals the refiner applied afterwards to the unrefined stream's
+    frames with the whole clip's G-buffers: frames and G-buffers pair in order although the decoder
+    lags its input. float32, so streaming equals batch exactly."""
+    g = _gbuffers(n)
+    pieces = [pl.GBuffers(g.images[i:i + cut]) for i in range(0, n, cut)]
+    refined = _render(pl.FlashPipeline(flash, prompts, seed=2), pieces)
+    plain = _render(pl.FlashPipeline(flash, prompts, seed=2, refine=False), [g])
+    assert refined.shape == plain.shape == (n, 16, 16, 3)
+    assert torch.equal(refined, flash.refiner.refine(plain, g.images))
+    assert not torch.allclose(refined, plain, atol=1e-3)
+
+
+def test_the_pipeline_times_the_refine_stage(flash, prompts):
+    pipe = pl.FlashPipeline(flash, prompts)
+    _render(pipe, [_gbuffers(5)])
+    assert pipe.times.seconds["refine"] > 0
+    assert "refine" not in pl.FlashPipeline(flash, prompts, refine=False).times.seconds
+
+
+def test_refine_stage_pairs_in_order_and_refuses_leftovers():
+    class Albedo:  # a stand-in refiner whose output is the albedo pass: shows which G-buffer each frame got
+        def refine(self, frames, gbuffers):
+            return gbuffers[:, 0].float() / 255
+
+    g = _gbuffers(6)
+    stage = pl.Refine(Albedo())
+    stage.add_gbuffers(pl.GBuffers(g.images[:4]))
+    a = stage.step(torch.zeros(1, 16, 16, 3))
+    assert stage.step(None) is None  # no frame waits for its G-buffers
+    stage.add_gbuffers(pl.GBuffers(g.images[4:]))
+    b = stage.step(torch.zeros(5, 16, 16, 3))
+    assert torch.equal(torch.cat([a, b]), g.images[:, 0].float() / 255)
+    stage.flush()
+    stage.add_gbuffers(pl.GBuffers(g.images[:2]))
+    stage.step(torch.zeros(1, 16, 16, 3))
+    with pytest.raises(AlayaError, match="0 frame\\(s\\) and 1 G-buffer frame\\(s\\) left unpaired"):
+        stage.flush()
+
+
+def test_folder_round_trip_with_and_without_the_refiner(flash, tmp_path):
+    bundle.save_flash(flash, tmp_path / "m")
+    back = bundle.load_flash(tmp_path / "m", dtype=torch.float32)
+    assert back.refiner is not None
+    for k, v in flash.refiner.state_dict().items():
+        assert torch.equal(back.refiner.state_dict()[k], v), k
+    plain = bundle.make_random_flash(seed=0)
+    bundle.save_flash(plain, tmp_path / "m")  # saved again without one: no stale refiner file is left
+    assert not (tmp_path / "m" / "refiner.safetensors").exists()
+    assert bundle.load_flash(tmp_path / "m").refiner is None
+
+
+def test_refiner_folder_errors_name_file_and_key(flash, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = bundle.save_flash(flash, tmp_path / "m")
+    weights = folder / "refiner.safetensors"
+    state = load_file(weights)
+    state["tail.2.weight"] = state["tail.2.weight"][:2]
+    save_file(state, weights)
+    with pytest.raises(CheckpointError, match="refiner.safetensors.*tail.2.weight"):
+        bundle.load_flash(folder)
+    weights.unlink()
+    with pytest.raises(CheckpointError, match="refiner.safetensors: missing"):
+        bundle.load_flash(folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["networks"]["upscaler"] = cfg["networks"].pop("refiner")
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="networks upscaler are unknown"):
+        bundle.load_flash(folder)
+
+
+def _graph(clip, refine_input="7"):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    g = json.loads((root / "workflows" / "render-gbuffer-sequence.api.json").read_text())
+    g["1"]["inputs"].update(path=str(clip), frames=10, chunk=3)
+    g["2"]["inputs"].update(model="random:tiny", precision="fp32", device="cpu")
+    g["8"] = {"class_type": "_Collect", "inputs": {"images": [refine_input, 0]}}
+    return g
+
+
+class _Collect:
+    got: list = []
+    CATEGORY, FUNCTION, RETURN_TYPES, OUTPUT_NODE, STREAM, STREAM_INPUTS = "t", "run", (), True, "stage", ("images",)
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"images": ("IMAGE",)}}
+
+    def start_stream(self):
+        got = _Collect.got
+
+        class S:
+            def step(self, images):
+                if images is not None:
+                    got.append(images)
+
+            def flush(self):
+                return None
+        return S()
+
+    def run(self, **inputs):
+        return rn.run_stage_whole(self, **inputs)
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    from alaya_flash.streaming.sinks import NpyWindowSink, write_stream
+    from alaya_flash.streaming.synthetic import synthetic_stream
+
+    out = tmp_path_factory.mktemp("clip") / "clip"
+    write_stream(synthetic_stream(32, 32, 10), NpyWindowSink(out, window=16))
+    return out
+
+
+def test_refine_node_refines_in_both_runtimes_and_passes_through_without_a_refiner(clip, monkeypatch):
+    """The Refine node with a model's refiner: the workflow run chunk by chunk equals the whole-sequence
+    run (ComfyUI's way) and differs from Decode's frames; a model without a refiner passes them through."""
+    classes = {**NODES, "_Collect": _Collect}
+    real = bundle.make_random_flash
+
+    def with_perturbed_refiner(*args, **kwargs):
+        model = real(*args, **kwargs)
+        if model.refiner is not None:
+            _perturbed(model.refiner)
+        return model
+
+    monkeypatch.setattr(bundle, "make_random_flash", with_perturbed_refiner)
+
+    def frames(graph, runner):
+        _Collect.got.clear()
+        runner(wfm.parse_workflow(graph, classes), classes)
+        return torch.cat(_Collect.got)
+
+    chunked = frames(_graph(clip), lambda wf, c: rn.StreamRunner(wf, c).run())
+    whole = frames(_graph(clip), rn.execute_whole)
+    decoded = frames(_graph(clip, refine_input="6"), lambda wf, c: rn.StreamRunner(wf, c).run())
+    assert chunked.shape == (10, 32, 32, 3) and torch.equal(chunked, whole)
+    assert not torch.allclose(chunked, decoded, atol=1e-3)
+    monkeypatch.setattr(bundle, "make_random_flash", lambda *a, **k: real(*a, **{**k, "refiner": None}))
+    assert torch.equal(frames(_graph(clip), lambda wf, c: rn.StreamRunner(wf, c).run()), decoded)
