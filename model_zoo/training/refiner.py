@@ -52,11 +52,22 @@ class RefinerStageConfig(StageConfig):
 
 
 def _model_stamp(folder: Path) -> dict:
-    """What identifies the model in a render's recipe: the SHA-256 of each of its weight files."""
+    """What identifies the model in a render's recipe: a SHA-256 of each network's tensors (not of the
+    files, whose headers a re-export may order differently); the refiner's own file is left out."""
     import hashlib
 
-    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.glob("*.safetensors"))
-            if f.name != "refiner.safetensors"}
+    from ..loading import read_state_dict
+
+    stamp = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        if f.name == "refiner.safetensors":
+            continue
+        h = hashlib.sha256()
+        for key, tensor in sorted(read_state_dict(f).items()):
+            h.update(key.encode())
+            h.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+        stamp[f.name] = h.hexdigest()
+    return stamp
 
 
 @torch.no_grad()
