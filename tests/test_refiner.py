@@ -215,3 +215,13 @@ def test_refine_node_refines_in_both_runtimes_and_passes_through_without_a_refin
     assert not torch.allclose(chunked, decoded, atol=1e-3)
     monkeypatch.setattr(bundle, "make_random_flash", lambda *a, **k: real(*a, **{**k, "refiner": None}))
     assert torch.equal(frames(_graph(clip), lambda wf, c: rn.StreamRunner(wf, c).run()), decoded)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_refiner_on_cuda_gives_the_cpus_frames_back_on_the_cpu():
+    net = _perturbed(rf.build(rf.CONFIGS["gbuffer-refiner-16"]))
+    frames, gb = torch.rand(3, 32, 48, 3), _gbuffers(3, 32, 48).images
+    cpu = net.refine(frames, gb)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        gpu = net.cuda().refine(frames, gb)
+    assert gpu.device.type == "cpu" and (gpu - cpu).abs().max() <= 1e-4
