@@ -76,6 +76,26 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
     assert report["setup"]["teacher_steps"] == 2 and report["setup"]["frames"] == 9
 
 
+def test_eval_scores_the_refiners_frames_unless_told_not_to(tmp_path, capsys):
+    from alaya_flash.model_zoo import bundle
+
+    flash = bundle.make_random_flash(settings=bundle.FlashSettings(chunk_frames=1, window_frames=3, sink_frames=0),
+                                     refiner="gbuffer-refiner-16")
+    with torch.no_grad():
+        flash.refiner.tail[-1].bias.fill_(0.2)  # a refiner that brightens every frame: it changes the scores
+    bundle.save_flash(flash, tmp_path / "model")
+    args = ["--quiet", "eval", "--model", str(tmp_path / "model"), "--no-teacher", "--clips", "1", "--frames", "5",
+            "--size", "32", "--presets", "bright_sunny,moonlit_night", "--runtime-size", "32", "--runtime-frames", "5",
+            "--json"]
+    reports = []
+    for extra in ([], ["--no-refiner"]):
+        assert main([*args, *extra]) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    refined, plain = reports
+    assert refined["setup"]["refiner"] is True and plain["setup"]["refiner"] is False
+    assert refined["student"]["content"]["psnr_db"] != plain["student"]["content"]["psnr_db"]
+
+
 def test_eval_refuses_unknown_presets(tiny_models, capsys):
     rc = main(["eval", "--model", str(tiny_models / "model"), "--presets", "bright_sunny,disco"])
     assert rc == 2

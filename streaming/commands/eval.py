@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, help="Flash model folder (default: the embedded model_zoo/default)")
     parser.add_argument("--teacher", type=Path, help="teacher model folder (default: MODEL/teacher when present)")
     parser.add_argument("--no-teacher", action="store_true", help="evaluate the student only")
+    parser.add_argument("--no-refiner", action="store_true",
+                        help="score the tiny decoder's frames, leaving out the model's G-buffer refiner (what it buys)")
     parser.add_argument("--data", type=Path, help="dataset folder whose held-out split to use (default: render clips now)")
     parser.add_argument("--clips", type=int, default=2, help="held-out clips to evaluate")
     parser.add_argument("--size", type=parse_size, default=None, metavar="N|WxH",
@@ -147,7 +149,7 @@ def evaluate(args) -> dict:
                 renders = {}
                 for m, model in models.items():
                     if m == "student":
-                        pipe = FlashPipeline(model, sched, seed=args.seed)
+                        pipe = FlashPipeline(model, sched, seed=args.seed, refine=not args.no_refiner)
                     else:
                         pipe = TeacherPipeline(model, sched, negative, seed=args.seed, steps=args.teacher_steps)
                     out, secs, first = _render(pipe, gb)
@@ -178,7 +180,8 @@ def evaluate(args) -> dict:
                         "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
                         "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
                         "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
-                        "model": str(flash.path), "torch_threads": torch.get_num_threads()}}
+                        "model": str(flash.path), "refiner": flash.refiner is not None and not args.no_refiner,
+                        "torch_threads": torch.get_num_threads()}}
     for m, s in scores.items():
         report[m] = {
             "content": {"psnr_db": _mean(s["psnr"]), "ssim": _mean(s["ssim"]),
@@ -206,7 +209,7 @@ def _runtime(flash, text, args) -> dict:
     gb = next(iter(src.teacher_chunks(args.runtime_frames)))
     sched = PromptSchedule.encode(text, "colourful toys in a courtyard at sunset")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out, secs, first = _render(FlashPipeline(flash, sched, seed=args.seed), gb)
+    out, secs, first = _render(FlashPipeline(flash, sched, seed=args.seed, refine=not args.no_refiner), gb)
     return {"size": [h, w], "frames": int(out.shape[0]), "fps": out.shape[0] / secs, "first_frame_s": first,
             "seconds": secs, "peak_rss_mb": max(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024,
             "goal_fps": 30}
