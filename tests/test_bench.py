@@ -49,6 +49,9 @@ def test_bench_runs_a_model_folder(capsys):
     model = Path(__file__).resolve().parents[1] / "model_zoo" / "default"
     r = bench(capsys, "--model", str(model), "--device", "cpu", "--format", "png")
     assert r["weights"] == str(model) and r["flash"]["frames"] == 6
+    assert set(r["flash"]["ms_per_frame"]) == FLASH_STAGES  # the default ships a G-buffer refiner
+    r = bench(capsys, "--model", str(model), "--refiner", "none", "--device", "cpu", "--format", "png")
+    assert set(r["flash"]["ms_per_frame"]) == STAGES
 
 
 @pytest.mark.parametrize("args, message", [

@@ -86,3 +86,19 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(AlayaError, match="bad.json"):
         WorkflowLive(tmp_path / "bad.json", NODE_CLASS_MAPPINGS)
+
+
+def test_live_page_renders_with_the_models_refiner_unless_told_not_to(tmp_path):
+    """`serve` keeps a model folder's G-buffer refiner (the Flash pipeline's refine stage); `--no-refiner`
+    leaves it out, and the frames are then the decoder's."""
+    from alaya_flash.streaming.preview.pipeline import pipeline_factory
+
+    flash = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16")
+    with torch.no_grad():
+        flash.refiner.tail[-1].bias.fill_(0.2)
+    bundle.save_flash(flash, tmp_path / "m")
+    refined = pipeline_factory(model=tmp_path / "m", chunk_latents=1)()
+    plain = pipeline_factory(model=tmp_path / "m", chunk_latents=1, refine=False)()
+    assert refined.pipe.refine is not None and plain.pipe.refine is None
+    frames = _frames(5)
+    assert not np.array_equal(_live(refined, frames), _live(plain, frames))

@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoder", default="gbuffer-encoder-slim", help="G-buffer encoder config for random weights")
     parser.add_argument("--decoder", default="taew-slim", help="tiny decoder config for random weights")
     parser.add_argument("--refiner", default="gbuffer-refiner-16",
-                        help="G-buffer refiner config for random weights, or 'none' (with --model: the model's own, if any)")
+                        help="G-buffer refiner config for random weights, or 'none' (with --model the model's own "
+                             "refiner, if it has one; 'none' leaves it out)")
     parser.add_argument("--steps", type=int, default=4, help="Flash denoising passes per chunk")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="weights' dtype")
@@ -151,6 +152,8 @@ def run(args) -> int:
     dtype = comfy.torch_dtype(args.precision, dev)
     if args.model:
         flash = bundle.load_flash(args.model, dev, dtype)
+        if args.refiner == "none":
+            flash.refiner = None
     else:
         flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype,
                                          refiner=None if args.refiner == "none" else args.refiner)

@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk-latents", type=int, default=None,
                         help="latent frames per autoregressive chunk (default: the model's; 1 = 4 frames, lowest latency)")
     parser.add_argument("--steps", type=int, default=None, help="sampling steps per chunk (default: the model's)")
+    parser.add_argument("--no-refiner", action="store_true",
+                        help="leave out the model's G-buffer refiner: faster, softer frames (the tiny decoder's)")
     parser.add_argument("--device", default="cpu", help="torch device for the model, e.g. cpu or cuda")
     parser.add_argument("--jpeg-quality", type=int, default=85, help="JPEG quality of the streamed frames (10..100)")
     parser.add_argument("--record", action="store_true", help="record from the start (the page can start/stop it)")
@@ -82,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         node_classes = lookup()
     make_pipeline = pipeline_factory(model=args.model, workflow=args.workflow, random_model=args.random_model,
                                      seed=args.seed, fps=args.fps, device=args.device,
-                                     chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes)
+                                     chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes,
+                                     refine=not args.no_refiner)
     server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port)
 
     def ready(url: str) -> None:

@@ -92,10 +92,11 @@ def load_flash_model(model: Path | None, random_model: bool, device: str):
 
 def pipeline_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
                      seed: int = 0, fps: float = 30.0, device: str = "cpu", chunk_latents: int | None = None,
-                     steps: int | None = None, node_classes: dict | None = None) -> Callable:
+                     steps: int | None = None, node_classes: dict | None = None, refine: bool = True) -> Callable:
     """A callable that builds the live pipeline on the render thread (see the module docstring).
 
     workflow: a saved workflow run by WorkflowLive; node_classes (the CLI looks them up) is then required.
+    refine=False leaves out the model's G-buffer refiner (faster frames, the decoder's own).
     """
     if workflow is not None:
         if node_classes is None:
@@ -113,8 +114,10 @@ def pipeline_factory(model: Path | None = None, workflow: Path | None = None, ra
             load_flash_model(None, False, device)
 
     def make():
-        return FlashLive(load_flash_model(model, random_model, device), seed=seed, fps=fps,
-                         chunk_latents=chunk_latents, steps=steps)
+        flash = load_flash_model(model, random_model, device)
+        if not refine:
+            flash.refiner = None
+        return FlashLive(flash, seed=seed, fps=fps, chunk_latents=chunk_latents, steps=steps)
 
     return make
 
