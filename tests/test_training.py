@@ -275,6 +275,44 @@ def test_refiner_stage_fits_the_models_frames_to_the_ground_truth(runs, tmp_path
     assert bundle.load_flash(runs / "model").refiner is not None  # the fixture's second export shipped one
 
 
+def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_path, monkeypatch):
+    import shutil
+
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.training import prompts
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+
+    class Log:
+        rendered = 0
+
+        def info(self, *args):
+            Log.rendered += 1
+
+    model = tmp_path / "model"
+    shutil.copytree(runs / "model", model)
+    cfg = common.config_from_dict({"out": str(tmp_path / "ref"), "model": str(model), "data": str(runs / "data"),
+                                   "clips": 1, "precision": "fp32"}, RefinerStageConfig)
+    clips = ClipSet(runs / "data", "train")
+    first = model_renders(cfg, clips, Log())
+    assert Log.rendered == 1 and (model_renders(cfg, clips, Log()) == first).all()
+    assert Log.rendered == 1  # the cache was used
+    bundle.save_flash(bundle.load_flash(model), model)  # the same tensors written again: still cached
+    model_renders(cfg, clips, Log())
+    assert Log.rendered == 1
+    real = prompts.prompts
+    monkeypatch.setattr(prompts, "prompts", lambda preset, split: [w + ", new" for w in real(preset, split)])
+    model_renders(cfg, clips, Log())
+    assert Log.rendered == 2  # other wordings: rendered again
+    monkeypatch.setattr(prompts, "prompts", real)
+    other = bundle.load_flash(model, dtype=torch.float32)
+    with torch.no_grad():
+        next(other.dit.parameters()).add_(0.01)
+    bundle.save_flash(other, model)
+    model_renders(cfg, clips, Log())
+    assert Log.rendered == 3  # other weights at the same path: rendered again
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"config": "refiner-99"}, "config 'refiner-99' is unknown"),
     ({"precision": "fp16"}, "precision 'fp16' is not bf16 or fp32"),

@@ -88,7 +88,8 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log) -> np.ndarray:
     for c in range(n):
         picks = [rng.choice(wordings(p, "train")) for p in clips.presets]
         path = folder / f"clip-{c:06d}.safetensors"
-        if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == {**recipe, "clip": c}:
+        clip_recipe = {**recipe, "clip": c, "wordings": picks}  # new wordings in prompts.py: render again
+        if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == clip_recipe:
             out[c] = read_state_dict(path)["frames"].numpy()
             continue
         if model is None:
@@ -101,7 +102,7 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log) -> np.ndarray:
             gbuffers = torch.from_numpy(clips.gbuffers[c])
             frames = list(pipe.run(GBuffers(gbuffers[a:a + CHUNK]) for a in range(0, len(gbuffers), CHUNK)))
             out[c, q] = torch.cat(frames).clamp(0, 1).mul(255).round().to(torch.uint8).numpy()
-        save_safetensors({"frames": torch.from_numpy(out[c])}, path, {"recipe": {**recipe, "clip": c}})
+        save_safetensors({"frames": torch.from_numpy(out[c])}, path, {"recipe": clip_recipe})
         log.info("rendered training clip %d/%d under %d presets", c + 1, n, len(clips.presets))
     return out
 
