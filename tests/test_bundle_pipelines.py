@@ -7,6 +7,8 @@ import torch
 from alaya_flash.model_zoo import bundle
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
 from alaya_flash.streaming import pipelines as pl
+from stream_helpers import random_gbuffers as _gbuffers
+from stream_helpers import render_all as _render
 
 
 @pytest.fixture(scope="module")
@@ -17,15 +19,6 @@ def flash():
 @pytest.fixture(scope="module")
 def prompts(flash):
     return pl.PromptSchedule.encode(flash.text_encoder(), "0: a sunny street\n8: a rainy night")
-
-
-def _gbuffers(n, h=16, w=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return pl.GBuffers(torch.randint(0, 256, (n, 5, h, w, 3), dtype=torch.uint8, generator=g))
-
-
-def _render(pipeline, chunks):
-    return torch.cat(list(pipeline.run(chunks)))
 
 
 @pytest.mark.parametrize("n", [1, 4, 5, 13, 16])

@@ -15,6 +15,7 @@ from alaya_flash.streaming.cli import main
 from alaya_flash.streaming.pipelines import GBuffers
 from alaya_flash.streaming.sinks import NpyWindowSink, write_stream
 from alaya_flash.streaming.synthetic import synthetic_stream
+from stream_helpers import Collect
 
 ROOT = Path(__file__).resolve().parents[1]
 RENDER = ROOT / "workflows" / "render-gbuffer-sequence.api.json"
@@ -26,31 +27,6 @@ def clip(tmp_path_factory):
     out = tmp_path_factory.mktemp("clip") / "clip"
     write_stream(synthetic_stream(32, 32, 64, seed=1), NpyWindowSink(out, window=16))
     return out
-
-
-class Collect:
-    """Test sink: keeps every IMAGE chunk it receives (stream stage, output node)."""
-
-    STREAM, STREAM_INPUTS, RETURN_TYPES, OUTPUT_NODE, FUNCTION, CATEGORY = "stage", ("images",), (), True, "save", "test"
-    got: list = []
-
-    @classmethod
-    def INPUT_TYPES(cls):
-        return {"required": {"images": ("IMAGE",)}}
-
-    def start_stream(self):
-        parts = Collect.got
-
-        class _S:
-            def step(self, images):
-                parts.append(images.clone())
-
-            def flush(self):
-                return {"ui": {}}
-
-        return _S()
-
-    save = rn.run_stage_whole
 
 
 CLASSES = {**NODES, "Collect": Collect}

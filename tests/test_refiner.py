@@ -12,6 +12,9 @@ from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
 from alaya_flash.streaming import pipelines as pl
 from alaya_flash.streaming import runner as rn
 from alaya_flash.streaming import workflow as wfm
+from stream_helpers import Collect
+from stream_helpers import random_gbuffers as _gbuffers
+from stream_helpers import render_all as _render
 
 
 def _perturbed(refiner: rf.GBufferRefiner, seed: int = 1) -> rf.GBufferRefiner:
@@ -33,15 +36,6 @@ def flash():
 @pytest.fixture(scope="module")
 def prompts(flash):
     return pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street")
-
-
-def _gbuffers(n, h=16, w=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return pl.GBuffers(torch.randint(0, 256, (n, 5, h, w, 3), dtype=torch.uint8, generator=g))
-
-
-def _render(pipeline, chunks):
-    return torch.cat(list(pipeline.run(chunks)))
 
 
 def test_a_fresh_refiner_is_the_identity_and_a_trained_one_is_not():
@@ -151,32 +145,8 @@ def _graph(clip, refine_input="7"):
     g = json.loads((root / "workflows" / "render-gbuffer-sequence.api.json").read_text())
     g["1"]["inputs"].update(path=str(clip), frames=10, chunk=3)
     g["2"]["inputs"].update(model="random:tiny", precision="fp32", device="cpu")
-    g["8"] = {"class_type": "_Collect", "inputs": {"images": [refine_input, 0]}}
+    g["8"] = {"class_type": "Collect", "inputs": {"images": [refine_input, 0]}}
     return g
-
-
-class _Collect:
-    got: list = []
-    CATEGORY, FUNCTION, RETURN_TYPES, OUTPUT_NODE, STREAM, STREAM_INPUTS = "t", "run", (), True, "stage", ("images",)
-
-    @classmethod
-    def INPUT_TYPES(cls):
-        return {"required": {"images": ("IMAGE",)}}
-
-    def start_stream(self):
-        got = _Collect.got
-
-        class S:
-            def step(self, images):
-                if images is not None:
-                    got.append(images)
-
-            def flush(self):
-                return None
-        return S()
-
-    def run(self, **inputs):
-        return rn.run_stage_whole(self, **inputs)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +162,7 @@ def clip(tmp_path_factory):
 def test_refine_node_refines_in_both_runtimes_and_passes_through_without_a_refiner(clip, monkeypatch):
     """The Refine node with a model's refiner: the workflow run chunk by chunk equals the whole-sequence
     run (ComfyUI's way) and differs from Decode's frames; a model without a refiner passes them through."""
-    classes = {**NODES, "_Collect": _Collect}
+    classes = {**NODES, "Collect": Collect}
     real = bundle.make_random_flash
 
     def with_perturbed_refiner(*args, **kwargs):
@@ -204,9 +174,9 @@ def test_refine_node_refines_in_both_runtimes_and_passes_through_without_a_refin
     monkeypatch.setattr(bundle, "make_random_flash", with_perturbed_refiner)
 
     def frames(graph, runner):
-        _Collect.got.clear()
+        Collect.got.clear()
         runner(wfm.parse_workflow(graph, classes), classes)
-        return torch.cat(_Collect.got)
+        return torch.cat(Collect.got)
 
     chunked = frames(_graph(clip), lambda wf, c: rn.StreamRunner(wf, c).run())
     whole = frames(_graph(clip), rn.execute_whole)

@@ -1,0 +1,42 @@
+"""Shared pieces of the pipeline and node tests: random G-buffers, a whole-stream render, a sink node."""
+from __future__ import annotations
+
+import torch
+
+from alaya_flash.streaming import pipelines as pl
+from alaya_flash.streaming import runner as rn
+
+
+def random_gbuffers(n: int, h: int = 16, w: int = 16, seed: int = 0) -> pl.GBuffers:
+    g = torch.Generator().manual_seed(seed)
+    return pl.GBuffers(torch.randint(0, 256, (n, 5, h, w, 3), dtype=torch.uint8, generator=g))
+
+
+def render_all(pipeline, chunks) -> torch.Tensor:
+    """Every frame a pipeline gives for these G-buffer chunks (flush included), joined."""
+    return torch.cat(list(pipeline.run(chunks)))
+
+
+class Collect:
+    """Test sink: keeps every IMAGE chunk it receives (stream stage, output node)."""
+
+    STREAM, STREAM_INPUTS, RETURN_TYPES, OUTPUT_NODE, FUNCTION, CATEGORY = "stage", ("images",), (), True, "save", "test"
+    got: list = []
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"images": ("IMAGE",)}}
+
+    def start_stream(self):
+        parts = Collect.got
+
+        class _S:
+            def step(self, images):
+                parts.append(images.clone())
+
+            def flush(self):
+                return {"ui": {}}
+
+        return _S()
+
+    save = rn.run_stage_whole
