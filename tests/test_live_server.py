@@ -257,7 +257,9 @@ def test_file_source_loops_and_serve_cli_refuses_bad_options(tmp_path, capsys):
     for argv, words in [(["serve", "--size", "50", "--random-model"], "multiples of 16"),
                         (["serve", "--source", "file", "--random-model"], "--gbuffers"),
                         (["serve", "--gbuffers", str(tmp_path / "none"), "--random-model"], "no such file"),
-                        (["serve", "--model", str(tmp_path / "none")], "no such model folder")]:
+                        (["serve", "--model", str(tmp_path / "none")], "no such model folder"),
+                        (["serve", "--workflow", "workflows/live-preview.api.json", "--no-refiner"],
+                         "take its Refine node out")]:
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert words in err and len(err.splitlines()) == 1

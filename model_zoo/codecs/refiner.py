@@ -50,8 +50,6 @@ def gbuffer_planes(images: Tensor) -> Tensor:
 
 
 class GBufferRefiner(nn.Module):
-    PIECE = 1  # frames per call in refine(): one, so a frame's result never depends on how the stream was cut
-
     def __init__(self, cfg: RefinerConfig):
         super().__init__()
         self.config = cfg
@@ -79,9 +77,9 @@ class GBufferRefiner(nn.Module):
                              "differ in count or size")
         device = self.tail[-1].weight.device
         outs = []
-        for a in range(0, frames.shape[0], self.PIECE):  # bounded memory: full-resolution features per piece
-            rgb = frames[a:a + self.PIECE].to(device).permute(0, 3, 1, 2).float()
-            out = self(rgb, gbuffer_planes(gbuffers[a:a + self.PIECE].to(device)))
+        for t in range(frames.shape[0]):  # one frame per call: its result never depends on how the stream was cut
+            rgb = frames[t:t + 1].to(device).permute(0, 3, 1, 2).float()
+            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)))
             outs.append(out.clamp(0, 1).permute(0, 2, 3, 1).contiguous().cpu())
         return torch.cat(outs) if outs else frames
 

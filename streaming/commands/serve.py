@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     from ..preview.server import LiveServer
 
     height, width = args.size
+    if args.workflow is not None and args.no_refiner:
+        raise AlayaError("--no-refiner: a --workflow renders with its own nodes; take its Refine node out instead")
     if args.gbuffers is not None:
         from ..readers import open_gbuffers
 
