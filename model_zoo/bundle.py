@@ -282,6 +282,10 @@ def load_flash(folder: str | os.PathLike | None = None, device: str | torch.devi
     text = cfg.get("text_encoder", "all-minilm-l6-v2")
     if text not in TEXT_ENCODERS:
         raise CheckpointError(f"{folder / 'config.json'}: text_encoder {text!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    reads = getattr(nets.get("refiner"), "text_dim", 0)
+    if reads and reads != nets["dit"].config.text_dim:
+        raise CheckpointError(f"{folder / 'config.json'}: the refiner reads {reads}-wide prompt embeddings, the DiT "
+                              f"{nets['dit'].config.text_dim}-wide")
     return FlashModel(**nets, settings=_settings(folder / "config.json", FlashSettings, cfg.get("session")),
                       text_encoder_name=text, trained_size=_size(cfg),
                       random_weights=bool(cfg.get("random_weights")), path=folder)

@@ -239,8 +239,9 @@ class _Decoding:
 
 class Refine:
     DESCRIPTION = ("Decoded frames + their G-buffers -> refined frames: the Flash model's G-buffer refiner restores "
-                   "detail and colour the 8x-smaller latents lost, frame by frame. Frames pass through unchanged when "
-                   "the model has no refiner. Connect the same G-buffers that fed Encode G-Buffers.")
+                   "detail and colour the 8x-smaller latents lost, frame by frame (and, for a refiner that reads the "
+                   "prompt, the prompted lighting). Frames pass through unchanged when the model has no refiner. "
+                   "Connect the same G-buffers that fed Encode G-Buffers and the prompt that fed the sampler.")
     CATEGORY = CATEGORY
     STREAM = "stage"
     STREAM_INPUTS = ("images", "gbuffers")
@@ -254,12 +255,21 @@ class Refine:
             "refiner": ("ALAYA_REFINER", {"tooltip": "From Load Flash Model."}),
             "images": ("IMAGE", {"tooltip": "Frames from Decode (the Flash model's tiny decoder)."}),
             "gbuffers": ("ALAYA_GBUFFERS", {"tooltip": "The G-buffers these frames were rendered from."}),
+        }, "optional": {
+            "prompt": ("ALAYA_PROMPT", {"tooltip": "The prompt the frames were sampled with (Encode Prompt); needed by a "
+                                                   "refiner that reads the prompt, ignored otherwise."}),
         }}
 
-    def start_stream(self, refiner):
+    def start_stream(self, refiner, prompt=None):
+        from ..model_zoo.errors import AlayaError
         from ..streaming.pipelines import Refine as RefineStage
 
-        return _Refining(RefineStage(refiner.module) if refiner.module is not None else None)
+        if refiner.module is None:
+            return _Refining(None)
+        if refiner.module.text_dim and prompt is None:
+            raise AlayaError("Refine with G-Buffers: this model's refiner reads the prompt; connect the 'prompt' "
+                             "input to the Encode Prompt node that feeds the sampler")
+        return _Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None))
 
     def refine(self, **inputs):
         return run_stage_whole(self, **inputs)

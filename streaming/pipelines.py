@@ -10,7 +10,7 @@ Flash (one continuous causal stream):
     enc = GBufferEncode(model.gbuffer_encoder)         # teacher-form uint8 -> cond latents
     smp = FlashSample(model, prompts, seed=0)          # cond latents -> clean latents (AR chunks)
     dec = Decode(tiny_decoder(model))                  # clean latents -> RGB frames
-    ref = Refine(model.refiner)                        # frames + their G-buffers -> frames (optional)
+    ref = Refine(model.refiner, prompts)               # frames + their G-buffers (+ prompt) -> frames (optional)
     for gbuffers in chunks:                            # GBuffers (T, 5, H, W, 3) uint8
         ref.add_gbuffers(gbuffers)
         rgb = ref.step(dec.step(smp.step(enc.step(gbuffers))))  # (t, H, W, 3) float [0, 1], or None
@@ -391,11 +391,18 @@ class Refine:
     """Decoded frames -> refined frames, each with its own G-buffers (model_zoo/codecs/refiner.py).
 
     The decoder lags its input, so G-buffers wait here (add_gbuffers) until their frames arrive;
-    frames and G-buffers pair in stream order, and the stream must end with none left over.
+    frames and G-buffers pair in stream order, and the stream must end with none left over. A
+    refiner that reads the prompt gets each frame's embedding from `prompts` by its pixel frame.
     """
 
-    def __init__(self, refiner):
-        self.refiner = refiner
+    def __init__(self, refiner, prompts: PromptSchedule | None = None):
+        if getattr(refiner, "text_dim", 0):
+            if prompts is None:
+                raise AlayaError("Refine: this G-buffer refiner reads the prompt; connect the prompt")
+            if prompts.text_dim != refiner.text_dim:
+                raise AlayaError(f"Refine: prompt embeddings are {prompts.text_dim} wide, the refiner reads {refiner.text_dim}")
+        self.refiner, self.prompts = refiner, prompts
+        self.frame = 0  # pixel frames refined so far
         self.frames: torch.Tensor | None = None
         self.gbuffers: torch.Tensor | None = None
 
@@ -403,14 +410,21 @@ class Refine:
         if gbuffers is not None:
             self.gbuffers = _append(self.gbuffers, gbuffers.images)
 
+    def _text(self, n: int) -> torch.Tensor | None:
+        if not getattr(self.refiner, "text_dim", 0):
+            return None
+        # the sentence embedding, pooled over its tokens (all-MiniLM's context is one token already)
+        return torch.cat([self.prompts.at(self.frame + i)[1].float().mean(1) for i in range(n)])
+
     def step(self, frames: torch.Tensor | None) -> torch.Tensor | None:
         if frames is not None:
             self.frames = _append(self.frames, frames)
         n = min(_count(self.frames), _count(self.gbuffers))
         if n == 0:
             return None
-        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n])
+        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n], self._text(n))
         self.frames, self.gbuffers = self.frames[n:], self.gbuffers[n:]
+        self.frame += n
         return out
 
     def flush(self) -> None:
@@ -579,7 +593,7 @@ class FlashPipeline(_Pipeline):
         self.times = StageTimes()
         self.stages = (GBufferEncode(model.gbuffer_encoder), FlashSample(model, prompts, seed, **sample_options),
                        Decode(TinyDecoder(model.decoder)))
-        self.refine = Refine(model.refiner) if refine and model.refiner is not None else None
+        self.refine = Refine(model.refiner, prompts) if refine and model.refiner is not None else None
         if self.refine is not None:
             self.stages += (self.refine,)
             self.names += ("refine",)

@@ -102,3 +102,16 @@ def test_live_page_renders_with_the_models_refiner_unless_told_not_to(tmp_path):
     assert refined.pipe.refine is not None and plain.pipe.refine is None
     frames = _frames(5)
     assert not np.array_equal(_live(refined, frames), _live(plain, frames))
+
+
+def test_prompt_change_reaches_a_refiner_that_reads_the_prompt():
+    from alaya_flash.model_zoo.codecs import refiner as rf
+
+    model = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16-prompt")
+    live = FlashLive(model, seed=0, chunk_latents=1)
+    live.set_prompt("a sunny street")
+    live.render(_frames(5, seed=3)[:1])
+    live.set_prompt("a rainy night")
+    night = model.text_encoder()(["a rainy night"])
+    assert isinstance(live.pipe.refine.refiner, rf.GBufferRefiner)
+    assert torch.equal(live.pipe.refine.prompts.at(live.pipe.refine.frame)[1], night)

@@ -88,7 +88,7 @@ def test_the_pipeline_times_the_refine_stage(flash, prompts):
 
 def test_refine_stage_pairs_in_order_and_refuses_leftovers():
     class Albedo:  # a stand-in refiner whose output is the albedo pass: shows which G-buffer each frame got
-        def refine(self, frames, gbuffers):
+        def refine(self, frames, gbuffers, text=None):
             return gbuffers[:, 0].float() / 255
 
     g = _gbuffers(6)
@@ -136,6 +136,77 @@ def test_refiner_folder_errors_name_file_and_key(flash, tmp_path):
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="networks upscaler are unknown"):
         bundle.load_flash(folder)
+
+
+def _prompt_refiner(seed: int = 3) -> rf.GBufferRefiner:
+    """A refiner that reads the prompt, with every weight random (a fresh one's FiLM layer is zero)."""
+    net = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return net
+
+
+def test_a_prompt_refiner_starts_as_the_identity_and_then_follows_the_prompt():
+    frames, gb = torch.rand(2, 16, 24, 3), _gbuffers(2, 16, 24).images
+    a, b = torch.randn(2, 384).unbind()
+    fresh = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
+    assert torch.equal(fresh.refine(frames, gb, a.expand(2, -1)), frames)
+    net = _prompt_refiner()
+    out_a, out_b = net.refine(frames, gb, a.expand(2, -1)), net.refine(frames, gb, b.expand(2, -1))
+    assert not torch.allclose(out_a, out_b, atol=1e-3)
+    mixed = net.refine(frames, gb, torch.stack([a, b]))  # each frame its own prompt
+    assert torch.equal(mixed[0], out_a[0]) and torch.equal(mixed[1], out_b[1])
+    with pytest.raises(AlayaError, match="reads the prompt: it needs one embedding per frame \\(2\\), got None"):
+        net.refine(frames, gb)
+    with pytest.raises(AlayaError, match="reads a prompt embedding \\(1, 384\\), got \\(1, 32\\)"):
+        net(frames[:1].permute(0, 3, 1, 2), rf.gbuffer_planes(gb[:1]), torch.zeros(1, 32))
+
+
+@pytest.mark.parametrize("cut", [1, 3, 13])
+def test_a_prompt_schedule_reaches_the_refiner_frame_by_frame(flash, cut):
+    """A refiner that reads the prompt gets, for each frame, the embedding in effect at that frame,
+    whatever the chunking: the pipeline's frames equal the refiner applied afterwards with them."""
+    model = bundle.make_random_flash(seed=0)
+    model.refiner = _prompt_refiner()
+    sched = pl.PromptSchedule.encode(model.text_encoder(), "0: a sunny street\n6: a street at night")
+    g = _gbuffers(13)
+    pieces = [pl.GBuffers(g.images[i:i + cut]) for i in range(0, 13, cut)]
+    refined = _render(pl.FlashPipeline(model, sched, seed=2), pieces)
+    plain = _render(pl.FlashPipeline(model, sched, seed=2, refine=False), [g])
+    per_frame = torch.cat([sched.at(f)[1][:, 0] for f in range(13)])
+    assert torch.equal(refined, model.refiner.refine(plain, g.images, per_frame))
+    day = sched.at(0)[1][:, 0].expand(13, -1)
+    assert not torch.allclose(refined[6:], model.refiner.refine(plain, g.images, day)[6:], atol=1e-3)
+
+
+def test_a_prompt_refiner_without_a_prompt_is_refused_by_name(flash, tmp_path):
+    net = _prompt_refiner()
+    with pytest.raises(AlayaError, match="reads the prompt; connect the prompt"):
+        pl.Refine(net)
+    with pytest.raises(AlayaError, match="prompt embeddings are 8 wide, the refiner reads 384"):
+        pl.Refine(net, pl.PromptSchedule.constant(torch.zeros(1, 1, 8)))
+    from alaya_flash.nodes.models import RefinerHandle
+
+    with pytest.raises(AlayaError, match="Refine with G-Buffers: .* connect the 'prompt' input"):
+        NODES["AlayaFlash_Refine"]().start_stream(RefinerHandle(net))
+    # a folder whose refiner reads prompts of another width than its DiT's is refused on load
+    model = bundle.make_random_flash(seed=0)
+    model.refiner = rf.build(rf.RefinerConfig(text_dim=32))
+    folder = bundle.save_flash(model, tmp_path / "m")
+    with pytest.raises(CheckpointError, match="refiner reads 32-wide prompt embeddings, the DiT 384-wide"):
+        bundle.load_flash(folder)
+
+
+def test_prompt_refiner_folder_round_trip(tmp_path):
+    model = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16-prompt")
+    assert model.refiner.text_dim == 384
+    model.refiner = _prompt_refiner()
+    back = bundle.load_flash(bundle.save_flash(model, tmp_path / "m"), dtype=torch.float32)
+    assert back.refiner.config == model.refiner.config
+    for k, v in model.refiner.state_dict().items():
+        assert torch.equal(back.refiner.state_dict()[k], v), k
 
 
 def _graph(clip, refine_input="7"):

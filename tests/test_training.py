@@ -275,6 +275,42 @@ def test_refiner_stage_fits_the_models_frames_to_the_ground_truth(runs, tmp_path
     assert bundle.load_flash(runs / "model").refiner is not None  # the fixture's second export shipped one
 
 
+def test_prompt_refiner_stage_learns_each_presets_look(runs, tmp_path):
+    """The refiner config that reads the prompt, trained on the same renders: its frames near the
+    ground truth with the preset's own wording, and are further from it with another preset's."""
+    from alaya_flash.model_zoo.codecs import refiner as rf
+    from alaya_flash.model_zoo.loading import load_strict
+    from alaya_flash.model_zoo.text_encoder import TextEncoder
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+
+    cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 2,
+           "crop": 32, "batch": 4, "steps": 80, "lr": 3e-3, "log_every": 20, "ckpt_every": 80, "precision": "fp32",
+           "config": "gbuffer-refiner-16-prompt"}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    net = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
+    load_strict(net, common.final_weights(tmp_path / "ref", "refiner"))
+    clips = ClipSet(runs / "data", "train")
+    renders = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
+    encode = TextEncoder.load()
+    emb = [encode([clips.prompts[p]["heldout"][0]])[0] for p in clips.presets]  # wordings it never saw
+    before, own, other = [], [], []
+    for c in range(2):
+        for q in range(len(clips.presets)):
+            frames = torch.from_numpy(renders[c, q]).float() / 255
+            truth = torch.from_numpy(clips.rgb[c, q]).float() / 255
+            gb = torch.from_numpy(clips.gbuffers[c])
+
+            def err(e):
+                return torch.mean((net.refine(frames, gb, e.expand(len(frames), -1)) - truth) ** 2)
+
+            before.append(torch.mean((frames - truth) ** 2))
+            own.append(err(emb[q]))
+            other.append(err(emb[(q + 1) % len(emb)]))
+    assert sum(own) < 0.8 * sum(before)
+    assert sum(own) < sum(other)
+
+
 def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_path, monkeypatch):
     import shutil
 

@@ -10,10 +10,17 @@ resolution anyway. The refiner reads the decoded frame beside them and predicts 
     down = 2 x (ReLU(conv stride 2), ReLU(conv))                            1/4 resolution, width 2c
     out  = rgb + tail([head, upsample(down)])                                tail: ReLU(conv), conv
 
-It works frame by frame (no memory, no prompt), so it streams with any chunking and adds no
-latency. The last conv starts at zero: an untrained refiner returns its input unchanged. Not in
-the seed paper, whose frames come straight out of its distilled decoder; a model folder without
-refiner.safetensors renders exactly as before.
+A config with `text_dim` also reads the prompt: its pooled embedding goes through a small MLP to a
+per-channel scale and shift (FiLM) of the head's features (before the quarter-resolution path
+reads them) and of that path's output. The student DiT learned to light by the prompt on its
+training scenes and falls back towards one look on new ones (docs/model-card.md); a refiner
+trained on the student's renders of scenes it never saw learns to put the prompted lighting back,
+from the normals and albedo it has at full resolution.
+
+It works frame by frame (no memory), so it streams with any chunking and adds no latency. The
+last conv (and the prompt MLP's last layer) start at zero: an untrained refiner returns its input
+unchanged. Not in the seed paper, whose frames come straight out of its distilled decoder; a model
+folder without refiner.safetensors renders exactly as before.
 """
 from __future__ import annotations
 
@@ -33,10 +40,13 @@ GBUFFER_CHANNELS = 9  # albedo 3, depth 1, metallic 1, normal 3, roughness 1 (si
 class RefinerConfig:
     width: int = 16  # channels at full resolution (2x at quarter resolution)
     image_channels: int = 3
+    text_dim: int = 0  # width of the prompt embedding it reads (0: no prompt)
+    text_hidden: int = 64  # the prompt MLP's hidden width
 
 
 CONFIGS: dict[str, RefinerConfig] = {
     "gbuffer-refiner-16": RefinerConfig(),
+    "gbuffer-refiner-16-prompt": RefinerConfig(text_dim=384),  # all-MiniLM-L6-v2's pooled embedding
 }
 
 
@@ -60,26 +70,54 @@ class GBufferRefiner(nn.Module):
         self.tail = nn.Sequential(conv(3 * c, c), nn.ReLU(), conv(c, rgb))
         nn.init.zeros_(self.tail[-1].weight)
         nn.init.zeros_(self.tail[-1].bias)
+        if cfg.text_dim:
+            # FiLM: scale and shift of the head's c channels and the quarter-resolution path's 2c
+            self.text = nn.Sequential(nn.Linear(cfg.text_dim, cfg.text_hidden), nn.SiLU(), nn.Linear(cfg.text_hidden, 6 * c))
+            nn.init.zeros_(self.text[-1].weight)
+            nn.init.zeros_(self.text[-1].bias)
 
-    def forward(self, rgb: Tensor, planes: Tensor) -> Tensor:
-        """rgb (M, 3, H, W) in [0, 1] and planes (M, 9, H, W) in [0, 1] -> refined rgb (M, 3, H, W), unclamped."""
+    @property
+    def text_dim(self) -> int:
+        return self.config.text_dim
+
+    def forward(self, rgb: Tensor, planes: Tensor, text: Tensor | None = None) -> Tensor:
+        """rgb (M, 3, H, W) in [0, 1], planes (M, 9, H, W) in [0, 1] and, when the config reads prompts,
+        text (M, text_dim) pooled prompt embeddings -> refined rgb (M, 3, H, W), unclamped."""
         p = self.tail[-1].weight
         x = channels_last(torch.cat([rgb, planes], 1).to(p.dtype) * 2 - 1)
         f = self.head(x)
-        d = F.interpolate(self.down(f), size=f.shape[-2:], mode="bilinear", align_corners=False)
+        film = None
+        if self.text_dim:
+            if text is None or text.shape != (rgb.shape[0], self.text_dim):
+                got = None if text is None else tuple(text.shape)
+                raise AlayaError(f"G-buffer refiner: reads a prompt embedding ({rgb.shape[0]}, {self.text_dim}), got {got}")
+            c = self.config.width
+            film = self.text(text.to(p.dtype))[:, :, None, None]  # (M, 6c, 1, 1)
+            f = f * (1 + film[:, :c]) + film[:, c:2 * c]
+        d = self.down(f)
+        if film is not None:
+            d = d * (1 + film[:, 2 * c:4 * c]) + film[:, 4 * c:]
+        d = F.interpolate(d, size=f.shape[-2:], mode="bilinear", align_corners=False)
         return rgb + self.tail(torch.cat([f, d.to(f.dtype)], 1)).float()
 
     @torch.no_grad()
-    def refine(self, frames: Tensor, gbuffers: Tensor) -> Tensor:
-        """IMAGE frames (T, H, W, 3) float [0, 1] and their G-buffers uint8 (T, 5, H, W, 3) -> IMAGE frames."""
+    def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None) -> Tensor:
+        """IMAGE frames (T, H, W, 3) float [0, 1] and their G-buffers uint8 (T, 5, H, W, 3) -> IMAGE frames.
+
+        text: each frame's prompt embedding (T, text_dim), for a config that reads prompts (else ignored).
+        """
         if frames.shape[0] != gbuffers.shape[0] or tuple(frames.shape[1:3]) != tuple(gbuffers.shape[2:4]):
             raise AlayaError(f"G-buffer refiner: frames {tuple(frames.shape)} and G-buffers {tuple(gbuffers.shape)} "
                              "differ in count or size")
+        if self.text_dim and (text is None or len(text) != len(frames)):
+            raise AlayaError(f"G-buffer refiner: this refiner reads the prompt: it needs one embedding per frame "
+                             f"({len(frames)}), got {None if text is None else len(text)}")
         device = self.tail[-1].weight.device
         outs = []
         for t in range(frames.shape[0]):  # one frame per call: its result never depends on how the stream was cut
             rgb = frames[t:t + 1].to(device).permute(0, 3, 1, 2).float()
-            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)))
+            emb = text[t:t + 1].to(device) if self.text_dim else None
+            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)), emb)
             outs.append(out.clamp(0, 1).permute(0, 2, 3, 1).contiguous().cpu())
         return torch.cat(outs) if outs else frames
 

@@ -8,6 +8,13 @@ resumes without rendering again), then trains the refiner on aligned crops of th
 their G-buffers against the ground truth (L1 + MSE). `train export --set refiner_run=...` puts
 it into a model folder. The refiner learns that model's errors: train it again after the
 student or the decoder changed.
+
+A refiner config that reads the prompt (`gbuffer-refiner-16-prompt`) sees, with each crop, the
+embedding of a random training wording of the crop's preset (any of them, not only the one the
+clip was rendered with: paraphrases must steer it alike). Trained on scenes the student never
+saw (`data` pointing at a dataset of other seeds, configs/data-refiner.json), it learns what the
+student gets wrong on new scenes, the lighting among it, rather than what it gets wrong on the
+scenes it memorised.
 """
 from __future__ import annotations
 
@@ -113,14 +120,17 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     n, p, t, h, w = renders.shape[:5]
     k = min(cfg.crop, h, w)
     net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config])
+    texts = _wording_embeddings(clips) if net.text_dim else None  # (P, W, D)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.0)
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        rgb, planes, target = [], [], []
+        rgb, planes, target, text = [], [], [], []
         for _ in range(cfg.batch):
             c, q, f = (int(torch.randint(m, (1,), generator=g)) for m in (n, p, t))
             y, x = (int(torch.randint(m - k + 1, (1,), generator=g)) for m in (h, w))
+            if texts is not None:
+                text.append(texts[q, int(torch.randint(texts.shape[1], (1,), generator=g))])
             rgb.append(torch.from_numpy(renders[c, q, f, y:y + k, x:x + k]))
             planes.append(refiner_codec.gbuffer_planes(torch.from_numpy(clips.gbuffers[c, f, :, y:y + k, x:x + k])))
             target.append(torch.from_numpy(clips.rgb[c, q, f, y:y + k, x:x + k]))
@@ -129,10 +139,21 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
             return torch.stack(batch).permute(0, 3, 1, 2).float() / 255
 
         with autocast():
-            out = net(images(rgb), torch.stack(planes)).float()
+            out = net(images(rgb), torch.stack(planes), torch.stack(text) if text else None).float()
         truth = images(target)
         loss = F.l1_loss(out, truth) + F.mse_loss(out, truth)
         descend(opt, loss, net.parameters())
         return {"refine": loss.item()}
 
     return train_loop(cfg, {"refiner": net}, {"opt_refiner": opt}, step, log, progress, extra={"refiner": cfg.config})
+
+
+def _wording_embeddings(clips: ClipSet) -> torch.Tensor:
+    """MiniLM embeddings of every training wording of every preset, (P, W, D) (W: the fewest a preset has)."""
+    from ..text_encoder import TextEncoder
+
+    encode = TextEncoder.load()
+    lists = [clips.prompts[p]["train"] for p in clips.presets]
+    w = min(len(x) for x in lists)
+    with torch.no_grad():
+        return torch.stack([encode(x[:w])[:, 0].float() for x in lists])

@@ -79,7 +79,8 @@ def _graph(clip: Path, size, frames: int, chunk: int, steps: int, out: Path, sam
         "4": {"class_type": "AlayaFlash_EncodeGBuffers", "inputs": {"gbuffer_encoder": ["2", 1], "gbuffers": ["1", 0]}},
         "5": sampler,
         "6": {"class_type": "AlayaFlash_Decode", "inputs": {"decoder": ["2", 2], "latents": ["5", 0]}},
-        **({"8": {"class_type": "AlayaFlash_Refine", "inputs": {"refiner": ["2", 4], "images": ["6", 0], "gbuffers": ["1", 0]}}}
+        **({"8": {"class_type": "AlayaFlash_Refine", "inputs": {"refiner": ["2", 4], "images": ["6", 0], "gbuffers": ["1", 0],
+                                                                    "prompt": ["3", 0]}}}
            if refine else {}),
         "7": {"class_type": "AlayaFlash_Save", "inputs": {"images": ["8" if refine else "6", 0], "filename": str(out),
                                                           "format": fmt, "fps": 16.0, "overwrite": True}},

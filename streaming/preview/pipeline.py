@@ -66,6 +66,8 @@ class FlashLive:
         sampler = self.pipe.stages[1]
         sampler.prompts = PromptSchedule.constant(emb, text)  # what a later reset of the stage would use
         sampler.session.set_prompt(sampler.state, emb)
+        if self.pipe.refine is not None:  # a refiner that reads the prompt follows it from its next frame
+            self.pipe.refine.prompts = PromptSchedule.constant(emb, text)
 
     def render(self, chunk: np.ndarray) -> np.ndarray:
         from ..pipelines import GBuffers, to_uint8
