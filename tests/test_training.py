@@ -1071,3 +1071,37 @@ def test_codec_quality_script_reports_the_control_ceiling(runs, capsys):
         assert report[f"{name}_nearest_rate"] in (0.0, 0.5, 1.0)  # 1 clip x 2 presets
         assert report[f"{name}_min_margin_db"] <= report[f"{name}_margin_db"]
         assert (report[f"{name}_nearest_rate"] == 1.0) == (report[f"{name}_min_margin_db"] > 0)
+
+
+def test_mirrored_refiner_crops_turn_the_normals_with_the_image():
+    from alaya_flash.model_zoo.codecs.refiner import gbuffer_planes
+    from alaya_flash.model_zoo.training.refiner import _mirrored
+
+    g = torch.Generator().manual_seed(0)
+    gb = torch.randint(0, 256, (5, 4, 6, 3), dtype=torch.uint8, generator=g)
+    rgb, target = (torch.randint(0, 256, (4, 6, 3), dtype=torch.uint8, generator=g) for _ in range(2))
+    planes = gbuffer_planes(gb)
+    m_rgb, m_planes, m_target = _mirrored(rgb, planes, target)
+    assert torch.equal(m_rgb[:, 0], rgb[:, -1]) and torch.equal(m_target[:, 5], target[:, 0])
+    # the normal's x (plane 5) is negated: n -> -n, i.e. (n + 1) / 2 -> 1 - (n + 1) / 2; y, z and the rest only move
+    assert torch.allclose(m_planes[5, :, 0], 1 - planes[5, :, -1])
+    for i in (0, 1, 2, 3, 4, 6, 7, 8):
+        assert torch.equal(m_planes[i], planes[i].flip(-1))
+    back = _mirrored(*_mirrored(rgb, planes, target))
+    assert torch.equal(back[0], rgb) and torch.allclose(back[1], planes) and torch.equal(back[2], target)
+
+
+def test_sun_side_script_scores_the_blend_and_the_wrong_side(capsys):
+    """scripts/sun_side.py: on a new scene the blend of four sun azimuths is nearer bright_sunny's
+    ground truth than the sun turned to the other side is; the turned sun is nearer overcast's."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "sun_side.py"
+    spec = importlib.util.spec_from_file_location("sun_side", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--seeds", "100000", "--size", "48", "--frames", "5", "--stride", "2"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["blend"]["psnr_sunny_db"] > report["turned"]["psnr_sunny_db"]
+    assert report["turned"]["nearest_sunny"] is False and report["turned"]["margin_db"] < 0

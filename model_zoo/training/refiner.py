@@ -31,6 +31,7 @@ from ..codecs import refiner as refiner_codec
 from ..errors import AlayaError
 from .common import StageConfig, autocast, descend, step_generator, train_loop
 from .data import ClipSet
+from .latent_data import perturb_prompts
 
 
 CHUNK = 4  # G-buffer frames per pipeline step when rendering, as `alaya-flash eval` streams them
@@ -46,12 +47,19 @@ class RefinerStageConfig(StageConfig):
     crop: int = 96  # square pixel crop
     batch: int = 8
     lr: float = 1e-3
+    prompt_dropout: float = 0.1  # share of crops a prompt-reading refiner sees with the empty prompt instead
+    text_noise: float = 0.0  # prompt-embedding noise of this expected norm (latent_data.perturb_prompts)
+    mirror: bool = True  # mirror half the crops left-right (normals' x negated): the sun's side is not in the G-buffers
 
     def validate(self):
         if self.config not in refiner_codec.CONFIGS:
             raise AlayaError(f"refiner stage: config {self.config!r} is unknown; known: {', '.join(refiner_codec.CONFIGS)}")
         if self.precision not in ("bf16", "fp32"):
             raise AlayaError(f"refiner stage: precision {self.precision!r} is not bf16 or fp32")
+        if self.text_noise < 0:
+            raise AlayaError(f"refiner stage: text_noise {self.text_noise} must be >= 0")
+        if not 0 <= self.prompt_dropout <= 1:
+            raise AlayaError(f"refiner stage: prompt_dropout {self.prompt_dropout} is not in [0, 1]")
         if self.crop <= 0 or self.clips < 0:
             raise AlayaError(f"refiner stage: crop {self.crop} must be > 0 and clips {self.clips} >= 0")
         if not (Path(self.model) / "config.json").is_file():
@@ -120,7 +128,7 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     n, p, t, h, w = renders.shape[:5]
     k = min(cfg.crop, h, w)
     net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config])
-    texts = _wording_embeddings(clips) if net.text_dim else None  # (P, W, D)
+    texts, empty = _wording_embeddings(clips) if net.text_dim else (None, None)  # (P, W, D), (D,)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.0)
 
     def step(i: int) -> dict[str, float]:
@@ -129,17 +137,26 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
         for _ in range(cfg.batch):
             c, q, f = (int(torch.randint(m, (1,), generator=g)) for m in (n, p, t))
             y, x = (int(torch.randint(m - k + 1, (1,), generator=g)) for m in (h, w))
-            if texts is not None:
-                text.append(texts[q, int(torch.randint(texts.shape[1], (1,), generator=g))])
-            rgb.append(torch.from_numpy(renders[c, q, f, y:y + k, x:x + k]))
-            planes.append(refiner_codec.gbuffer_planes(torch.from_numpy(clips.gbuffers[c, f, :, y:y + k, x:x + k])))
-            target.append(torch.from_numpy(clips.rgb[c, q, f, y:y + k, x:x + k]))
+            if texts is not None:  # a random training wording of the preset, or now and then the empty prompt
+                e = texts[q, int(torch.randint(texts.shape[1], (1,), generator=g))]
+                text.append(empty if float(torch.rand((), generator=g)) < cfg.prompt_dropout else e)
+            crop = [torch.from_numpy(renders[c, q, f, y:y + k, x:x + k]),
+                    refiner_codec.gbuffer_planes(torch.from_numpy(clips.gbuffers[c, f, :, y:y + k, x:x + k])),
+                    torch.from_numpy(clips.rgb[c, q, f, y:y + k, x:x + k])]
+            if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
+                crop = _mirrored(*crop)
+            rgb.append(crop[0])
+            planes.append(crop[1])
+            target.append(crop[2])
 
         def images(batch):  # uint8 (B, k, k, 3) -> float (B, 3, k, k) in [0, 1]
             return torch.stack(batch).permute(0, 3, 1, 2).float() / 255
 
         with autocast():
-            out = net(images(rgb), torch.stack(planes), torch.stack(text) if text else None).float()
+            prompt = torch.stack(text) if text else None
+            if prompt is not None and cfg.text_noise:
+                prompt = perturb_prompts(prompt, cfg.text_noise, g)
+            out = net(images(rgb), torch.stack(planes), prompt).float()
         truth = images(target)
         loss = F.l1_loss(out, truth) + F.mse_loss(out, truth)
         descend(opt, loss, net.parameters())
@@ -148,12 +165,21 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     return train_loop(cfg, {"refiner": net}, {"opt_refiner": opt}, step, log, progress, extra={"refiner": cfg.config})
 
 
-def _wording_embeddings(clips: ClipSet) -> torch.Tensor:
-    """MiniLM embeddings of every training wording of every preset, (P, W, D) (W: the fewest a preset has)."""
+def _mirrored(rgb, planes, target):
+    """A crop mirrored left-right: a mirrored scene under the mirrored light, as valid a sample as the first.
+    Camera-space normals then point the other way in x (plane 5: x in [0, 1] from [-1, 1])."""
+    planes = planes.flip(-1).clone()
+    planes[5] = 1 - planes[5]
+    return rgb.flip(-2), planes, target.flip(-2)
+
+
+def _wording_embeddings(clips: ClipSet) -> tuple[torch.Tensor, torch.Tensor]:
+    """MiniLM embeddings of every training wording of every preset, (P, W, D) (W: the fewest a preset
+    has), and of the empty prompt, (D,)."""
     from ..text_encoder import TextEncoder
 
     encode = TextEncoder.load()
     lists = [clips.prompts[p]["train"] for p in clips.presets]
     w = min(len(x) for x in lists)
     with torch.no_grad():
-        return torch.stack([encode(x[:w])[:, 0].float() for x in lists])
+        return torch.stack([encode(x[:w])[:, 0].float() for x in lists]), encode([""])[0, 0].float()
