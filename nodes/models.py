@@ -147,7 +147,7 @@ class LoadFlashModel:
         dev = comfy.torch_device(device)
         dtype = comfy.torch_dtype(precision, dev)
         if model in RANDOM:
-            flash = bundle.make_random_flash(*RANDOM[model], device=dev, dtype=dtype, refiner="gbuffer-refiner-16")
+            flash = bundle.make_random_flash(*RANDOM[model], device=dev, dtype=dtype, refiner="gbuffer-refiner-16-prompt")
         else:
             path = comfy.resolve("diffusion_models", model)
             if path is None:

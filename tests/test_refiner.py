@@ -21,8 +21,9 @@ def _perturbed(refiner: rf.GBufferRefiner, seed: int = 1) -> rf.GBufferRefiner:
     """A refiner that is not the identity (a fresh one's last layer is zero)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in refiner.tail[-1].parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+        for layer in (refiner.tail[-1], *([refiner.text[-1]] if refiner.text_dim else [])):
+            for p in layer.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
     return refiner
 
 

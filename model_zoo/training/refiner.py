@@ -42,7 +42,7 @@ class RefinerStageConfig(StageConfig):
     out: str = "runs/refiner"
     model: str = "model_zoo/default"  # the Flash model whose frames the refiner learns to correct
     clips: int = 24  # training clips to render under every preset (0: all of the split)
-    config: str = "gbuffer-refiner-16"  # the refiner's named config (model_zoo/codecs/refiner.py)
+    config: str = "gbuffer-refiner-16-prompt"  # the refiner's named config (model_zoo/codecs/refiner.py)
     precision: str = "bf16"  # of the renders: the precision the model runs in
     crop: int = 96  # square pixel crop
     batch: int = 8

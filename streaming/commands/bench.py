@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dit", default="dit-small", help="DiT config for random weights (alayarenderer-teacher = full 1.3B)")
     parser.add_argument("--encoder", default="gbuffer-encoder-slim", help="G-buffer encoder config for random weights")
     parser.add_argument("--decoder", default="taew-slim", help="tiny decoder config for random weights")
-    parser.add_argument("--refiner", default="gbuffer-refiner-16",
+    parser.add_argument("--refiner", default="gbuffer-refiner-16-prompt",
                         help="G-buffer refiner config for random weights, or 'none' (with --model the model's own "
                              "refiner, if it has one; 'none' leaves it out)")
     parser.add_argument("--steps", type=int, default=4, help="Flash denoising passes per chunk")
