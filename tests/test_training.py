@@ -250,7 +250,8 @@ def test_refiner_stage_fits_the_models_frames_to_the_ground_truth(runs, tmp_path
     from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
 
     cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 2,
-           "crop": 32, "batch": 4, "steps": 60, "lr": 3e-3, "log_every": 20, "ckpt_every": 60, "precision": "fp32"}
+           "crop": 32, "batch": 4, "steps": 60, "lr": 3e-3, "log_every": 20, "ckpt_every": 60, "precision": "fp32",
+           "config": "gbuffer-refiner-16"}
     assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
     log = (tmp_path / "ref" / "train.log").read_text()
     assert log.count("rendered training clip") == 2
@@ -353,6 +354,9 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     ({"config": "refiner-99"}, "config 'refiner-99' is unknown"),
     ({"precision": "fp16"}, "precision 'fp16' is not bf16 or fp32"),
     ({"model": "nowhere"}, "nowhere is not a model folder"),
+    ({"prompt_dropout": 1.5}, "prompt_dropout 1.5 is not in [0, 1]"),
+    ({"text_noise": -0.1}, "text_noise -0.1 must be >= 0"),
+    ({"render_jitter": 1.0}, "render_jitter 1.0 is not in [0, 1)"),
 ])
 def test_bad_refiner_config_is_refused(bad, message, tmp_path, capsys):
     cfg = {"out": str(tmp_path / "r"), "model": str(tmp_path), **bad}

@@ -49,6 +49,7 @@ class RefinerStageConfig(StageConfig):
     lr: float = 1e-3
     prompt_dropout: float = 0.1  # share of crops a prompt-reading refiner sees with the empty prompt instead
     text_noise: float = 0.0  # prompt-embedding noise of this expected norm (latent_data.perturb_prompts)
+    render_jitter: float = 0.0  # random per-channel gain 1 +- j and offset +- j/2 on the render it reads (not the target)
     mirror: bool = True  # mirror half the crops left-right (normals' x negated): the sun's side is not in the G-buffers
 
     def validate(self):
@@ -56,6 +57,8 @@ class RefinerStageConfig(StageConfig):
             raise AlayaError(f"refiner stage: config {self.config!r} is unknown; known: {', '.join(refiner_codec.CONFIGS)}")
         if self.precision not in ("bf16", "fp32"):
             raise AlayaError(f"refiner stage: precision {self.precision!r} is not bf16 or fp32")
+        if not 0 <= self.render_jitter < 1:
+            raise AlayaError(f"refiner stage: render_jitter {self.render_jitter} is not in [0, 1)")
         if self.text_noise < 0:
             raise AlayaError(f"refiner stage: text_noise {self.text_noise} must be >= 0")
         if not 0 <= self.prompt_dropout <= 1:
@@ -152,11 +155,17 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
         def images(batch):  # uint8 (B, k, k, 3) -> float (B, 3, k, k) in [0, 1]
             return torch.stack(batch).permute(0, 3, 1, 2).float() / 255
 
+        seen = images(rgb)
+        if cfg.render_jitter:  # the render's light and colour become a hint; the prompt and G-buffers must carry them
+            j = cfg.render_jitter
+            gain = 1 + j * (2 * torch.rand((len(seen), 3, 1, 1), generator=g) - 1)
+            offset = j / 2 * (2 * torch.rand((len(seen), 3, 1, 1), generator=g) - 1)
+            seen = (seen * gain + offset).clamp(0, 1)
         with autocast():
             prompt = torch.stack(text) if text else None
             if prompt is not None and cfg.text_noise:
                 prompt = perturb_prompts(prompt, cfg.text_noise, g)
-            out = net(images(rgb), torch.stack(planes), prompt).float()
+            out = net(seen, torch.stack(planes), prompt).float()
         truth = images(target)
         loss = F.l1_loss(out, truth) + F.mse_loss(out, truth)
         descend(opt, loss, net.parameters())
