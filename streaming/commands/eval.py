@@ -137,6 +137,11 @@ def evaluate(args) -> dict:
                   "miss_train": [], "miss_heldout": [],
                   "fps": [], "first_frame_s": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
+    from tqdm import tqdm
+
+    # one tick per render: clips x presets x (training wording, held-out paraphrase) x models
+    bar = tqdm(total=len(clips) * len(names) * 2 * len(models), desc="eval", unit="render", file=sys.stderr,
+               disable=getattr(args, "quiet", False) or not sys.stderr.isatty())
     for c, (gb, rgb) in enumerate(clips):
         gt = [torch.from_numpy(rgb[p]).float() / 255 for p in range(len(names))]
         frames = gb.shape[0]
@@ -153,6 +158,8 @@ def evaluate(args) -> dict:
                     else:
                         pipe = TeacherPipeline(model, sched, negative, seed=args.seed, steps=args.teacher_steps)
                     out, secs, first = _render(pipe, gb)
+                    bar.set_postfix_str(f"clip {c}, {name}, {m}")
+                    bar.update()
                     renders[m] = out
                     s = scores[m]
                     s["fps"].append(frames / secs)
@@ -175,6 +182,7 @@ def evaluate(args) -> dict:
                 if kind == "train" and "teacher" in renders:
                     vs_teacher["psnr"].append(metrics.psnr(renders["student"], renders["teacher"]))
                     vs_teacher["ssim"].append(metrics.ssim(renders["student"], renders["teacher"]))
+    bar.close()
     report = {"setup": {"clips": len(clips), "frames": int(clips[0][0].shape[0]), "size": list(clips[0][0].shape[2:4]),
                         "presets": names, "source": str(args.data) if args.data else "rendered held-out seeds",
                         "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
