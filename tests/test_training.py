@@ -357,6 +357,7 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     ({"prompt_dropout": 1.5}, "prompt_dropout 1.5 is not in [0, 1]"),
     ({"text_noise": -0.1}, "text_noise -0.1 must be >= 0"),
     ({"render_jitter": 1.0}, "render_jitter 1.0 is not in [0, 1)"),
+    ({"target": "mean"}, "target 'mean' is unknown; choose truth or turned"),
 ])
 def test_bad_refiner_config_is_refused(bad, message, tmp_path, capsys):
     cfg = {"out": str(tmp_path / "r"), "model": str(tmp_path), **bad}
@@ -364,6 +365,106 @@ def test_bad_refiner_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) != 0
     assert message in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_turned_ground_truth_is_the_same_whichever_way_the_world_faces(monkeypatch):
+    """sun_turns 4: the mean over the world's turns by 90 degrees does not change when the light
+    itself is turned by 90 degrees (what a renderer cannot see on a square courtyard), while the
+    one-sun ground truth does. The G-buffers and that ground truth are the data without turns."""
+    from alaya_flash.model_zoo.training import data
+    from alaya_flash.streaming.world import shading
+
+    cfg = data.DataConfig(width=32, height=32, frames=5, objects=4, presets=("bright_sunny", "cyberpunk_neon"),
+                          sun_turns=4)
+    first = data.render_clip(cfg, 5)
+    plain = data.render_clip(data.DataConfig(**{**cfg.__dict__, "sun_turns": 1}), 5)
+    assert "rgb_turned" not in plain and set(first) == {"gbuffers", "rgb", "presets", "rgb_turned"}
+    assert (first["rgb"] == plain["rgb"]).all() and (first["gbuffers"] == plain["gbuffers"]).all()
+    for name in cfg.presets:  # cyberpunk_neon: its fill lights turn too
+        monkeypatch.setitem(shading.PRESETS, name, shading.turned(shading.PRESETS[name], 90))
+    second = data.render_clip(cfg, 5)
+    diff = lambda a, b: abs(a.astype(int) - b.astype(int))  # noqa: E731
+    assert (second["gbuffers"] == first["gbuffers"]).all()
+    for q in range(2):
+        assert diff(second["rgb"][q], first["rgb"][q]).mean() > 2  # the light moved
+        assert diff(second["rgb_turned"][q], first["rgb_turned"][q]).max() <= 1  # its mean over turns did not
+        assert diff(first["rgb_turned"][q], first["rgb"][q]).mean() > 1
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"sun_turns": 0}, "data config: sun_turns 0 must be >= 1"),
+    ({"presets": ["dusk"]}, "data config: preset 'dusk' is unknown"),
+    ({"heldout_seed": 3}, "data config: held-out seeds overlap the training seeds"),
+])
+def test_bad_data_config_is_refused(bad, message, tmp_path, capsys):
+    cfg = {"out": str(tmp_path / "d"), "width": 32, "height": 32, "frames": 5, "train_clips": 4, **bad}
+    assert main(["--quiet", "train", "data", "--config", write(tmp_path / "d.json", cfg)]) != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_dataset_made_before_sun_turns_still_resumes(runs, tmp_path):
+    import shutil
+
+    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset
+
+    shutil.copytree(runs / "data", tmp_path / "data")
+    meta_path = tmp_path / "data" / "dataset.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["config"]["sun_turns"]
+    meta["config"]["out"] = str(tmp_path / "data")
+    meta_path.write_text(json.dumps(meta))
+    config = {**meta["config"], "out": str(tmp_path / "data"), "presets": tuple(meta["config"]["presets"])}
+    build_dataset(DataConfig(**config))  # no clip is rendered again and nothing is refused
+    assert ClipSet(tmp_path / "data", "train").rgb_turned is None
+    with pytest.raises(AlayaError, match="dataset made with another config"):
+        build_dataset(DataConfig(**{**config, "sun_turns": 4}))
+
+
+def test_refiner_trained_towards_the_turned_truth_lands_nearer_it(runs, tmp_path):
+    """target "turned": the refiner fits the dataset's rgb_turned, not its rgb. Made unmistakable here by
+    writing the negative of the ground truth as rgb_turned: the same renders and crops then end
+    nearer it than to the truth, and twice as near it as a refiner fitted to the truth."""
+    import numpy as np
+
+    from alaya_flash.model_zoo.codecs import refiner as rf
+    from alaya_flash.model_zoo.loading import load_strict
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+
+    data = json.loads((runs / "data" / "dataset.json").read_text())["config"]
+    assert main(["--quiet", "train", "data", "--config", write(tmp_path / "d.json", {
+        **data, "out": str(tmp_path / "data"), "heldout_clips": 0, "sun_turns": 4})]) == 0
+    for path in (tmp_path / "data" / "train").glob("*.npz"):
+        with np.load(path) as z:
+            clip = dict(z)
+        assert clip["rgb_turned"].shape == clip["rgb"].shape
+        np.savez_compressed(path, **{**clip, "rgb_turned": 255 - clip["rgb"]})
+    clips = ClipSet(tmp_path / "data", "train")
+    errors = {}
+    for target in ("truth", "turned"):
+        cfg = {"out": str(tmp_path / target), "model": str(runs / "model"), "data": str(tmp_path / "data"), "clips": 2,
+               "crop": 32, "batch": 4, "steps": 80, "lr": 3e-3, "log_every": 40, "ckpt_every": 80,
+               "precision": "fp32", "config": "gbuffer-refiner-16", "target": target}
+        assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / f"{target}.json", cfg)]) == 0
+        net = rf.build(rf.CONFIGS["gbuffer-refiner-16"])
+        load_strict(net, common.final_weights(tmp_path / target, "refiner"))
+        renders = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
+        out = torch.stack([torch.stack([net.refine(torch.from_numpy(renders[c, q]).float() / 255,
+                                                   torch.from_numpy(clips.gbuffers[c])) for q in range(2)])
+                           for c in range(2)])
+        errors[target] = {t: torch.mean((out - torch.from_numpy(x).float() / 255) ** 2).item()
+                          for t, x in (("truth", clips.rgb), ("turned", clips.rgb_turned))}
+    assert errors["turned"]["turned"] < 0.5 * errors["truth"]["turned"]
+    assert errors["turned"]["turned"] < errors["turned"]["truth"]  # nearer its own target than the truth
+    assert errors["truth"]["truth"] < errors["truth"]["turned"]
+
+
+def test_refiner_target_turned_needs_a_dataset_with_turns(runs, tmp_path, capsys):
+    cfg = {"out": str(tmp_path / "r"), "model": str(runs / "model"), "data": str(runs / "data"), "target": "turned"}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) != 0
+    assert f"target 'turned' needs a dataset made with sun_turns > 1; {runs / 'data'} has none" in capsys.readouterr().err
+    assert not list((tmp_path / "r").glob("renders/*"))  # refused before rendering
 
 
 def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):

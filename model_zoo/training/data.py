@@ -6,6 +6,14 @@ exact G-buffers, PBR ground truth) and stores each clip as one compressed .npz:
     gbuffers  uint8 (T, 5, H, W, 3)   teacher form, MODALITIES order (streaming/gbuffer.py)
     rgb       uint8 (P, T, H, W, 3)   ground truth under each of the P presets, sRGB
     presets   str (P,)                preset names, PRESETS order (streaming/world/shading.py)
+    rgb_turned uint8 (P, T, H, W, 3)  only with sun_turns > 1: the ground truth averaged over the
+                                      world turned by 360 / sun_turns degrees steps (below)
+
+The courtyard is square and the G-buffers' normals are in camera space, so a new scene's input
+does not say which of its walls face the sun: the world turned by 90 degrees gives the same
+G-buffers under another light. The mean over those turns (sun_turns 4) is what a model that
+cannot see the sun's side should aim for, the expectation of the ground truth given the input;
+the refiner stage can train towards it (its `target`).
 
 Splits are by scene seed: training clips use seeds train_seed .. train_seed + train_clips - 1,
 held-out clips heldout_seed .. (disjoint), so no held-out geometry is ever trained on. Prompts
@@ -43,10 +51,13 @@ class DataConfig:
     shadows: bool = False  # shadows need sun visibility, which the G-buffers do not carry
     backend: str = "auto"
     presets: tuple = ()  # () = every preset
+    sun_turns: int = 1  # > 1: also store the ground truth averaged over this many turns of the world
 
     def validate(self) -> "DataConfig":
         from ...streaming.world.shading import PRESETS
 
+        if self.sun_turns < 1:
+            raise AlayaError(f"data config: sun_turns {self.sun_turns} must be >= 1")
         for name in self.presets:
             if name not in PRESETS:
                 raise AlayaError(f"data config: preset {name!r} is unknown; choose from {', '.join(PRESETS)}")
@@ -64,20 +75,30 @@ class DataConfig:
 
 
 def render_clip(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
-    """One clip: G-buffers (teacher form) and ground truth under every preset."""
+    """One clip: G-buffers (teacher form) and ground truth under every preset (and, with sun_turns > 1,
+    its mean over the world's turns)."""
     from ...streaming.gbuffer import frame_to_teacher
     from ...streaming.world import WorldConfig, WorldSource
+    from ...streaming.world.shading import get_preset, shade, turned
 
     names = cfg.preset_names
     world = WorldConfig(seed=seed, width=cfg.width, height=cfg.height, fps=cfg.fps, num_frames=cfg.frames,
                         num_objects=cfg.objects, camera=CAMERAS[seed % len(CAMERAS)], presets=names,
                         shadows=cfg.shadows, backend=cfg.backend)
-    gbuffers, rgb = [], []
-    for frame in WorldSource(world):
+    turns = [[turned(get_preset(n), 360 * k / cfg.sun_turns) for k in range(cfg.sun_turns)] for n in names]
+    gbuffers, rgb, mean = [], [], []
+    for frame, camera in WorldSource(world).frames_with_cameras():
         gbuffers.append(frame_to_teacher(frame))
         rgb.append([frame.extras[f"rgb_{n}"] if len(names) > 1 else frame.extras["rgb"] for n in names])
-    return {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
+        if cfg.sun_turns > 1:  # an average of sRGB values: the metrics' space
+            passes = frame.passes()
+            mean.append([np.rint(np.mean([shade(passes, camera, p).astype(np.float32) for p in ps], 0)).astype(np.uint8)
+                         for ps in turns])
+    clip = {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
             "presets": np.array(names)}
+    if mean:
+        clip["rgb_turned"] = np.stack(mean).transpose(1, 0, 2, 3, 4).copy()
+    return clip
 
 
 def _save_npz(path: Path, arrays: dict) -> None:
@@ -93,7 +114,8 @@ def build_dataset(cfg: DataConfig, progress=None, log=None) -> Path:
               "heldout": range(cfg.heldout_seed, cfg.heldout_seed + cfg.heldout_clips)}
     meta_path = out / "dataset.json"
     if meta_path.is_file():
-        old = json.loads(meta_path.read_text()).get("config", {})
+        # keys added since a dataset was made read as their defaults (which reproduce the old data)
+        old = {**_jsonable(DataConfig()), **json.loads(meta_path.read_text()).get("config", {})}
         if {k: v for k, v in old.items() if k not in ("train_clips", "heldout_clips")} != \
                 {k: v for k, v in _jsonable(cfg).items() if k not in ("train_clips", "heldout_clips")}:
             raise AlayaError(f"{meta_path}: this folder holds a dataset made with another config; use a new 'out'")
@@ -146,13 +168,17 @@ class ClipSet:
         files = meta["clips"][split]
         if not files:
             raise AlayaError(f"{meta_path}: split {split!r} has no clips")
-        g, r = [], []
+        g, r, turned = [], [], []
         for name in files:
             with np.load(root / name) as z:
                 g.append(z["gbuffers"])
                 r.append(z["rgb"])
+                if "rgb_turned" in z:
+                    turned.append(z["rgb_turned"])
         self.gbuffers = np.stack(g)
         self.rgb = np.stack(r)
+        # The ground truth's mean over the world's turns (a dataset made with sun_turns > 1), else None.
+        self.rgb_turned = np.stack(turned) if len(turned) == len(files) else None
 
     def __len__(self) -> int:
         return len(self.gbuffers)

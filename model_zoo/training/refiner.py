@@ -15,6 +15,11 @@ clip was rendered with: paraphrases must steer it alike). Trained on scenes the 
 saw (`data` pointing at a dataset of other seeds, configs/data-refiner.json), it learns what the
 student gets wrong on new scenes, the lighting among it, rather than what it gets wrong on the
 scenes it memorised.
+
+On a new scene the sun's side is not in the input (data.py), so the frame the refiner should aim
+for is the ground truth's mean over the courtyard's turns, not the one sun the scene was lit by:
+`target` "turned" trains towards that mean (a dataset made with sun_turns > 1), with the
+expectation computed rather than learnt from scattered samples.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from .latent_data import perturb_prompts
 
 
 CHUNK = 4  # G-buffer frames per pipeline step when rendering, as `alaya-flash eval` streams them
+TARGETS = ("truth", "turned")
 
 
 @dataclass(frozen=True)
@@ -51,10 +57,13 @@ class RefinerStageConfig(StageConfig):
     text_noise: float = 0.0  # prompt-embedding noise of this expected norm (latent_data.perturb_prompts)
     render_jitter: float = 0.0  # random per-channel gain 1 +- j and offset +- j/2 on the render it reads (not the target)
     mirror: bool = True  # mirror half the crops left-right (normals' x negated): the sun's side is not in the G-buffers
+    target: str = "truth"  # or "turned": the ground truth's mean over the world's turns (data made with sun_turns > 1)
 
     def validate(self):
         if self.config not in refiner_codec.CONFIGS:
             raise AlayaError(f"refiner stage: config {self.config!r} is unknown; known: {', '.join(refiner_codec.CONFIGS)}")
+        if self.target not in TARGETS:
+            raise AlayaError(f"refiner stage: target {self.target!r} is unknown; choose {' or '.join(TARGETS)}")
         if self.precision not in ("bf16", "fp32"):
             raise AlayaError(f"refiner stage: precision {self.precision!r} is not bf16 or fp32")
         if not 0 <= self.render_jitter < 1:
@@ -127,6 +136,9 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log) -> np.ndarray:
 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     clips = ClipSet(cfg.data, "train")
+    goal = clips.rgb if cfg.target == "truth" else clips.rgb_turned
+    if goal is None:
+        raise AlayaError(f"refiner stage: target 'turned' needs a dataset made with sun_turns > 1; {cfg.data} has none")
     renders = model_renders(cfg, clips, log)
     n, p, t, h, w = renders.shape[:5]
     k = min(cfg.crop, h, w)
@@ -145,7 +157,7 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
                 text.append(empty if float(torch.rand((), generator=g)) < cfg.prompt_dropout else e)
             crop = [torch.from_numpy(renders[c, q, f, y:y + k, x:x + k]),
                     refiner_codec.gbuffer_planes(torch.from_numpy(clips.gbuffers[c, f, :, y:y + k, x:x + k])),
-                    torch.from_numpy(clips.rgb[c, q, f, y:y + k, x:x + k])]
+                    torch.from_numpy(goal[c, q, f, y:y + k, x:x + k])]
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
                 crop = _mirrored(*crop)
             rgb.append(crop[0])

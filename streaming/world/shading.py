@@ -89,6 +89,15 @@ PRESETS: dict[str, LightingPreset] = {p.name: p for p in [
 ]}
 
 
+def turned(preset: LightingPreset, degrees: float) -> LightingPreset:
+    """The preset with the world turned by `degrees` about the vertical: the sun and the fill lights
+    move in azimuth, the sky (a function of height alone) stays."""
+    import dataclasses
+
+    fills = tuple((e, a + degrees, rgb) for e, a, rgb in preset.fills)
+    return dataclasses.replace(preset, sun_azimuth=preset.sun_azimuth + degrees, fills=fills)
+
+
 def get_preset(name: str) -> LightingPreset:
     if name not in PRESETS:
         raise AlayaError(f"lighting preset {name!r} is unknown; choose one of {', '.join(PRESETS)}")
