@@ -264,7 +264,7 @@ def test_refiner_stage_fits_the_models_frames_to_the_ground_truth(runs, tmp_path
     from alaya_flash.model_zoo.loading import load_strict
     load_strict(net, common.final_weights(tmp_path / "ref", "refiner"))
     clips = ClipSet(runs / "data", "train")
-    renders = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
+    renders, _ = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
     before, after = [], []
     for c in range(2):
         for q in range(len(clips.presets)):
@@ -292,7 +292,7 @@ def test_prompt_refiner_stage_learns_each_presets_look(runs, tmp_path):
     net = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
     load_strict(net, common.final_weights(tmp_path / "ref", "refiner"))
     clips = ClipSet(runs / "data", "train")
-    renders = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
+    renders, _ = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
     encode = TextEncoder.load()
     emb = [encode([clips.prompts[p]["heldout"][0]])[0] for p in clips.presets]  # wordings it never saw
     before, own, other = [], [], []
@@ -331,8 +331,8 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     cfg = common.config_from_dict({"out": str(tmp_path / "ref"), "model": str(model), "data": str(runs / "data"),
                                    "clips": 1, "precision": "fp32"}, RefinerStageConfig)
     clips = ClipSet(runs / "data", "train")
-    first = model_renders(cfg, clips, Log())
-    assert Log.rendered == 1 and (model_renders(cfg, clips, Log()) == first).all()
+    first, _ = model_renders(cfg, clips, Log())
+    assert Log.rendered == 1 and (model_renders(cfg, clips, Log())[0] == first).all()
     assert Log.rendered == 1  # the cache was used
     bundle.save_flash(bundle.load_flash(model), model)  # the same tensors written again: still cached
     model_renders(cfg, clips, Log())
@@ -358,6 +358,7 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     ({"text_noise": -0.1}, "text_noise -0.1 must be >= 0"),
     ({"render_jitter": 1.0}, "render_jitter 1.0 is not in [0, 1)"),
     ({"target": "mean"}, "target 'mean' is unknown; choose truth or turned"),
+    ({"novel_share": 1.5}, "novel_share 1.5 is not in [0, 1]"),
 ])
 def test_bad_refiner_config_is_refused(bad, message, tmp_path, capsys):
     cfg = {"out": str(tmp_path / "r"), "model": str(tmp_path), **bad}
@@ -449,7 +450,7 @@ def test_refiner_trained_towards_the_turned_truth_lands_nearer_it(runs, tmp_path
         assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / f"{target}.json", cfg)]) == 0
         net = rf.build(rf.CONFIGS["gbuffer-refiner-16"])
         load_strict(net, common.final_weights(tmp_path / target, "refiner"))
-        renders = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
+        renders, _ = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
         out = torch.stack([torch.stack([net.refine(torch.from_numpy(renders[c, q]).float() / 255,
                                                    torch.from_numpy(clips.gbuffers[c])) for q in range(2)])
                            for c in range(2)])
@@ -482,18 +483,62 @@ def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):
     assert not set(prompts["train"]) & set(prompts["heldout"])
 
 
-def test_every_preset_has_distinct_training_and_heldout_wordings():
+def test_every_preset_has_distinct_training_heldout_and_refiner_wordings():
     from alaya_flash.model_zoo.training.prompts import prompts
     from alaya_flash.streaming.world.shading import PRESETS
 
     seen = set()
     for name in PRESETS:
-        train, held = prompts(name, "train"), prompts(name, "heldout")
+        train, held, refiner = prompts(name, "train"), prompts(name, "heldout"), prompts(name, "refiner")
         assert train[0] == PRESETS[name].prompt and len(set(train)) == 8 and len(set(held)) == 2
-        assert not (set(train) | set(held)) & seen, name  # no wording shared between presets either
-        seen |= set(train) | set(held)
-    with pytest.raises(ValueError, match="'test'"):
+        assert len(set(refiner)) == 6
+        assert not set(train) & set(held) and not set(refiner) & (set(train) | set(held)), name
+        assert not (set(train) | set(held) | set(refiner)) & seen, name  # none shared between presets either
+        seen |= set(train) | set(held) | set(refiner)
+    with pytest.raises(ValueError, match="'test' is not one of train, heldout, refiner"):
         prompts("overcast", "test")
+
+
+def test_novel_share_trains_on_renders_of_the_refiner_wordings_read_with_their_own(runs, tmp_path, monkeypatch):
+    """novel_share 1: every crop comes from the renders prompted with the 'refiner' split's wordings
+    (rendered once into renders-refiner/, beside the training-wording renders), and reads the
+    embedding of the wording its clip and preset were rendered with."""
+    from alaya_flash.model_zoo.codecs import refiner as rf
+    from alaya_flash.model_zoo.loading import read_metadata
+    from alaya_flash.model_zoo.text_encoder import TextEncoder
+    from alaya_flash.model_zoo.training.prompts import prompts
+
+    seen = []
+    real_build = rf.build
+
+    def recording_build(config):
+        net = real_build(config)
+        forward = net.forward
+
+        def spy(rgb, planes, text=None):
+            seen.append(text.detach().clone())
+            return forward(rgb, planes, text)
+
+        net.forward = spy
+        return net
+
+    monkeypatch.setattr(rf, "build", recording_build)
+    cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 2,
+           "crop": 16, "batch": 4, "steps": 3, "log_every": 1, "ckpt_every": 3, "precision": "fp32",
+           "prompt_dropout": 0.0, "novel_share": 1.0}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    log = (tmp_path / "ref" / "train.log").read_text()
+    assert log.count("(train wordings)") == 2 and log.count("(refiner wordings)") == 2
+    used = set()
+    for c in range(2):
+        recipe = json.loads(read_metadata(tmp_path / "ref" / "renders-refiner" / f"clip-{c:06d}.safetensors")["recipe"])
+        for preset, wording in zip(("bright_sunny", "moonlit_night"), recipe["wordings"]):
+            assert wording in prompts(preset, "refiner")
+            used.add(wording)
+    allowed = TextEncoder.load()(sorted(used))[:, 0].float()
+    crops = torch.cat(seen)
+    assert len(crops) == 12  # 3 steps x batch 4
+    assert all(torch.isclose(allowed, e, atol=1e-6).all(-1).any() for e in crops)
 
 
 def test_new_wordings_refresh_a_cache_without_encoding_the_windows_again(runs, tmp_path):

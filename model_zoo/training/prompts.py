@@ -127,10 +127,86 @@ HELDOUT_PARAPHRASES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Paraphrases only the refiner stage sees: the student renders with them as with a wording it never
+# trained on (as it renders a user's), and the refiner learns to correct that render, reading the
+# same wording. Written apart from both lists above; the held-out ones stay unseen by every stage.
+REFINER_PARAPHRASES: dict[str, tuple[str, ...]] = {
+    "bright_sunny": (
+        "a glorious summer afternoon, blazing sunshine on a yard full of toys",
+        "strong daylight pouring down from a spotless blue sky, everything sharp and colourful",
+        "sunny and clear, intense white sunlight and dark, well-defined shadows",
+        "a radiant day outdoors, the sun beating down on bright playthings",
+        "midday glare, a vivid blue sky and toys lit by direct sunshine",
+        "fair weather and full sun, lively saturated colours in the courtyard",
+    ),
+    "overcast": (
+        "a dreary day, thick grey cloud cover and dull, even lighting",
+        "cloudy skies, soft light with no visible sun and muted tones",
+        "a grey, sunless day with diffuse pale light over the toys",
+        "heavy clouds overhead, a subdued and colourless daytime scene",
+        "an ashen sky giving soft, uniform light and faint shadows",
+        "quiet grey weather, low-contrast daylight filtered through clouds",
+    ),
+    "sunset_dramatic": (
+        "dusk falls, a crimson sun low on the horizon and a purple sky",
+        "the end of the day, fiery orange sunlight skimming across the yard",
+        "a cinematic sunset with pink clouds and shadows stretching far",
+        "low evening sun, red and gold light, the sky turning violet",
+        "sunset glow, burnt orange light and a moody magenta sky",
+        "nightfall approaching, a setting sun painting the toys orange and red",
+    ),
+    "moonlit_night": (
+        "a cold night, the courtyard lit by a pale moon in a dark sky",
+        "darkness with soft silvery-blue moonlight on the toys",
+        "night time, a bright moon and deep blue shadows everywhere",
+        "a hushed night scene, faint moon glow and almost black surroundings",
+        "under the moon at night, cool dim light and muted blue tones",
+        "a lonely moonlit yard, icy blue light and heavy darkness",
+    ),
+    "cyberpunk_neon": (
+        "glowing neon in pink and cyan cutting through a violet mist at night",
+        "a dystopian night lit by magenta and turquoise neon signs",
+        "rain-slick future streets, purple smog and bright neon glow",
+        "night-time neon, hot magenta, electric cyan and smoky purple air",
+        "a futuristic nightscape awash in fluorescent pink and blue light",
+        "retro-future neon, magenta and aqua lights in a hazy night",
+    ),
+    "snowy_winter": (
+        "a wintry courtyard, cold pale light and a misty white sky",
+        "deep winter, bright icy daylight and a faint haze",
+        "a frozen morning with white light and cold fog in the air",
+        "snowy weather, cool bright light and a pale washed-out sky",
+        "a cold, clear winter day with soft mist and frosty tones",
+        "midwinter light, pale blue-white and hazy over the toys",
+    ),
+    "autumn_warm": (
+        "a golden autumn afternoon, warm amber sunlight on the toys",
+        "fall colours and mellow orange light late in the day",
+        "an autumn day with syrupy golden sunlight and cosy warm tones",
+        "warm autumnal light, golden and soft, in the late afternoon",
+        "a cosy fall scene, amber rays and rich orange-brown hues",
+        "late afternoon in fall, low warm sun and a golden cast",
+    ),
+    "underwater": (
+        "under the sea, blue-green water with light shafts slanting down",
+        "an aquatic scene, toys under water in a cyan and green haze",
+        "the ocean floor, turquoise light and murky water all around",
+        "a watery depth where teal and aqua colour every surface",
+        "sunken toys lit by rippling blue-green light through the water",
+        "an underwater courtyard, hazy sea-green light and dim depths",
+    ),
+}
+
+SPLITS = ("train", "heldout", "refiner")
+
+
 def prompts(preset: str, split: str) -> list[str]:
-    """Wordings of a preset for split 'train' (its caption first, then TRAIN_PARAPHRASES) or 'heldout'."""
+    """Wordings of a preset for split 'train' (its caption first, then TRAIN_PARAPHRASES), 'heldout'
+    or 'refiner' (REFINER_PARAPHRASES)."""
     if split == "train":
         return [PRESETS[preset].prompt, *TRAIN_PARAPHRASES[preset]]
     if split == "heldout":
         return list(HELDOUT_PARAPHRASES[preset])
-    raise ValueError(f"prompt split {split!r} is not 'train' or 'heldout'")
+    if split == "refiner":
+        return list(REFINER_PARAPHRASES[preset])
+    raise ValueError(f"prompt split {split!r} is not one of {', '.join(SPLITS)}")

@@ -58,6 +58,7 @@ class RefinerStageConfig(StageConfig):
     render_jitter: float = 0.0  # random per-channel gain 1 +- j and offset +- j/2 on the render it reads (not the target)
     mirror: bool = True  # mirror half the crops left-right (normals' x negated): the sun's side is not in the G-buffers
     target: str = "truth"  # or "turned": the ground truth's mean over the world's turns (data made with sun_turns > 1)
+    novel_share: float = 0.0  # share of crops from renders prompted with the 'refiner' wordings (prompts.py)
 
     def validate(self):
         if self.config not in refiner_codec.CONFIGS:
@@ -70,6 +71,8 @@ class RefinerStageConfig(StageConfig):
             raise AlayaError(f"refiner stage: render_jitter {self.render_jitter} is not in [0, 1)")
         if self.text_noise < 0:
             raise AlayaError(f"refiner stage: text_noise {self.text_noise} must be >= 0")
+        if not 0 <= self.novel_share <= 1:
+            raise AlayaError(f"refiner stage: novel_share {self.novel_share} is not in [0, 1]")
         if not 0 <= self.prompt_dropout <= 1:
             raise AlayaError(f"refiner stage: prompt_dropout {self.prompt_dropout} is not in [0, 1]")
         if self.crop <= 0 or self.clips < 0:
@@ -98,22 +101,26 @@ def _model_stamp(folder: Path) -> dict:
 
 
 @torch.no_grad()
-def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log) -> np.ndarray:
-    """The model's frames of the first `cfg.clips` training clips under every preset, uint8 (N, P, T, H, W, 3)."""
+def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "train") -> tuple[np.ndarray, list]:
+    """The model's frames of the first `cfg.clips` training clips under every preset, uint8 (N, P, T, H, W, 3),
+    each clip and preset prompted with a random wording of the prompt split `split` (prompts.py), and
+    those wordings, [clip][preset]. The 'train' renders live in out/renders/, others in out/renders-SPLIT/."""
     from ...streaming.pipelines import FlashPipeline, GBuffers, PromptSchedule
     from .. import bundle
     from ..loading import read_metadata, read_state_dict, save_safetensors
     from .prompts import prompts as wordings
 
     n = len(clips) if cfg.clips == 0 else min(cfg.clips, len(clips))
-    folder = Path(cfg.out) / "renders"
+    folder = Path(cfg.out) / ("renders" if split == "train" else f"renders-{split}")
     recipe = {"model": str(cfg.model), "weights": _model_stamp(Path(cfg.model)), "data": str(cfg.data), "seed": cfg.seed,
               "precision": cfg.precision}
     model = None
     out = np.empty((n, len(clips.presets), *clips.rgb.shape[2:]), np.uint8)
-    rng = random.Random(cfg.seed)
+    rng = random.Random(cfg.seed if split == "train" else f"{cfg.seed}-{split}")
+    chosen = []
     for c in range(n):
-        picks = [rng.choice(wordings(p, "train")) for p in clips.presets]
+        picks = [rng.choice(wordings(p, split)) for p in clips.presets]
+        chosen.append(picks)
         path = folder / f"clip-{c:06d}.safetensors"
         clip_recipe = {**recipe, "clip": c, "wordings": picks}  # new wordings in prompts.py: render again
         if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == clip_recipe:
@@ -130,8 +137,8 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log) -> np.ndarray:
             frames = list(pipe.run(GBuffers(gbuffers[a:a + CHUNK]) for a in range(0, len(gbuffers), CHUNK)))
             out[c, q] = torch.cat(frames).clamp(0, 1).mul(255).round().to(torch.uint8).numpy()
         save_safetensors({"frames": torch.from_numpy(out[c])}, path, {"recipe": clip_recipe})
-        log.info("rendered training clip %d/%d under %d presets", c + 1, n, len(clips.presets))
-    return out
+        log.info("rendered training clip %d/%d under %d presets (%s wordings)", c + 1, n, len(clips.presets), split)
+    return out, chosen
 
 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
@@ -139,11 +146,16 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     goal = clips.rgb if cfg.target == "truth" else clips.rgb_turned
     if goal is None:
         raise AlayaError(f"refiner stage: target 'turned' needs a dataset made with sun_turns > 1; {cfg.data} has none")
-    renders = model_renders(cfg, clips, log)
+    renders, _ = model_renders(cfg, clips, log)
+    # renders prompted with wordings no other stage trained on, each crop of them read with its own wording
+    novel, novel_picks = model_renders(cfg, clips, log, "refiner") if cfg.novel_share else (None, None)
     n, p, t, h, w = renders.shape[:5]
     k = min(cfg.crop, h, w)
     net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config])
     texts, empty = _wording_embeddings(clips) if net.text_dim else (None, None)  # (P, W, D), (D,)
+    novel_texts = None
+    if novel is not None and net.text_dim:
+        novel_texts = _embeddings([x for picks in novel_picks for x in picks]).view(n, p, -1)  # (N, P, D)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.0)
 
     def step(i: int) -> dict[str, float]:
@@ -152,10 +164,14 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
         for _ in range(cfg.batch):
             c, q, f = (int(torch.randint(m, (1,), generator=g)) for m in (n, p, t))
             y, x = (int(torch.randint(m - k + 1, (1,), generator=g)) for m in (h, w))
-            if texts is not None:  # a random training wording of the preset, or now and then the empty prompt
-                e = texts[q, int(torch.randint(texts.shape[1], (1,), generator=g))]
+            # (drawn only when asked for, so runs without novel renders keep their random stream)
+            from_novel = novel is not None and float(torch.rand((), generator=g)) < cfg.novel_share
+            source = novel if from_novel else renders
+            if texts is not None:  # the render's own novel wording, or a random training wording of the preset;
+                # now and then the empty prompt
+                e = novel_texts[c, q] if from_novel else texts[q, int(torch.randint(texts.shape[1], (1,), generator=g))]
                 text.append(empty if float(torch.rand((), generator=g)) < cfg.prompt_dropout else e)
-            crop = [torch.from_numpy(renders[c, q, f, y:y + k, x:x + k]),
+            crop = [torch.from_numpy(source[c, q, f, y:y + k, x:x + k]),
                     refiner_codec.gbuffer_planes(torch.from_numpy(clips.gbuffers[c, f, :, y:y + k, x:x + k])),
                     torch.from_numpy(goal[c, q, f, y:y + k, x:x + k])]
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
@@ -194,13 +210,17 @@ def _mirrored(rgb, planes, target):
     return rgb.flip(-2), planes, target.flip(-2)
 
 
+def _embeddings(wordings: list[str]) -> torch.Tensor:
+    """Pooled MiniLM embeddings (len(wordings), D), what Refine reads for a prompt."""
+    from ..text_encoder import TextEncoder
+
+    with torch.no_grad():
+        return TextEncoder.load()(wordings)[:, 0].float()
+
+
 def _wording_embeddings(clips: ClipSet) -> tuple[torch.Tensor, torch.Tensor]:
     """MiniLM embeddings of every training wording of every preset, (P, W, D) (W: the fewest a preset
     has), and of the empty prompt, (D,)."""
-    from ..text_encoder import TextEncoder
-
-    encode = TextEncoder.load()
     lists = [clips.prompts[p]["train"] for p in clips.presets]
     w = min(len(x) for x in lists)
-    with torch.no_grad():
-        return torch.stack([encode(x[:w])[:, 0].float() for x in lists]), encode([""])[0, 0].float()
+    return torch.stack([_embeddings(x[:w]) for x in lists]), _embeddings([""])[0]
