@@ -51,7 +51,9 @@ $AF --quiet train export --config $C/export.json
 # never saw (seeds 64-127, every preset), reading each frame beside its full-resolution G-buffers and
 # the prompt; export again with it. Trained on the student's own training scenes it learned what the
 # student gets wrong there (26.58 dB on the held-out scenes without the prompt, 26.65 from new scenes,
-# 27.6 reading the prompt, docs/model-card.md)
+# 27.6 reading the prompt, docs/model-card.md). Its data stores, beside each preset's ground truth, its
+# mean over the courtyard turned by 0/90/180/270 degrees (sun_turns 4), and the refiner fits that mean
+# (target turned): a new scene's G-buffers do not say which walls face the sun (27.73 dB)
 $AF --quiet train data --config $C/data-refiner.json
 $AF --quiet train refiner --config $C/refiner.json
 $AF --quiet train export --config $C/export.json --set refiner_run=runs/refiner
