@@ -359,6 +359,7 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     ({"render_jitter": 1.0}, "render_jitter 1.0 is not in [0, 1)"),
     ({"target": "mean"}, "target 'mean' is unknown; choose truth or turned"),
     ({"novel_share": 1.5}, "novel_share 1.5 is not in [0, 1]"),
+    ({"device": "tpu"}, "refiner stage: device 'tpu' is unknown; choose cpu or cuda"),
 ])
 def test_bad_refiner_config_is_refused(bad, message, tmp_path, capsys):
     cfg = {"out": str(tmp_path / "r"), "model": str(tmp_path), **bad}
@@ -459,6 +460,34 @@ def test_refiner_trained_towards_the_turned_truth_lands_nearer_it(runs, tmp_path
     assert errors["turned"]["turned"] < 0.5 * errors["truth"]["turned"]
     assert errors["turned"]["turned"] < errors["turned"]["truth"]  # nearer its own target than the truth
     assert errors["truth"]["truth"] < errors["truth"]["turned"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_refiner_stage_on_cuda_renders_and_trains_as_on_the_cpu(runs, tmp_path, monkeypatch):
+    """device cuda: the model renders on the GPU and the refiner trains there; in float32 (autocast
+    and TF32 off) the renders and the trained weights match the CPU run's up to rounding."""
+    import contextlib
+
+    from alaya_flash.model_zoo.training import refiner
+    from alaya_flash.model_zoo.training.data import ClipSet
+
+    monkeypatch.setattr(refiner, "autocast", lambda device: contextlib.nullcontext())
+    base = {"model": str(runs / "model"), "data": str(runs / "data"), "clips": 2, "crop": 16, "batch": 4, "steps": 4,
+            "lr": 1e-3, "log_every": 2, "ckpt_every": 4, "precision": "fp32", "config": "gbuffer-refiner-16-prompt"}
+    clips = ClipSet(runs / "data", "train")
+    weights, renders = {}, {}
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        for name, device, extra in (("cpu", "cpu", {}), ("cuda", "cuda", {}), ("init", "cpu", {"lr": 0.0})):
+            cfg = {**base, "out": str(tmp_path / name), "device": device, **extra}
+            assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / f"{name}.json", cfg)]) == 0
+            weights[name] = common.final_weights(tmp_path / name, "refiner")
+            renders[name] = refiner.model_renders(common.config_from_dict(cfg, refiner.RefinerStageConfig), clips, None)[0]
+    assert abs(renders["cpu"].astype(int) - renders["cuda"].astype(int)).max() <= 3
+    norm = lambda d: sum(v.float().pow(2).sum() for v in d.values()).sqrt().item()  # noqa: E731
+    a, b, init = weights["cpu"], weights["cuda"], weights["init"]
+    moved = norm({k: a[k].float() - init[k].float() for k in a})
+    apart = norm({k: a[k].float() - b[k].float() for k in a})
+    assert moved > 0 and apart < 0.1 * moved
 
 
 def test_refiner_target_turned_needs_a_dataset_with_turns(runs, tmp_path, capsys):

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from ..codecs import refiner as refiner_codec
 from ..errors import AlayaError
-from .common import StageConfig, autocast, descend, step_generator, train_loop
+from .common import StageConfig, autocast, check_device, descend, step_generator, train_loop
 from .data import ClipSet
 from .latent_data import perturb_prompts
 
@@ -59,8 +59,10 @@ class RefinerStageConfig(StageConfig):
     mirror: bool = True  # mirror half the crops left-right (normals' x negated): the sun's side is not in the G-buffers
     target: str = "truth"  # or "turned": the ground truth's mean over the world's turns (data made with sun_turns > 1)
     novel_share: float = 0.0  # share of crops from renders prompted with the 'refiner' wordings (prompts.py)
+    device: str = "cpu"  # or "cuda": where the model renders and the refiner trains (a render cache serves both)
 
     def validate(self):
+        check_device("refiner stage", self.device)
         if self.config not in refiner_codec.CONFIGS:
             raise AlayaError(f"refiner stage: config {self.config!r} is unknown; known: {', '.join(refiner_codec.CONFIGS)}")
         if self.target not in TARGETS:
@@ -128,14 +130,14 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
             continue
         if model is None:
             dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-            model = bundle.load_flash(cfg.model, dtype=dtype)
+            model = bundle.load_flash(cfg.model, device=cfg.device, dtype=dtype)
             text = model.text_encoder()
         for q, preset in enumerate(clips.presets):
             pipe = FlashPipeline(model, PromptSchedule.encode(text, picks[q]), seed=cfg.seed + c * len(clips.presets) + q,
                                  refine=False)
             gbuffers = torch.from_numpy(clips.gbuffers[c])
             frames = list(pipe.run(GBuffers(gbuffers[a:a + CHUNK]) for a in range(0, len(gbuffers), CHUNK)))
-            out[c, q] = torch.cat(frames).clamp(0, 1).mul(255).round().to(torch.uint8).numpy()
+            out[c, q] = torch.cat(frames).clamp(0, 1).mul(255).round().to(torch.uint8).cpu().numpy()
         save_safetensors({"frames": torch.from_numpy(out[c])}, path, {"recipe": clip_recipe})
         log.info("rendered training clip %d/%d under %d presets (%s wordings)", c + 1, n, len(clips.presets), split)
     return out, chosen
@@ -151,7 +153,8 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     novel, novel_picks = model_renders(cfg, clips, log, "refiner") if cfg.novel_share else (None, None)
     n, p, t, h, w = renders.shape[:5]
     k = min(cfg.crop, h, w)
-    net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config])
+    dev = torch.device(cfg.device)
+    net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config]).to(dev)
     texts, empty = _wording_embeddings(clips) if net.text_dim else (None, None)  # (P, W, D), (D,)
     novel_texts = None
     if novel is not None and net.text_dim:
@@ -189,12 +192,12 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
             gain = 1 + j * (2 * torch.rand((len(seen), 3, 1, 1), generator=g) - 1)
             offset = j / 2 * (2 * torch.rand((len(seen), 3, 1, 1), generator=g) - 1)
             seen = (seen * gain + offset).clamp(0, 1)
-        with autocast():
+        with autocast(dev):
             prompt = torch.stack(text) if text else None
             if prompt is not None and cfg.text_noise:
-                prompt = perturb_prompts(prompt, cfg.text_noise, g)
-            out = net(seen, torch.stack(planes), prompt).float()
-        truth = images(target)
+                prompt = perturb_prompts(prompt, cfg.text_noise, g)  # drawn on the CPU, as on any device
+            out = net(seen.to(dev), torch.stack(planes).to(dev), None if prompt is None else prompt.to(dev)).float()
+        truth = images(target).to(dev)
         loss = F.l1_loss(out, truth) + F.mse_loss(out, truth)
         descend(opt, loss, net.parameters())
         return {"refine": loss.item()}
