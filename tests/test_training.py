@@ -1284,3 +1284,43 @@ def test_sun_side_script_scores_the_blend_and_the_wrong_side(capsys):
     (report,) = json.loads(capsys.readouterr().out)
     assert report["blend"]["psnr_sunny_db"] > report["turned"]["psnr_sunny_db"]
     assert report["turned"]["nearest_sunny"] is False and report["turned"]["margin_db"] < 0
+
+
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compare_refiners_gives_evals_figures_from_frames_rendered_once(runs, tmp_path, capsys):
+    """scripts/compare_refiners.py: a model folder's own refiner, and none, score what `alaya-flash
+    eval` reports with and without it; a second call reads the cached frames; a refiner run scores."""
+    script = _script("compare_refiners")
+    model, data = str(runs / "model"), str(runs / "data")
+    common_args = ["--clips", "1", "--presets", "bright_sunny,moonlit_night", "--precision", "fp32"]
+    reports = {}
+    for flag in ([], ["--no-refiner"]):
+        assert main(["--quiet", "eval", "--model", model, "--data", data, "--no-teacher", "--runtime-frames", "5",
+                     "--runtime-size", "32", "--json", *common_args, *flag]) == 0
+        reports[bool(flag)] = json.loads(capsys.readouterr().out)["student"]
+    cache = tmp_path / "frames.safetensors"
+    args = [model, "none", str(runs / "refiner"), "--model", model, "--data", data, "--cache", str(cache), *common_args]
+    for call in range(2):
+        assert script.main(args) == 0
+        captured = capsys.readouterr()
+        assert ("rendered clip 1/1" in captured.err) == (call == 0)  # the second call reads the cache
+        own, plain, run = [json.loads(line) for line in captured.out.splitlines()]
+        for got, report in ((own, reports[False]), (plain, reports[True])):
+            assert got["content"]["psnr_db"] == pytest.approx(report["content"]["psnr_db"], abs=1e-4)
+            assert got["content"]["ssim"] == pytest.approx(report["content"]["ssim"], abs=1e-5)
+            for kind in ("train_wordings", "heldout_wordings"):
+                assert got["control"][kind]["nearest_rate"] == report["control"][kind]["nearest_rate"]
+                assert got["control"][kind]["margin_db"] == pytest.approx(report["control"][kind]["margin_db"], abs=1e-4)
+        assert run["candidate"] == str(runs / "refiner") and run["content"]["psnr_db"] > 0
+    assert script.main([str(tmp_path), "--model", model, "--data", data, *common_args]) == 1
+    assert f"compare_refiners: {tmp_path}: no checkpoint here; run `alaya-flash train refiner` first" in capsys.readouterr().err

@@ -67,14 +67,9 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     size = tuple(cfg.trained_size)
     refiner, refiner_name = None, None
     if cfg.refiner_run:
-        from ..codecs import refiner as refiner_codec
+        from .refiner import load_run
 
-        ckpt = latest_checkpoint(Path(cfg.refiner_run))
-        if ckpt is None:
-            raise AlayaError(f"{cfg.refiner_run}: no checkpoint here; run `alaya-flash train refiner` first")
-        refiner_name = json.loads(read_metadata(ckpt)["extra"])["refiner"]
-        refiner = refiner_codec.build(refiner_codec.CONFIGS[refiner_name])
-        load_strict(refiner, final_weights(Path(cfg.refiner_run), "refiner"))
+        refiner, refiner_name = load_run(cfg.refiner_run)
         refiner = refiner.to(dtype)
     flash = bundle.FlashModel(
         dit=student.to(dtype), gbuffer_encoder=genc.to(dtype), decoder=codec.to(dtype), refiner=refiner,

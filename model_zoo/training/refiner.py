@@ -205,6 +205,20 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     return train_loop(cfg, {"refiner": net}, {"opt_refiner": opt}, step, log, progress, extra={"refiner": cfg.config})
 
 
+def load_run(run: str | Path) -> tuple[refiner_codec.GBufferRefiner, str]:
+    """A `train refiner` run's refiner (its latest checkpoint, strictly) and the config name it was trained as."""
+    from ..loading import load_strict, read_metadata
+    from .common import latest_checkpoint, net_weights
+
+    ckpt = latest_checkpoint(Path(run))
+    if ckpt is None:
+        raise AlayaError(f"{run}: no checkpoint here; run `alaya-flash train refiner` first")
+    name = json.loads(read_metadata(ckpt)["extra"])["refiner"]
+    net = refiner_codec.build(refiner_codec.CONFIGS[name])
+    load_strict(net, net_weights(ckpt, "refiner"))
+    return net, name
+
+
 def _mirrored(rgb, planes, target):
     """A crop mirrored left-right: a mirrored scene under the mirrored light, as valid a sample as the first.
     Camera-space normals then point the other way in x (plane 5: x in [0, 1] from [-1, 1])."""
