@@ -1273,13 +1273,7 @@ def test_mirrored_refiner_crops_turn_the_normals_with_the_image():
 def test_sun_side_script_scores_the_blend_and_the_wrong_side(capsys):
     """scripts/sun_side.py: on a new scene the blend of four sun azimuths is nearer bright_sunny's
     ground truth than the sun turned to the other side is; the turned sun is nearer overcast's."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "sun_side.py"
-    spec = importlib.util.spec_from_file_location("sun_side", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script("sun_side")
     assert script.main(["--seeds", "100000", "--size", "48", "--frames", "5", "--stride", "2"]) == 0
     (report,) = json.loads(capsys.readouterr().out)
     assert report["blend"]["psnr_sunny_db"] > report["turned"]["psnr_sunny_db"]
