@@ -19,7 +19,7 @@ from .. import dit
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION
 from ...streaming import sampler
-from .common import StageConfig, autocast, descend, step_generator, train_loop
+from .common import StageConfig, autocast, check_device, descend, step_generator, train_loop
 from .latent_data import LatentSet, encode_split
 
 
@@ -44,8 +44,10 @@ class TeacherStageConfig(StageConfig):
     size: int = 0  # train on frames resized to size x size (0 = the dataset's size)
     train_wordings: int = 0  # prompts from the first N training wordings of each preset (0 = all; see prompts.py)
     text_noise: float = 0.0  # prompt embedding noise (latent_data.perturb_prompts)
+    device: str = "cpu"  # or "cuda": where the DiT trains (the latent cache is encoded on the CPU)
 
     def validate(self):
+        check_device("teacher stage", self.device)
         if (self.frames - 1) % TIME_COMPRESSION:
             raise AlayaError(f"teacher stage: frames {self.frames} must be 4k+1")
         if self.dit not in dit.CONFIGS:
@@ -75,16 +77,19 @@ def prepare_latents(cfg: TeacherStageConfig, split: str, log=None) -> LatentSet:
 
 def flow_loss(model: dit.WanDiT, x0: torch.Tensor, cond: torch.Tensor, prompt: torch.Tensor, g: torch.Generator,
               shift: float, chunk_frames: int | None = None, start_frame: int = 0, per_frame: bool = False) -> torch.Tensor:
-    """Flow-matching MSE of one batch. per_frame: an independent sigma per latent frame (diffusion forcing)."""
+    """Flow-matching MSE of one batch. per_frame: an independent sigma per latent frame (diffusion forcing).
+    Sigmas and noise are drawn on the CPU (the same samples on any device), the pass runs on the model's device."""
     b, _, t = x0.shape[:3]
     u = torch.rand((b, t) if per_frame else (b,), generator=g)
     sigma = sampler.shift_sigma(u, shift).clamp(1e-3, 1.0)
     s = sigma.view(b, 1, t, 1, 1) if per_frame else sigma.view(b, 1, 1, 1, 1)
     noise = torch.randn(x0.shape, generator=g)
     xt = (1 - s) * x0 + s * noise
-    with autocast():
-        v = model(torch.cat([xt, cond], 1), 1000 * sigma, prompt, chunk_frames=chunk_frames, start_frame=start_frame)
-    return F.mse_loss(v.float(), noise - x0)
+    dev = next(model.parameters()).device
+    with autocast(dev):
+        v = model(torch.cat([xt, cond], 1).to(dev), 1000 * sigma.to(dev), prompt.to(dev), chunk_frames=chunk_frames,
+                  start_frame=start_frame)
+    return F.mse_loss(v.float(), (noise - x0).to(dev))
 
 
 def run_teacher(cfg: TeacherStageConfig, log, progress=None) -> int:
@@ -93,10 +98,10 @@ def run_teacher(cfg: TeacherStageConfig, log, progress=None) -> int:
     if data.cond.shape[1] != dcfg.cond_dim:
         raise AlayaError(f"teacher stage: latents have {data.cond.shape[1]} conditioning channels, the DiT takes {dcfg.cond_dim}")
     torch.manual_seed(cfg.seed)
-    model = dit.build(dcfg)
+    model = dit.build(dcfg).to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.99))
-    log.info("teacher DiT %s: %.2fM parameters; %d windows x %d presets", dcfg,
-             sum(p.numel() for p in model.parameters()) / 1e6, len(data), len(data.presets))
+    log.info("teacher DiT %s: %.2fM parameters; %d windows x %d presets; on %s", dcfg,
+             sum(p.numel() for p in model.parameters()) / 1e6, len(data), len(data.presets), cfg.device)
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
