@@ -118,6 +118,8 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
+        if args.cache is not None and args.cache.suffix != ".safetensors":
+            raise AlayaError(f"--cache {args.cache}: frames are kept in a .safetensors file")
         nets = [load_candidate(spec) for spec in args.candidates]  # bad candidates fail before any rendering
         log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
         frames, found, names, prompts = unrefined_frames(args.model, args.data, args.clips, args.precision, args.cache, log,

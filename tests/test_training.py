@@ -1350,3 +1350,5 @@ def test_compare_refiners_gives_evals_figures_from_frames_rendered_once(runs, tm
         assert run["candidate"] == str(runs / "refiner") and run["content"]["psnr_db"] > 0
     assert script.main([str(tmp_path), "--model", model, "--data", data, *common_args]) == 1
     assert f"compare_refiners: {tmp_path}: no checkpoint here; run `alaya-flash train refiner` first" in capsys.readouterr().err
+    assert script.main([model, "--model", model, "--data", data, "--cache", str(tmp_path / "frames.pt"), *common_args]) == 1
+    assert "--cache " + str(tmp_path / "frames.pt") + ": frames are kept in a .safetensors file" in capsys.readouterr().err
