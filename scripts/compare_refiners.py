@@ -72,7 +72,7 @@ def score(net, frames: dict, found, names, prompts, precision: str) -> dict:
     """eval's content and control figures of the frames refined by `net` (None: as they are)."""
     from alaya_flash.model_zoo.text_encoder import TextEncoder
     from alaya_flash.streaming import metrics
-    from alaya_flash.streaming.commands.eval import _mean
+    from alaya_flash.streaming.commands.eval import _mean, control_record
 
     if net is not None:
         net = net.to(torch.bfloat16 if precision == "bf16" else torch.float32).eval()
@@ -88,12 +88,11 @@ def score(net, frames: dict, found, names, prompts, precision: str) -> dict:
                     text = encode([prompts[name][kind]])[0, 0].float().expand(len(out), -1) if encode else None
                     with torch.no_grad():
                         out = net.refine(out, torch.from_numpy(gb), text)
-                near = metrics.nearest(out, gt, p)
-                control[kind]["hits"].append(float(near["hit"]))
-                control[kind]["margins"].append(near["margin_db"])
-                if not near["hit"]:
-                    control[kind]["misses"].append(f"clip {c}: {name} -> {names[near['nearest']]} "
-                                                   f"({near['margin_db']:+.2f} dB)")
+                hit, margin, miss = control_record(out, gt, p, names, c)
+                control[kind]["hits"].append(hit)
+                control[kind]["margins"].append(margin)
+                if miss:
+                    control[kind]["misses"].append(miss)
                 if kind == "train":
                     psnr.append(metrics.psnr(out, gt[p]))
                     ssim.append(metrics.ssim(out, gt[p]))

@@ -108,6 +108,16 @@ def _render(pipeline, gbuffers, chunk: int = 4):
     return torch.cat(outs), time.perf_counter() - t0, first
 
 
+def control_record(out, gt: list, p: int, names: list[str], clip: int) -> tuple[float, float, str | None]:
+    """Prompt control of one render prompted with preset p: hit (1.0 / 0.0), margin in dB, and the
+    miss as the report writes it (None on a hit)."""
+    from .. import metrics
+
+    near = metrics.nearest(out, gt, p)
+    miss = None if near["hit"] else f"clip {clip}: {names[p]} -> {names[near['nearest']]} ({near['margin_db']:+.2f} dB)"
+    return float(near["hit"]), near["margin_db"], miss
+
+
 def _mean(values):
     values = [v for v in values if v is not None and not math.isinf(v)]
     return sum(values) / len(values) if values else None
@@ -164,12 +174,11 @@ def evaluate(args) -> dict:
                     s = scores[m]
                     s["fps"].append(frames / secs)
                     s["first_frame_s"].append(first)
-                    near = metrics.nearest(out, gt, p)
-                    s[f"hit_{kind}"].append(float(near["hit"]))
-                    s[f"margin_{kind}"].append(near["margin_db"])
-                    if not near["hit"]:
-                        s[f"miss_{kind}"].append(f"clip {c}: {name} -> {names[near['nearest']]} "
-                                                 f"({near['margin_db']:+.2f} dB)")
+                    hit, margin, miss = control_record(out, gt, p, names, c)
+                    s[f"hit_{kind}"].append(hit)
+                    s[f"margin_{kind}"].append(margin)
+                    if miss:
+                        s[f"miss_{kind}"].append(miss)
                     if kind == "train":
                         s["psnr"].append(metrics.psnr(out, gt[p]))
                         s["psnr_by_latent"].append(metrics.psnr_by_latent(out, gt[p]))
