@@ -13,6 +13,7 @@ order, each reading the previous stages' output folders:
     student-rollout  self-rollout over whole clips, regressed onto the ground truth       (student.py)
     decoder      the tiny decoder adapted to the student's streamed latents               (decoder.py)
     refiner      the G-buffer refiner fitted to an exported model's own frames          (refiner.py)
+    text-anchor  the student's and refiner's prompt MLPs refitted so paraphrases land on their preset (text_anchor.py)
     export       one safetensors per network + bundle JSON                               (export.py)
     import       an exported model folder back into run folders, to fine-tune it       (import_model.py)
 
@@ -33,6 +34,7 @@ STAGES: dict[str, tuple[str, str, str]] = {
     "student-rollout": ("student", "RolloutStageConfig", "run_rollout"),
     "decoder": ("decoder", "DecoderStageConfig", "run_decoder"),
     "refiner": ("refiner", "RefinerStageConfig", "run_refiner"),
+    "text-anchor": ("text_anchor", "TextAnchorConfig", "run_text_anchor"),
     "export": ("export", "ExportConfig", "run_export"),
     "import": ("import_model", "ImportConfig", "run_import"),
 }

@@ -56,5 +56,10 @@ $AF --quiet train export --config $C/export.json
 # (target turned): a new scene's G-buffers do not say which walls face the sun (27.73 dB)
 $AF --quiet train data --config $C/data-refiner.json
 $AF --quiet train refiner --config $C/refiner.json
-$AF --quiet train export --config $C/export.json --set refiner_run=runs/refiner
+# trained on 8 wordings per preset, the student's and the refiner's prompt MLPs scattered the wordings they
+# never saw (the held-out bright_sunny paraphrase read like autumn_warm and rendered warm): text-anchor
+# refits only those MLPs, so each preset's training wordings, 6 more of the refiner split and (for the DiT)
+# a noisy shell around them give the preset's mean response; then export the anchored pair
+$AF --quiet train text-anchor --config $C/text-anchor.json
+$AF --quiet train export --config $C/export.json --set student_run=runs/text-anchor --set refiner_run=runs/text-anchor
 $AF --quiet train export --config $C/export.json --set student_run=runs/student-dmd --set codecs_run=runs/codecs --set out=runs/model-dmd

@@ -10,6 +10,7 @@
   alaya-flash train decoder     --config model_zoo/training/configs/decoder.json
   alaya-flash train export      --config model_zoo/training/configs/export.json
   alaya-flash train refiner     --config model_zoo/training/configs/refiner.json  (then export with refiner_run)
+  alaya-flash train text-anchor --config model_zoo/training/configs/text-anchor.json (then export from it)
   alaya-flash train import      --config model_zoo/training/configs/import.json   (a model folder -> run folders)
 
 Each stage reads a JSON config (keys: the stage's dataclass in model_zoo/training/; unknown keys
@@ -24,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "train the model stage by stage (data, vae, codecs, teacher, student-ode, student-dmd, student-rollout, decoder, export, refiner, import)"
+HELP = "train the model stage by stage (data, vae, codecs, teacher, student-ode, student-dmd, student-rollout, decoder, export, refiner, text-anchor, import)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

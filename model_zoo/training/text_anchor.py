@@ -1,0 +1,286 @@
+"""Stage f: anchor the text path, so that new wordings of a lighting style read like its training ones.
+
+The prompt reaches the student DiT as one pooled MiniLM token: `text_embedding` (an MLP) maps it to
+the model width and every block's cross-attention adds o(v(context)) to its tokens (one key: the
+softmax is 1 and the query does not matter). So what a prompt does to the DiT is one vector per
+block, a function of the embedding alone. The refiner reads the same embedding through its own MLP
+(`text`, FiLM parameters).
+
+Trained on 8 wordings per preset, both MLPs are tight where they were trained (a preset's wordings
+land 0.22-0.30 apart in the DiT's per-block offsets) and scatter the wordings they never saw (0.6 to
+2.0, some nearer another preset's: the held-out bright_sunny paraphrase landed nearest autumn_warm
+and rendered warm). This stage refits only those two MLPs, on every wording of each preset (its
+training ones and `extra_split`'s from prompts.py, never the held-out ones) moved by prompt noise
+(latent_data.perturb_prompts); every other weight is copied unchanged, so each preset keeps the look
+the student and refiner learnt and only which wordings select it changes.
+
+- DiT (`text_noise`): a wording's offsets are regressed onto the preset's mean offsets over its
+  training wordings under the source weights; the empty prompt keeps its own. They enter the
+  residual stream additively: anchored alone, the DiT kept its content (27.77 dB against 27.73 on
+  the held-out scenes).
+- Refiner (`refiner_text_noise`): FiLM parameters scale features, and their mean is no trained
+  point (regressed in that space the refiner lost 0.8-1.4 dB). So it is anchored on images: crops of
+  its own training renders (the `refiner_run`'s render cache, rendered again only if that model
+  changed since), each read with a wording of the crop's preset, are regressed onto the source
+  refiner's mean frame over the preset's training wordings (that mean scored 27.78 dB against the
+  caption's 27.76); `prompt_dropout` of them read the empty prompt and keep the source's own frame.
+
+The output run holds the whole student DiT (and refiner); export reads it as `student_run` (and
+`refiner_run`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import AlayaError
+from .common import StageConfig, autocast, latest_checkpoint, step_generator, train_loop
+from .latent_data import perturb_prompts
+
+
+@dataclass(frozen=True)
+class TextAnchorConfig(StageConfig):
+    out: str = "runs/text-anchor"
+    data: str = "runs/data"  # the dataset the student trained on: its presets and training wordings
+    student_run: str = "runs/student-rollout"  # the student DiT whose text_embedding is refitted
+    refiner_run: str = ""  # a `train refiner` run whose prompt MLP is refitted too ("": none)
+    extra_split: str = "refiner"  # prompts.py split of extra wordings per preset ("": the training ones only)
+    extra_wordings: int = 0  # the first N of them per preset (0: all); the rest can validate the stage
+    text_noise: float = 1.0  # prompt-embedding noise of this expected norm on every DiT sample
+    refiner_text_noise: float = 0.5  # the same on the refiner's crops
+    batch: int = 8  # refiner crops per step
+    crop: int = 64  # square pixel crop of the refiner's renders
+    prompt_dropout: float = 0.1  # share of refiner crops read with the empty prompt (which keeps its own output)
+    steps: int = 1500
+    lr: float = 1e-3
+    warmup: int = 0
+    ckpt_every: int = 500
+    log_every: int = 100
+    threads: int = 2
+
+    def validate(self):
+        from .prompts import SPLITS
+
+        if self.extra_split == "heldout":
+            raise AlayaError("text-anchor: extra_split 'heldout' would train on the paraphrases eval holds out")
+        if self.extra_split and self.extra_split not in SPLITS:
+            raise AlayaError(f"text-anchor: extra_split {self.extra_split!r} is unknown; choose refiner, train or \"\"")
+        if self.text_noise < 0 or self.refiner_text_noise < 0:
+            raise AlayaError(f"text-anchor: text_noise {self.text_noise} and refiner_text_noise "
+                             f"{self.refiner_text_noise} must be >= 0")
+        if not 0 <= self.prompt_dropout <= 1:
+            raise AlayaError(f"text-anchor: prompt_dropout {self.prompt_dropout} is not in [0, 1]")
+        if self.extra_wordings < 0:
+            raise AlayaError(f"text-anchor: extra_wordings {self.extra_wordings} must be >= 0 (0: all)")
+        if self.crop <= 0 or self.batch <= 0:
+            raise AlayaError(f"text-anchor: crop {self.crop} and batch {self.batch} must be > 0")
+
+
+def dit_text_response(dit: nn.Module, embeddings: torch.Tensor) -> torch.Tensor:
+    """Pooled prompt embeddings (N, text_dim) -> what each block's cross-attention adds for them, (N, layers * dim).
+    Exact for a one-token prompt: attention over one key returns its value whatever the query."""
+    context = dit.text_embedding(embeddings)
+    return torch.cat([block.cross_attn.o(block.cross_attn.v(context)) for block in dit.blocks], -1)
+
+
+def _embeddings(wordings: list[str]) -> torch.Tensor:
+    from ..text_encoder import TextEncoder
+
+    with torch.no_grad():
+        return TextEncoder.load()(wordings)[:, 0].float()
+
+
+class Anchor:
+    """The DiT's regression set: every wording's embedding and the per-block offsets it should give."""
+
+    def __init__(self, dit: nn.Module, train: list[torch.Tensor], extra: list[torch.Tensor], empty: torch.Tensor):
+        self.net, self.text = dit, dit.text_embedding  # text: the MLP this stage refits
+        with torch.no_grad():  # targets from the weights as loaded: the source run's
+            own = [dit_text_response(dit, e) for e in train]
+            self.means = torch.stack([r.mean(0) for r in own])  # (presets, width): what a preset's wordings should give
+            targets = []
+            for r, m, x in zip(own, self.means, extra):
+                targets += [m.expand_as(r), m.expand(len(x), -1)]
+            self.target = torch.cat(targets)
+            self.empty_target = dit_text_response(dit, empty)
+        self.inputs = torch.cat([t for pair in zip(train, extra) for t in pair])
+        self.empty = empty
+
+    def loss(self, g: torch.Generator, noise: float) -> torch.Tensor:
+        x = perturb_prompts(self.inputs, noise, g) if noise else self.inputs
+        return (F.mse_loss(dit_text_response(self.net, x), self.target)
+                + F.mse_loss(dit_text_response(self.net, self.empty), self.empty_target))
+
+    @torch.no_grad()
+    def margin(self, net: nn.Module, wordings: list[torch.Tensor]) -> float:
+        """How much nearer `net`'s offsets for wordings (a tensor per preset) lie to their preset's target mean
+        than to the nearest other preset's, on average (the DiT's scale may grow: distances alone would not tell)."""
+        margins = []
+        for p, e in enumerate(wordings):
+            dist = torch.cdist(dit_text_response(net, e), self.means)
+            own = dist[:, p].clone()
+            dist[:, p] = float("inf")
+            margins.append(dist.min(1).values - own)
+        return float(torch.cat(margins).mean())
+
+
+class RefinerAnchor:
+    """The refiner's regression set: crops of its own training renders and G-buffers, each read with a
+    wording of its preset, against the source refiner's mean frame over the preset's training wordings."""
+
+    def __init__(self, cfg: "TextAnchorConfig", refiner: nn.Module, source: nn.Module, train: list[torch.Tensor],
+                 extra: list[torch.Tensor], empty: torch.Tensor, presets: list[str], log):
+        from ..loading import read_metadata
+        from .common import config_from_dict
+        from .data import ClipSet
+        from .refiner import RefinerStageConfig, model_renders
+
+        raw = json.loads(read_metadata(latest_checkpoint(Path(cfg.refiner_run)))["config"])
+        ref_cfg = config_from_dict(raw, RefinerStageConfig, f"{cfg.refiner_run} (its refiner stage config)")
+        self.clips = ClipSet(ref_cfg.data, "train")
+        if list(self.clips.presets) != presets:
+            raise AlayaError(f"text-anchor: {cfg.refiner_run} was trained on presets {self.clips.presets}, "
+                             f"the student on {presets}")
+        self.renders, _ = model_renders(ref_cfg, self.clips, log)  # its cache, unless that model changed since
+        self.net, self.source, self.text = refiner, source, refiner.text
+        self.train = torch.stack([t[: min(len(x) for x in train)] for t in train])  # (P, W, D)
+        self.choices = [torch.cat([t, x]) for t, x in zip(train, extra)]  # every wording a crop may read, per preset
+        self.empty, self.cfg = empty, cfg
+
+    def crops(self, g: torch.Generator, count: int, preset: int | None = None):
+        """`count` random crops: renders (B, 3, k, k), G-buffer planes (B, 9, k, k), their presets."""
+        from ..codecs.refiner import gbuffer_planes
+
+        n, p, t, h, w = self.renders.shape[:5]
+        k = min(self.cfg.crop, h, w)
+        rgb, planes, presets = [], [], []
+        for _ in range(count):
+            c, q, f = (int(torch.randint(m, (1,), generator=g)) for m in (n, p, t))
+            q = q if preset is None else preset
+            y, x = (int(torch.randint(m - k + 1, (1,), generator=g)) for m in (h, w))
+            rgb.append(torch.from_numpy(self.renders[c, q, f, y:y + k, x:x + k]).permute(2, 0, 1).float() / 255)
+            planes.append(gbuffer_planes(torch.from_numpy(self.clips.gbuffers[c, f, :, y:y + k, x:x + k])))
+            presets.append(q)
+        return torch.stack(rgb), torch.stack(planes), presets
+
+    @torch.no_grad()
+    def targets(self, rgb: torch.Tensor, planes: torch.Tensor, presets: list[int]) -> torch.Tensor:
+        """The source refiner's mean frame over each crop's preset's training wordings."""
+        words = self.train[presets]  # (B, W, D)
+        b, m = words.shape[:2]
+        with autocast():
+            many = self.source(rgb.repeat_interleave(m, 0), planes.repeat_interleave(m, 0), words.flatten(0, 1)).float()
+        return many.unflatten(0, (b, m)).mean(1)
+
+    def loss(self, g: torch.Generator, noise: float) -> torch.Tensor:
+        rgb, planes, presets = self.crops(g, self.cfg.batch)
+        choices = [self.choices[q] for q in presets]
+        texts = torch.stack([w[int(torch.randint(len(w), (1,), generator=g))] for w in choices])
+        drop = torch.rand((len(presets), 1), generator=g) < self.cfg.prompt_dropout
+        texts = perturb_prompts(texts, noise, g) if noise else texts
+        texts = torch.where(drop, self.empty.expand_as(texts), texts)
+        target = self.targets(rgb, planes, presets)
+        with torch.no_grad(), autocast():  # the empty prompt keeps the source's own frame
+            alone = self.source(rgb, planes, self.empty.expand(len(presets), -1)).float()
+        target = torch.where(drop[:, :, None, None], alone, target)
+        with autocast():
+            out = self.net(rgb, planes, texts).float()
+        return F.l1_loss(out, target) + F.mse_loss(out, target)
+
+    @torch.no_grad()
+    def gap(self, net: nn.Module, wordings: list[torch.Tensor], crops: int = 4) -> float:
+        """Mean absolute difference between `net`'s frames for wordings (a tensor per preset) and the preset's
+        target frame, on the same `crops` crops per preset (seed 0) whatever the net."""
+        g = torch.Generator().manual_seed(0)
+        diffs = []
+        for q, words in enumerate(wordings):
+            if not len(words):
+                continue
+            rgb, planes, presets = self.crops(g, crops, preset=q)
+            target = self.targets(rgb, planes, presets)
+            for e in words:
+                with autocast():
+                    out = net(rgb, planes, e.expand(crops, -1)).float()
+                diffs.append(float((out - target).abs().mean()))
+        return sum(diffs) / max(1, len(diffs))
+
+
+def _wordings(cfg: TextAnchorConfig) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    """(presets, training wordings per preset as the dataset lists them, extra wordings per preset)."""
+    from .data import ClipSet
+    from .prompts import prompts
+
+    clips = ClipSet(cfg.data, "train")
+    train = [list(clips.prompts[p]["train"]) for p in clips.presets]
+    if cfg.extra_split:
+        extra = [[w for w in prompts(p, cfg.extra_split) if w not in train[i]] for i, p in enumerate(clips.presets)]
+        extra = [words[:cfg.extra_wordings or None] for words in extra]
+    else:
+        extra = [[] for _ in clips.presets]
+    return list(clips.presets), train, extra
+
+
+def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
+    from ..loading import read_metadata
+    from .teacher import load_dit
+
+    for key in ("student_run", "refiner_run"):
+        run = getattr(cfg, key)
+        if run and latest_checkpoint(Path(run)) is None:
+            raise AlayaError(f"text-anchor: {key} {run} holds no checkpoint (ckpt-N.safetensors); train that stage first")
+    source = latest_checkpoint(Path(cfg.student_run))
+    extra_meta = json.loads(read_metadata(source)["extra"])
+    extra_meta.pop("elapsed_s", None)
+    dit = load_dit(cfg.student_run).float()
+    nets: dict[str, nn.Module] = {"dit": dit}
+    presets, train_words, extra_words = _wordings(cfg)
+    train = [_embeddings(w) for w in train_words]
+    extra = [_embeddings(w) if w else torch.zeros(0, train[0].shape[1]) for w in extra_words]
+    empty = _embeddings([""])
+    if dit.text_embedding[0].in_features != empty.shape[1]:
+        raise AlayaError(f"{cfg.student_run}: the DiT reads {dit.text_embedding[0].in_features}-wide prompts, "
+                         f"not MiniLM's {empty.shape[1]}; this stage anchors MiniLM-prompted students")
+    anchors = [Anchor(dit, train, extra, empty)]
+    if cfg.refiner_run:
+        from .refiner import load_run
+
+        refiner, name = load_run(cfg.refiner_run)
+        if not refiner.text_dim:
+            raise AlayaError(f"{cfg.refiner_run}: its refiner ({name}) reads no prompt; leave refiner_run empty")
+        refiner = refiner.float()
+        frozen = load_run(cfg.refiner_run)[0].float().eval().requires_grad_(False)  # the targets' source
+        nets["refiner"] = refiner
+        extra_meta["refiner"] = name
+        anchors.append(RefinerAnchor(cfg, refiner, frozen, train, extra, empty, presets, log))
+    for net in nets.values():  # only the text MLPs learn; every other weight stays the source's
+        net.requires_grad_(False)
+    for a in anchors:
+        a.text.requires_grad_(True)
+    params = [p for a in anchors for p in a.text.parameters()]
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    names = ["dit", "refiner"]
+    def measure() -> str:  # what the extra wordings give against their preset's target
+        return ", ".join([f"DiT margin {anchors[0].margin(dit, extra):.3f}"]
+                         + [f"refiner gap {a.gap(a.net, extra):.4f}" for a in anchors[1:]])
+
+    log.info("anchoring %d presets: %d training and %d extra wordings (%s split); the extra wordings before: %s",
+             len(presets), sum(map(len, train_words)), sum(map(len, extra_words)), cfg.extra_split or "none", measure())
+
+    def step(i: int) -> dict[str, float]:
+        g = step_generator(cfg.seed, i)
+        losses = [a.loss(g, noise) for a, noise in zip(anchors, (cfg.text_noise, cfg.refiner_text_noise))]
+        opt.zero_grad(set_to_none=True)
+        sum(losses).backward()
+        for a in anchors:  # each MLP's gradient clipped on its own: the two losses differ in scale
+            torch.nn.utils.clip_grad_norm_(a.text.parameters(), 1.0)
+        opt.step()
+        return {f"{n}_text": v.item() for n, v in zip(names, losses)}
+
+    reached = train_loop(cfg, nets, {"opt_text": opt}, step, log, progress, extra=extra_meta)
+    log.info("the extra wordings after: %s", measure())
+    return reached
