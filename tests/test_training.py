@@ -1490,3 +1490,10 @@ def test_text_anchor_refuses_a_refiner_that_reads_no_prompt(runs, tmp_path, caps
            "refiner_run": str(plain), "steps": 1}
     assert main(["--quiet", "train", "text-anchor", "--config", write(tmp_path / "a.json", cfg)]) != 0
     assert "reads no prompt; leave refiner_run empty" in capsys.readouterr().err
+
+
+def test_text_anchor_without_extra_wordings_anchors_the_training_ones(runs, tmp_path):
+    out = _text_anchor(runs, tmp_path, "plain", refiner_run="", extra_split="", steps=2, ckpt_every=2)
+    log = (out / "train.log").read_text()
+    assert "16 training and 0 extra wordings (none split)" in log and "the training wordings after: DiT margin" in log
+    assert "nan" not in log

@@ -264,12 +264,15 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
     params = [p for a in anchors for p in a.text.parameters()]
     opt = torch.optim.Adam(params, lr=cfg.lr)
     names = ["dit", "refiner"]
-    def measure() -> str:  # what the extra wordings give against their preset's target
-        return ", ".join([f"DiT margin {anchors[0].margin(dit, extra):.3f}"]
-                         + [f"refiner gap {a.gap(a.net, extra):.4f}" for a in anchors[1:]])
+    probe, probed = (extra, "extra") if sum(map(len, extra)) else (train, "training")
 
-    log.info("anchoring %d presets: %d training and %d extra wordings (%s split); the extra wordings before: %s",
-             len(presets), sum(map(len, train_words)), sum(map(len, extra_words)), cfg.extra_split or "none", measure())
+    def measure() -> str:  # what the probed wordings give against their preset's target
+        return ", ".join([f"DiT margin {anchors[0].margin(dit, probe):.3f}"]
+                         + [f"refiner gap {a.gap(a.net, probe):.4f}" for a in anchors[1:]])
+
+    log.info("anchoring %d presets: %d training and %d extra wordings (%s split); the %s wordings before: %s",
+             len(presets), sum(map(len, train_words)), sum(map(len, extra_words)), cfg.extra_split or "none", probed,
+             measure())
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
@@ -282,5 +285,5 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
         return {f"{n}_text": v.item() for n, v in zip(names, losses)}
 
     reached = train_loop(cfg, nets, {"opt_text": opt}, step, log, progress, extra=extra_meta)
-    log.info("the extra wordings after: %s", measure())
+    log.info("the %s wordings after: %s", probed, measure())
     return reached
