@@ -100,3 +100,12 @@ def test_eval_refuses_unknown_presets(tiny_models, capsys):
     rc = main(["eval", "--model", str(tiny_models / "model"), "--presets", "bright_sunny,disco"])
     assert rc == 2
     assert "'disco'" in capsys.readouterr().err
+
+
+def test_report_names_a_model_inside_the_working_directory_relative_to_it(tmp_path, monkeypatch):
+    from alaya_flash.streaming.commands.eval import _shown_path
+
+    (tmp_path / "repo" / "model_zoo" / "default").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "repo")
+    assert _shown_path(tmp_path / "repo" / "model_zoo" / "default") == "model_zoo/default"
+    assert _shown_path(tmp_path / "elsewhere") == str(tmp_path / "elsewhere")

@@ -108,6 +108,17 @@ def _render(pipeline, gbuffers, chunk: int = 4):
     return torch.cat(outs), time.perf_counter() - t0, first
 
 
+def _shown_path(path) -> str:
+    """A model folder as a report names it: relative to the working directory when inside it, so a
+    report made in the repository does not carry this machine's path."""
+    from pathlib import Path
+
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def control_record(out, gt: list, p: int, names: list[str], clip: int) -> tuple[float, float, str | None]:
     """Prompt control of one render prompted with preset p: hit (1.0 / 0.0), margin in dB, and the
     miss as the report writes it (None on a hit)."""
@@ -197,7 +208,7 @@ def evaluate(args) -> dict:
                         "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
                         "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
                         "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
-                        "model": str(flash.path), "refiner": flash.refiner is not None and not args.no_refiner,
+                        "model": _shown_path(flash.path), "refiner": flash.refiner is not None and not args.no_refiner,
                         "torch_threads": torch.get_num_threads()}}
     for m, s in scores.items():
         report[m] = {
