@@ -148,7 +148,8 @@ class RefinerAnchor:
                              f"the student on {presets}")
         self.renders, _ = model_renders(ref_cfg, self.clips, log)  # its cache, unless that model changed since
         self.net, self.source, self.text = refiner, source, refiner.text
-        self.train = torch.stack([t[: min(len(x) for x in train)] for t in train])  # (P, W, D)
+        fewest = min(map(len, train))  # a stack needs as many per preset (the dataset writes 8 for each)
+        self.train = torch.stack([t[:fewest] for t in train])  # (P, W, D)
         self.choices = [torch.cat([t, x]) for t, x in zip(train, extra)]  # every wording a crop may read, per preset
         self.empty, self.cfg = empty, cfg
 
