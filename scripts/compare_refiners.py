@@ -6,7 +6,8 @@ eval streams them (seed 0, 4-frame chunks, each preset's training caption and fi
 paraphrase), keeps them in --cache (rendered again when the model's tensors, the data or the
 precision change), and refines them with each candidate. It prints one JSON line per candidate
 with eval's content (PSNR, SSIM; training wording) and control (both wordings) figures: for a
-model folder's own refiner they equal eval's (tested). A candidate is a `train refiner` run
+model folder's own refiner they equal eval's with `--heldout-wordings 1` (tested; eval scores both
+held-out paraphrases by default). A candidate is a `train refiner` run
 folder, a model folder (its refiner.safetensors), or `none` (the decoder's frames).
 
     .venv/bin/python scripts/compare_refiners.py --model model_zoo/default --data runs/data --clips 4 \\

@@ -63,10 +63,13 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
         assert 0 < r["content"]["psnr_db"] < 60 and -1 <= r["content"]["ssim"] <= 1
         assert len(r["content"]["psnr_db_by_latent"]) == 3  # 9 frames: frame 0, 1-4, 5-8
         assert r["temporal"]["ratio"] >= 0 and r["temporal"]["diff_error"] >= 0
-        for kind in ("train_wordings", "heldout_wordings"):
+        for kind, renders, suffix in (("train_wordings", 2, ""), ("heldout_wordings", 4, r" \[paraphrase [12]\]")):
             rate, misses = r["control"][kind]["nearest_rate"], r["control"][kind]["misses"]
-            assert 0.0 <= rate <= 1.0 and len(misses) == round((1 - rate) * 2)  # 1 clip x 2 presets
-            assert all(re.fullmatch(r"clip 0: \w+ -> \w+ \(-\d+\.\d\d dB\)", m) for m in misses), misses
+            # 1 clip x 2 presets, x 2 held-out paraphrases each
+            assert 0.0 <= rate <= 1.0 and len(misses) == round((1 - rate) * renders)
+            assert all(re.fullmatch(r"clip 0: \w+ -> \w+ \(-\d+\.\d\d dB\)" + suffix, m) for m in misses), misses
+        by = r["control"]["heldout_wordings"]["nearest_rate_by_paraphrase"]
+        assert len(by) == 2 and sum(by) / 2 == pytest.approx(r["control"]["heldout_wordings"]["nearest_rate"])
         assert r["runtime_eval_size"]["fps"] > 0
     # student chunks of 1 latent (4 frames) have boundaries in 9 frames; so do teacher windows of 5
     assert report["student"]["cross_window"]["ratio"] is not None
@@ -109,3 +112,9 @@ def test_report_names_a_model_inside_the_working_directory_relative_to_it(tmp_pa
     monkeypatch.chdir(tmp_path / "repo")
     assert _shown_path(tmp_path / "repo" / "model_zoo" / "default") == "model_zoo/default"
     assert _shown_path(tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
+
+
+def test_eval_refuses_a_negative_heldout_wording_count(tiny_models, capsys):
+    rc = main(["eval", "--model", str(tiny_models / "model"), "--heldout-wordings", "-1"])
+    assert rc == 2
+    assert "--heldout-wordings -1: give a count >= 1, or 0 for all" in capsys.readouterr().err

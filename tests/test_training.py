@@ -1332,7 +1332,7 @@ def test_compare_refiners_gives_evals_figures_from_frames_rendered_once(runs, tm
     reports = {}
     for flag in ([], ["--no-refiner"]):
         assert main(["--quiet", "eval", "--model", model, "--data", data, "--no-teacher", "--runtime-frames", "5",
-                     "--runtime-size", "32", "--json", *common_args, *flag]) == 0
+                     "--runtime-size", "32", "--heldout-wordings", "1", "--json", *common_args, *flag]) == 0
         reports[bool(flag)] = json.loads(capsys.readouterr().out)["student"]
     cache = tmp_path / "frames.safetensors"
     args = [model, "none", str(runs / "refiner"), "--model", model, "--data", data, "--cache", str(cache), *common_args]

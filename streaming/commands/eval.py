@@ -6,7 +6,8 @@
 Held-out clips (scene seeds never trained on) come from a dataset folder's held-out split
 (--data, made by `alaya-flash train data`) or are rendered now (--size, --frames). Every clip is
 rendered by both models under every lighting preset's prompt, once with a training wording and
-once with a held-out paraphrase, and scored on the five axes:
+once with each held-out paraphrase (2 per preset; --heldout-wordings 1 scores the first only, as
+reports made before 2026-12-04 did), and scored on the five axes:
 
   content       PSNR / SSIM against the ground truth of the prompted preset (training wordings),
                 and the student's against the teacher's render
@@ -15,8 +16,9 @@ once with a held-out paraphrase, and scored on the five axes:
   cross_window  change across chunk (student) / window (teacher) boundaries over change inside
                 them, and the same ratio for the ground truth at the same frames
   control       how often a render is nearest (PSNR) to the ground truth of its prompted preset
-                among all presets, and the mean margin in dB; for training and held-out wordings,
-                with each miss as "clip K: prompted -> nearest preset"
+                among all presets, and the mean margin in dB; for training and held-out wordings
+                (pooled over the paraphrases, and each paraphrase's rate), with each miss as
+                "clip K: prompted -> nearest preset (margin) [paraphrase N]"
   runtime       frames per second and first-frame latency of the streaming render, peak memory
 
 Speed figures come from this machine as it is (say whether it was shared when quoting them).
@@ -49,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=int, default=25, help="frames per rendered clip")
     parser.add_argument("--presets", default="all", help="comma-separated lighting presets, or 'all'")
     parser.add_argument("--teacher-steps", type=int, help="teacher Euler steps (default: the teacher's, 50)")
+    parser.add_argument("--heldout-wordings", type=int, default=0, metavar="N",
+                        help="held-out paraphrases per preset to score control with (0: all of them, 2 each)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weights' dtype for inference")
     parser.add_argument("--runtime-size", type=parse_size, default=(256, 256), metavar="N|WxH",
@@ -85,7 +89,12 @@ def _clips(args, size):
         for k in range(args.clips):
             d = render_clip(cfg, cfg.heldout_seed + k)
             clips.append((d["gbuffers"], d["rgb"]))
-    return clips, names, {n: {"train": wordings(n, "train")[0], "heldout": wordings(n, "heldout")[0]} for n in names}
+    keep = getattr(args, "heldout_wordings", 0) or None
+    if keep is not None and keep < 0:
+        raise AlayaError(f"--heldout-wordings {keep}: give a count >= 1, or 0 for all")
+    # "heldout": the first paraphrase (scripts/compare_refiners.py's); "heldout_all": those eval scores
+    return clips, names, {n: {"train": wordings(n, "train")[0], "heldout": wordings(n, "heldout")[0],
+                              "heldout_all": wordings(n, "heldout")[:keep]} for n in names}
 
 
 def _render(pipeline, gbuffers, chunk: int = 4):
@@ -155,13 +164,14 @@ def evaluate(args) -> dict:
     models = {"student": flash, **({"teacher": teacher} if teacher else {})}
     scores = {m: {"psnr": [], "psnr_by_latent": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
                   "gt_boundary_ratio": [], "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
-                  "miss_train": [], "miss_heldout": [],
+                  "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {},
                   "fps": [], "first_frame_s": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
     from tqdm import tqdm
 
-    # one tick per render: clips x presets x (training wording, held-out paraphrase) x models
-    bar = tqdm(total=len(clips) * len(names) * 2 * len(models), desc="eval", unit="render", file=sys.stderr,
+    # one tick per render: clips x presets x (training wording, held-out paraphrases) x models
+    per_preset = 1 + len(prompts[names[0]]["heldout_all"])
+    bar = tqdm(total=len(clips) * len(names) * per_preset * len(models), desc="eval", unit="render", file=sys.stderr,
                disable=getattr(args, "quiet", False) or not sys.stderr.isatty())
     for c, (gb, rgb) in enumerate(clips):
         gt = [torch.from_numpy(rgb[p]).float() / 255 for p in range(len(names))]
@@ -170,8 +180,10 @@ def evaluate(args) -> dict:
         bounds = {"student": sorted({latent_start_pixel(k) for k in range(cf, frames, cf)} - {0}),
                   "teacher": list(range(teacher.settings.window_frames, frames, teacher.settings.window_frames)) if teacher else []}
         for p, name in enumerate(names):
-            for kind in ("train", "heldout"):
-                sched = PromptSchedule.encode(text, prompts[name][kind])
+            wordings = [("train", 0, prompts[name]["train"])]
+            wordings += [("heldout", i, w) for i, w in enumerate(prompts[name]["heldout_all"])]
+            for kind, index, wording in wordings:
+                sched = PromptSchedule.encode(text, wording)
                 renders = {}
                 for m, model in models.items():
                     if m == "student":
@@ -188,8 +200,10 @@ def evaluate(args) -> dict:
                     hit, margin, miss = control_record(out, gt, p, names, c)
                     s[f"hit_{kind}"].append(hit)
                     s[f"margin_{kind}"].append(margin)
+                    if kind == "heldout":
+                        s["hit_by_paraphrase"].setdefault(index, []).append(hit)
                     if miss:
-                        s[f"miss_{kind}"].append(miss)
+                        s[f"miss_{kind}"].append(miss if kind == "train" else f"{miss} [paraphrase {index + 1}]")
                     if kind == "train":
                         s["psnr"].append(metrics.psnr(out, gt[p]))
                         s["psnr_by_latent"].append(metrics.psnr_by_latent(out, gt[p]))
@@ -220,6 +234,8 @@ def evaluate(args) -> dict:
                                              "misses": s[f"miss_{kind}"]} for kind in ("train", "heldout")},
             "runtime_eval_size": {"fps": _mean(s["fps"]), "first_frame_s": _mean(s["first_frame_s"])},
         }
+        report[m]["control"]["heldout_wordings"]["nearest_rate_by_paraphrase"] = [
+            _mean(h) for _, h in sorted(s["hit_by_paraphrase"].items())]
     if vs_teacher["psnr"]:
         report["student"]["content"]["vs_teacher"] = {"psnr_db": _mean(vs_teacher["psnr"]), "ssim": _mean(vs_teacher["ssim"])}
     report["student"]["runtime"] = _runtime(flash, text, args)
