@@ -512,19 +512,21 @@ def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):
     assert not set(prompts["train"]) & set(prompts["heldout"])
 
 
-def test_every_preset_has_distinct_training_heldout_and_refiner_wordings():
+def test_every_preset_has_distinct_training_heldout_refiner_and_anchor_wordings():
     from alaya_flash.model_zoo.training.prompts import prompts
     from alaya_flash.streaming.world.shading import PRESETS
 
     seen = set()
     for name in PRESETS:
-        train, held, refiner = prompts(name, "train"), prompts(name, "heldout"), prompts(name, "refiner")
+        train, held, refiner, anchor = (prompts(name, split) for split in ("train", "heldout", "refiner", "anchor"))
         assert train[0] == PRESETS[name].prompt and len(set(train)) == 8 and len(set(held)) == 2
-        assert len(set(refiner)) == 6
+        assert len(set(refiner)) == 6 and len(set(anchor)) == 10
         assert not set(train) & set(held) and not set(refiner) & (set(train) | set(held)), name
-        assert not (set(train) | set(held) | set(refiner)) & seen, name  # none shared between presets either
-        seen |= set(train) | set(held) | set(refiner)
-    with pytest.raises(ValueError, match="'test' is not one of train, heldout, refiner"):
+        assert not set(anchor) & (set(train) | set(held) | set(refiner)), name
+        everything = set(train) | set(held) | set(refiner) | set(anchor)
+        assert not everything & seen, name  # none shared between presets either
+        seen |= everything
+    with pytest.raises(ValueError, match="'test' is not one of train, heldout, refiner, anchor"):
         prompts("overcast", "test")
 
 
@@ -1462,6 +1464,7 @@ def test_text_anchor_resumes_as_one_run(runs, tmp_path):
 @pytest.mark.parametrize("bad, message", [
     ({"extra_split": "heldout"}, "extra_split 'heldout' would train on the paraphrases eval holds out"),
     ({"extra_split": "fresh"}, "extra_split 'fresh' is unknown"),
+    ({"extra_split": "refiner,heldout"}, "extra_split 'heldout' would train on the paraphrases eval holds out"),
     ({"text_noise": -1.0}, "text_noise -1.0 and refiner_text_noise 0.5 must be >= 0"),
     ({"prompt_dropout": 2.0}, "prompt_dropout 2.0 is not in [0, 1]"),
 ])
@@ -1495,5 +1498,5 @@ def test_text_anchor_refuses_a_refiner_that_reads_no_prompt(runs, tmp_path, caps
 def test_text_anchor_without_extra_wordings_anchors_the_training_ones(runs, tmp_path):
     out = _text_anchor(runs, tmp_path, "plain", refiner_run="", extra_split="", steps=2, ckpt_every=2)
     log = (out / "train.log").read_text()
-    assert "16 training and 0 extra wordings (none split)" in log and "the training wordings after: DiT margin" in log
+    assert "16 training and 0 extra wordings (splits: none)" in log and "the training wordings after: DiT margin" in log
     assert "nan" not in log

@@ -197,16 +197,120 @@ REFINER_PARAPHRASES: dict[str, tuple[str, ...]] = {
     ),
 }
 
-SPLITS = ("train", "heldout", "refiner")
+# Paraphrases only `train text-anchor` reads (as extra wordings beside the `refiner` split's): the
+# more wordings per preset its prompt MLPs are fitted on, the nearer an unseen one lands to its
+# preset. Written apart from every list above; the held-out ones stay unseen by every stage.
+ANCHOR_PARAPHRASES: dict[str, tuple[str, ...]] = {
+    "bright_sunny": (
+        "a bright day in the yard, the sun overhead and shadows pooled under the toys",
+        "full summer sun, a clean blue sky and vivid playthings",
+        "daylight at its strongest, white sunshine and sharp dark shade",
+        "a cloud-free noon, strong light falling straight down on the courtyard",
+        "glaring sunshine, bright surfaces and short crisp shadows",
+        "a beautiful clear day, intense sunlight and saturated colours",
+        "the middle of a sunny day, blue sky and hard-edged shadows",
+        "toys under a blazing high sun on a perfect summer day",
+        "sun-drenched courtyard at lunchtime, clear skies",
+        "strong direct daylight, high contrast and brilliant colour",
+    ),
+    "overcast": (
+        "a flat grey day, the whole sky one sheet of cloud",
+        "dim cloudy light, everything soft and without shadows",
+        "the sun lost behind grey cloud, muted colours in the yard",
+        "a drab cloudy afternoon, even and diffuse light",
+        "thick cloud cover, pale grey light and no contrast",
+        "a colourless, cloudy day with gentle uniform lighting",
+        "grey skies and soft light, the toys looking dull",
+        "a heavy overcast sky, shadowless and cool",
+        "cloud-filtered daylight, soft, grey and calm",
+        "a sunless grey sky over the courtyard, low contrast",
+    ),
+    "sunset_dramatic": (
+        "the sun sinking low, orange light and very long shadows",
+        "a red and gold sunset over the courtyard, purple sky",
+        "evening glow, deep orange light raking across the toys",
+        "golden-orange dusk with a vivid violet and pink sky",
+        "sundown, warm fiery light from the horizon",
+        "a dramatic orange sky at the end of the day",
+        "the setting sun throws long shadows in burning orange",
+        "dusk light, crimson and amber under a purple sky",
+        "a spectacular sunset, rich orange and magenta tones",
+        "low sun at day's end, cinematic orange glow",
+    ),
+    "moonlit_night": (
+        "a dark night, pale blue moonlight on the courtyard",
+        "moonlight only, cold and blue, deep black shadows",
+        "nighttime in the yard, a full moon and dim silver light",
+        "a quiet moonlit scene, dark blue tones and little colour",
+        "the middle of the night, cool faint moonlight",
+        "dark and still, lit only by a cold moon",
+        "a night scene in blue-grey moonlight, very dim",
+        "the courtyard at night under a bright moon",
+        "cold moonlit darkness, muted navy tones",
+        "late night, soft blue moonbeams and darkness",
+    ),
+    "cyberpunk_neon": (
+        "pink and cyan neon glowing through purple haze at night",
+        "a neon-drenched night, magenta and teal light everywhere",
+        "futuristic city glow, hot pink and electric blue",
+        "violet fog lit by bright neon signs",
+        "a cyber night, glowing magenta and aqua lights",
+        "neon tubes casting pink and blue light in a dark hazy street",
+        "synthwave colours, purple mist and neon glow",
+        "a night lit by fluorescent pink and cyan signs",
+        "electric neon night, hazy purple air",
+        "a sci-fi alley glowing magenta and turquoise",
+    ),
+    "snowy_winter": (
+        "a snowy day, pale cold light and white haze",
+        "winter light, cool and bright, with a misty white sky",
+        "a frosty courtyard under a pale, hazy sky",
+        "cold winter daylight, soft fog and icy tones",
+        "a white wintry scene, bright and chilly",
+        "mist and snow, cold bluish-white light",
+        "an icy winter day with a washed-out white sky",
+        "pale frozen daylight and a thin white fog",
+        "the cold light of a snowy morning",
+        "wintertime haze, pale and cold colours",
+    ),
+    "autumn_warm": (
+        "autumn light, warm amber and golden tones",
+        "a mellow fall afternoon, honey-gold sunlight",
+        "warm golden light of an autumn day",
+        "soft amber sun in the late afternoon in fall",
+        "fall sunshine, orange and brown warm hues",
+        "a cosy autumn afternoon glowing gold",
+        "late autumn sun, warm and low, golden colours",
+        "amber autumnal light over the courtyard",
+        "a golden fall day, warm soft shadows",
+        "warm honey-coloured sunlight in autumn",
+    ),
+    "underwater": (
+        "underwater, blue-green light filtering from above",
+        "a sunken courtyard in teal water, hazy and dim",
+        "deep in the sea, aqua light and murky haze",
+        "beneath the water, everything tinted cyan and green",
+        "an ocean-floor scene, turquoise light and soft rays",
+        "submerged toys in green-blue murky water",
+        "underwater light, teal haze and dappled rays",
+        "the sea bottom, aquamarine water all around",
+        "a watery blue-green world, dim and hazy",
+        "under the sea, cyan light and floating haze",
+    ),
+}
+
+SPLITS = ("train", "heldout", "refiner", "anchor")
 
 
 def prompts(preset: str, split: str) -> list[str]:
-    """Wordings of a preset for split 'train' (its caption first, then TRAIN_PARAPHRASES), 'heldout'
-    or 'refiner' (REFINER_PARAPHRASES)."""
+    """Wordings of a preset for split 'train' (its caption first, then TRAIN_PARAPHRASES), 'heldout',
+    'refiner' (REFINER_PARAPHRASES) or 'anchor' (ANCHOR_PARAPHRASES)."""
     if split == "train":
         return [PRESETS[preset].prompt, *TRAIN_PARAPHRASES[preset]]
     if split == "heldout":
         return list(HELDOUT_PARAPHRASES[preset])
     if split == "refiner":
         return list(REFINER_PARAPHRASES[preset])
+    if split == "anchor":
+        return list(ANCHOR_PARAPHRASES[preset])
     raise ValueError(f"prompt split {split!r} is not one of {', '.join(SPLITS)}")

@@ -49,7 +49,7 @@ class TextAnchorConfig(StageConfig):
     data: str = "runs/data"  # the dataset the student trained on: its presets and training wordings
     student_run: str = "runs/student-rollout"  # the student DiT whose text_embedding is refitted
     refiner_run: str = ""  # a `train refiner` run whose prompt MLP is refitted too ("": none)
-    extra_split: str = "refiner"  # prompts.py split of extra wordings per preset ("": the training ones only)
+    extra_split: str = "refiner,anchor"  # prompts.py splits of extra wordings, comma-separated ("": none)
     extra_wordings: int = 0  # the first N of them per preset (0: all); the rest can validate the stage
     text_noise: float = 1.0  # prompt-embedding noise of this expected norm on every DiT sample
     refiner_text_noise: float = 0.5  # the same on the refiner's crops
@@ -66,10 +66,11 @@ class TextAnchorConfig(StageConfig):
     def validate(self):
         from .prompts import SPLITS
 
-        if self.extra_split == "heldout":
-            raise AlayaError("text-anchor: extra_split 'heldout' would train on the paraphrases eval holds out")
-        if self.extra_split and self.extra_split not in SPLITS:
-            raise AlayaError(f"text-anchor: extra_split {self.extra_split!r} is unknown; choose refiner, train or \"\"")
+        for split in _splits(self.extra_split):
+            if split == "heldout":
+                raise AlayaError("text-anchor: extra_split 'heldout' would train on the paraphrases eval holds out")
+            if split not in SPLITS:
+                raise AlayaError(f"text-anchor: extra_split {split!r} is unknown; choose from refiner, anchor, train")
         if self.text_noise < 0 or self.refiner_text_noise < 0:
             raise AlayaError(f"text-anchor: text_noise {self.text_noise} and refiner_text_noise "
                              f"{self.refiner_text_noise} must be >= 0")
@@ -79,6 +80,10 @@ class TextAnchorConfig(StageConfig):
             raise AlayaError(f"text-anchor: extra_wordings {self.extra_wordings} must be >= 0 (0: all)")
         if self.crop <= 0 or self.batch <= 0:
             raise AlayaError(f"text-anchor: crop {self.crop} and batch {self.batch} must be > 0")
+
+
+def _splits(extra_split: str) -> list[str]:
+    return [x.strip() for x in extra_split.split(",") if x.strip()]
 
 
 def dit_text_response(dit: nn.Module, embeddings: torch.Tensor) -> torch.Tensor:
@@ -218,11 +223,9 @@ def _wordings(cfg: TextAnchorConfig) -> tuple[list[str], list[list[str]], list[l
 
     clips = ClipSet(cfg.data, "train")
     train = [list(clips.prompts[p]["train"]) for p in clips.presets]
-    if cfg.extra_split:
-        extra = [[w for w in prompts(p, cfg.extra_split) if w not in train[i]] for i, p in enumerate(clips.presets)]
-        extra = [words[:cfg.extra_wordings or None] for words in extra]
-    else:
-        extra = [[] for _ in clips.presets]
+    extra = [[w for split in _splits(cfg.extra_split) for w in prompts(p, split) if w not in train[i]]
+             for i, p in enumerate(clips.presets)]
+    extra = [words[:cfg.extra_wordings or None] for words in extra]
     return list(clips.presets), train, extra
 
 
@@ -271,7 +274,7 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
         return ", ".join([f"DiT margin {anchors[0].margin(dit, probe):.3f}"]
                          + [f"refiner gap {a.gap(a.net, probe):.4f}" for a in anchors[1:]])
 
-    log.info("anchoring %d presets: %d training and %d extra wordings (%s split); the %s wordings before: %s",
+    log.info("anchoring %d presets: %d training and %d extra wordings (splits: %s); the %s wordings before: %s",
              len(presets), sum(map(len, train_words)), sum(map(len, extra_words)), cfg.extra_split or "none", probed,
              measure())
 
