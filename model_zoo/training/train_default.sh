@@ -58,8 +58,8 @@ $AF --quiet train data --config $C/data-refiner.json
 $AF --quiet train refiner --config $C/refiner.json
 # trained on 8 wordings per preset, the student's and the refiner's prompt MLPs scattered the wordings they
 # never saw (the held-out bright_sunny paraphrase read like autumn_warm and rendered warm): text-anchor
-# refits only those MLPs, so each preset's training wordings, 6 more of the refiner split and (for the DiT)
-# a noisy shell around them give the preset's mean response; then export the anchored pair
+# refits only those MLPs, so each preset's training wordings, 16 more (the refiner and anchor prompt splits)
+# and a noisy shell around them give the preset's mean response; then export the anchored pair
 $AF --quiet train text-anchor --config $C/text-anchor.json
 $AF --quiet train export --config $C/export.json --set student_run=runs/text-anchor --set refiner_run=runs/text-anchor
 $AF --quiet train export --config $C/export.json --set student_run=runs/student-dmd --set codecs_run=runs/codecs --set out=runs/model-dmd
