@@ -149,19 +149,27 @@ def _jsonable(cfg: DataConfig) -> dict:
     return d
 
 
+def dataset_meta(root: str | Path, split: str) -> dict:
+    """A dataset folder's dataset.json (presets, prompt wordings, clip files per split), checked, without
+    loading any clip."""
+    meta_path = Path(root) / "dataset.json"
+    if not meta_path.is_file():
+        raise AlayaError(f"{root}: no dataset.json here; run `alaya-flash train data` first")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format") != DATASET_FORMAT:
+        raise AlayaError(f"{meta_path}: format is {meta.get('format')!r}, expected {DATASET_FORMAT!r}")
+    if split not in meta["clips"]:
+        raise AlayaError(f"{meta_path}: no split {split!r}; splits: {', '.join(meta['clips'])}")
+    return meta
+
+
 class ClipSet:
     """A split of a dataset in memory: gbuffers (N, T, 5, H, W, 3) and rgb (N, P, T, H, W, 3), uint8."""
 
     def __init__(self, root: str | Path, split: str):
         root = Path(root)
+        meta = dataset_meta(root, split)
         meta_path = root / "dataset.json"
-        if not meta_path.is_file():
-            raise AlayaError(f"{root}: no dataset.json here; run `alaya-flash train data` first")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format") != DATASET_FORMAT:
-            raise AlayaError(f"{meta_path}: format is {meta.get('format')!r}, expected {DATASET_FORMAT!r}")
-        if split not in meta["clips"]:
-            raise AlayaError(f"{meta_path}: no split {split!r}; splits: {', '.join(meta['clips'])}")
         self.root, self.split, self.meta = root, split, meta
         self.presets: list[str] = meta["presets"]
         self.prompts: dict[str, dict[str, list[str]]] = meta["prompts"]

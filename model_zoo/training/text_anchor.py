@@ -41,6 +41,7 @@ from torch import nn
 from ..errors import AlayaError
 from .common import StageConfig, autocast, latest_checkpoint, step_generator, train_loop
 from .latent_data import perturb_prompts
+from .refiner import _embeddings  # pooled MiniLM embeddings of wordings, as the refiner stage reads them
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,6 @@ def dit_text_response(dit: nn.Module, embeddings: torch.Tensor) -> torch.Tensor:
     Exact for a one-token prompt: attention over one key returns its value whatever the query."""
     context = dit.text_embedding(embeddings)
     return torch.cat([block.cross_attn.o(block.cross_attn.v(context)) for block in dit.blocks], -1)
-
-
-def _embeddings(wordings: list[str]) -> torch.Tensor:
-    from ..text_encoder import TextEncoder
-
-    with torch.no_grad():
-        return TextEncoder.load()(wordings)[:, 0].float()
 
 
 class Anchor:
@@ -218,15 +212,16 @@ class RefinerAnchor:
 
 def _wordings(cfg: TextAnchorConfig) -> tuple[list[str], list[list[str]], list[list[str]]]:
     """(presets, training wordings per preset as the dataset lists them, extra wordings per preset)."""
-    from .data import ClipSet
+    from .data import dataset_meta
     from .prompts import prompts
 
-    clips = ClipSet(cfg.data, "train")
-    train = [list(clips.prompts[p]["train"]) for p in clips.presets]
+    meta = dataset_meta(cfg.data, "train")  # presets and wordings only: no clip is loaded
+    presets = list(meta["presets"])
+    train = [list(meta["prompts"][p]["train"]) for p in presets]
     extra = [[w for split in _splits(cfg.extra_split) for w in prompts(p, split) if w not in train[i]]
-             for i, p in enumerate(clips.presets)]
+             for i, p in enumerate(presets)]
     extra = [words[:cfg.extra_wordings or None] for words in extra]
-    return list(clips.presets), train, extra
+    return presets, train, extra
 
 
 def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
