@@ -36,3 +36,21 @@ def preferred_dtype(device: str | torch.device = "cpu") -> torch.dtype:
     if device.type == "cpu":
         return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
     return torch.float32
+
+
+def choose_device(choice: str = "auto") -> torch.device:
+    """'auto': CUDA when present, else the CPU; any other choice as given."""
+    if choice != "auto":
+        return torch.device(choice)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def choose_dtype(choice: str, device: torch.device) -> torch.dtype:
+    """'bf16' / 'fp32' as given; 'auto': bf16 on CUDA and on CPUs with fast bf16 (AMX), else float32."""
+    if choice == "bf16":
+        return torch.bfloat16
+    if choice == "fp32":
+        return torch.float32
+    if torch.device(device).type == "cuda":
+        return torch.bfloat16
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32

@@ -93,27 +93,23 @@ def output_path(path: str) -> Path:
 
 def torch_device(choice: str = "auto") -> torch.device:
     """'auto': ComfyUI's device inside ComfyUI, else CUDA when present, else CPU."""
+    from ..model_zoo.precision import choose_device
+
     if choice != "auto":
-        return torch.device(choice)
+        return choose_device(choice)
     try:
         import comfy.model_management as mm
 
         return mm.get_torch_device()
     except ImportError:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return choose_device("auto")
 
 
 def torch_dtype(choice: str, device: torch.device) -> torch.dtype:
     """'auto': bf16 on CUDA and on CPUs with fast bf16 (AMX), else float32."""
-    if choice == "bf16":
-        return torch.bfloat16
-    if choice == "fp32":
-        return torch.float32
-    if device.type == "cuda":
-        return torch.bfloat16
-    from ..model_zoo.precision import cpu_has_fast_bf16
+    from ..model_zoo.precision import choose_dtype
 
-    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+    return choose_dtype(choice, device)
 
 
 class Progress:
@@ -141,7 +137,9 @@ class Progress:
         if preview is not None:
             from PIL import Image
 
-            image = ("JPEG", Image.fromarray(preview.clamp(0, 1).mul(255).round().byte().cpu().numpy()), 512)
+            from ..streaming.pipelines import to_uint8
+
+            image = ("JPEG", Image.fromarray(to_uint8(preview)), 512)
         self.bar.update_absolute(self.done, self.total, image)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from ..streaming.runner import run_source_whole, run_stage_whole
 from . import comfy
+from .base import SourceNode, StageNode
 
 CATEGORY = "alaya-flash/gbuffers"
 GBUFFERS = "ALAYA_GBUFFERS"
@@ -22,15 +22,13 @@ def _chunk_input(default: int = 16):
                     "tooltip": "Frames per chunk when streaming (the runner's tick); does not change the frames rendered."})
 
 
-class LoadGBuffers:
+class LoadGBuffers(SourceNode):
     DESCRIPTION = ("Read a G-buffer sequence from disk, lazily: teacher {mod}.mp4 folders, image sequences "
                    "(PNG 8/16-bit, EXR incl. multi-layer) or npy windows. Streams chunk by chunk in the runner.")
     CATEGORY = CATEGORY
-    STREAM = "source"
     RETURN_TYPES = (GBUFFERS, "INT")
     RETURN_NAMES = ("gbuffers", "frame_count")
     OUTPUT_TOOLTIPS = ("G-buffer frames (teacher form)", "Frames in the selected range (0 when unknown)")
-    FUNCTION = "load"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -75,18 +73,13 @@ class LoadGBuffers:
         for i, g in enumerate(gbuffer_chunks(stream, chunk)):
             yield g, (count if i == 0 else None)
 
-    def load(self, **inputs):
-        return run_source_whole(self, **inputs)
 
-
-class PhysicsWorld:
+class PhysicsWorld(SourceNode):
     DESCRIPTION = ("A procedural physics scene (MuJoCo rigid bodies, headless rasterizer) as a G-buffer source: "
                    "the same seed gives the same frames.")
     CATEGORY = CATEGORY
-    STREAM = "source"
     RETURN_TYPES = (GBUFFERS,)
     RETURN_NAMES = ("gbuffers",)
-    FUNCTION = "simulate"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -112,20 +105,15 @@ class PhysicsWorld:
         for g in gbuffer_chunks(world_stream(cfg), chunk):
             yield (g,)
 
-    def simulate(self, **inputs):
-        return run_source_whole(self, **inputs)
 
-
-class GBuffersFromImages:
+class GBuffersFromImages(StageNode):
     DESCRIPTION = ("Build G-buffers from five IMAGE inputs (any image or EXR loader can feed it). "
                    "encoding 'teacher': images already in the teacher's 8-bit encoding; 'float': albedo linear, "
                    "depth in scene units (channel 0), normals in [-1, 1] camera space (OpenGL), metallic/roughness in [0, 1].")
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("albedo", "depth", "metallic", "normal", "roughness")
     RETURN_TYPES = (GBUFFERS,)
     RETURN_NAMES = ("gbuffers",)
-    FUNCTION = "build"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -143,9 +131,6 @@ class GBuffersFromImages:
 
     def start_stream(self, encoding, depth_near, fps):
         return _FromImages(encoding, depth_near, fps)
-
-    def build(self, **inputs):
-        return run_stage_whole(self, **inputs)
 
 
 class _FromImages:
@@ -179,14 +164,12 @@ class _FromImages:
         return None
 
 
-class GBuffersToImages:
+class GBuffersToImages(StageNode):
     DESCRIPTION = "Show the five passes as IMAGE batches (teacher encoding, [0, 1]) to inspect them on the canvas."
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("gbuffers",)
     RETURN_TYPES = ("IMAGE",) * 5
     RETURN_NAMES = ("albedo", "depth", "metallic", "normal", "roughness")
-    FUNCTION = "split"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -194,9 +177,6 @@ class GBuffersToImages:
 
     def start_stream(self):
         return _ToImages()
-
-    def split(self, **inputs):
-        return run_stage_whole(self, **inputs)
 
 
 class _ToImages:

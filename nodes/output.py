@@ -9,24 +9,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..streaming.runner import run_stage_whole
 from . import comfy
+from .base import StageNode
 
 CATEGORY = "alaya-flash/output"
 FORMATS = ["mp4", "png", "exr", "npy"]
 
 
-class Save:
+class Save(StageNode):
     DESCRIPTION = ("Write the rendered frames: mp4 (H.264 video), png / exr (numbered frame folder), or npy "
                    "(windows of 16 frames, with the G-buffers: training-data layout). Connect the G-buffers to also "
                    "write the aligned passes (png, exr, npy). Frames are encoded on a background thread while the next chunk "
                    "renders. Relative paths start at ComfyUI's output folder.")
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("images", "gbuffers")
     RETURN_TYPES = ()
     OUTPUT_NODE = True
-    FUNCTION = "save"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -53,9 +51,6 @@ class Save:
     def start_stream(self, filename, format, fps, overwrite):
         return _Saving(destination(filename, format), format, fps, overwrite)
 
-    def save(self, **inputs):
-        return run_stage_whole(self, **inputs)
-
 
 def destination(filename: str, format: str) -> Path:
     """The output path: mp4 gets a .mp4 suffix when it has none; sequences are folders."""
@@ -66,63 +61,32 @@ def destination(filename: str, format: str) -> Path:
 
 
 class _Saving:
-    def __init__(self, path: Path, format: str, fps: float, overwrite: bool):
-        from ..streaming import sinks
+    """streaming.sinks.FrameWriter with ComfyUI's interruption check and the node's UI result."""
 
-        self.path = path
-        if format == "mp4":
-            self.sink = sinks.Mp4Sink(path, fps=fps, overwrite=overwrite)
-        elif format == "png":
-            self.sink = sinks.PngSequenceSink(path, overwrite=overwrite)
-        elif format == "exr":
-            self.sink = sinks.ExrSequenceSink(path, overwrite=overwrite)
-        else:
-            self.sink = sinks.NpyWindowSink(path, overwrite=overwrite)
-        self.writer = sinks.BackgroundWriter(self.sink)  # encodes while the next chunk renders
-        self.frames: list = []  # decoded frames waiting for their G-buffers (the decoder lags the input)
-        self.gbuffers: list = []
-        self.with_gbuffers: bool | None = None
+    def __init__(self, path: Path, format: str, fps: float, overwrite: bool):
+        from ..streaming.sinks import FrameWriter
+
+        self.inner = FrameWriter(path, format, fps, overwrite)
 
     def step(self, images=None, gbuffers=None):
         comfy.check_interrupted()
-        if images is not None:
-            self.frames.extend(images.clamp(0, 1).mul(255).round().byte().cpu().numpy())
-        if gbuffers is not None:
-            self.with_gbuffers = True
-            self.gbuffers.extend(gbuffers.images.numpy())
-        self._write()
-
-    def _write(self):
-        n = min(len(self.frames), len(self.gbuffers)) if self.with_gbuffers else len(self.frames)
-        self.writer.put([(self.frames[i], self.gbuffers[i] if self.with_gbuffers else None) for i in range(n)])
-        del self.frames[:n]
-        if self.with_gbuffers:
-            del self.gbuffers[:n]
+        self.inner.step(images, gbuffers)
 
     def flush(self):
-        self._write()
-        if self.with_gbuffers and (self.frames or self.gbuffers):
-            from ..model_zoo.errors import AlayaError
-
-            self.abort()
-            raise AlayaError(f"{self.path}: {len(self.frames)} frame(s) and {len(self.gbuffers)} G-buffer(s) left "
-                             "unpaired: the frames and G-buffers differ in length")
-        out = self.writer.close()
-        return {"ui": {"text": [f"wrote {self.sink.count} frames to {out}" if out else "no frames written"]}}
+        out = self.inner.flush()
+        return {"ui": {"text": [f"wrote {self.inner.count} frames to {out}" if out else "no frames written"]}}
 
     def abort(self):
-        self.writer.abort()
+        self.inner.abort()
 
 
-class StreamPreview:
+class StreamPreview(StageNode):
     DESCRIPTION = ("Show the stream as it renders: the newest frame is written to a JPEG (replaced atomically "
                    "every chunk, for a live page or an image viewer) and, inside ComfyUI, shown on the progress bar.")
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("images",)
     RETURN_TYPES = ()
     OUTPUT_NODE = True
-    FUNCTION = "preview"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -133,9 +97,6 @@ class StreamPreview:
 
     def start_stream(self, filename):
         return _Previewing(comfy.output_path(filename) if filename else None)
-
-    def preview(self, **inputs):
-        return run_stage_whole(self, **inputs)
 
 
 class _Previewing:
@@ -151,9 +112,11 @@ class _Previewing:
         if self.path is not None:
             from PIL import Image
 
+            from ..streaming.pipelines import to_uint8
+
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
-            Image.fromarray(last.clamp(0, 1).mul(255).round().byte().cpu().numpy()).save(tmp, format="JPEG", quality=90)
+            Image.fromarray(to_uint8(last[None])[0]).save(tmp, format="JPEG", quality=90)
             os.replace(tmp, self.path)
         self.bar.done = 0
         self.bar.update(1, preview=last)

@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import math
 
-from ..streaming.runner import run_stage_whole
 from . import comfy
+from .base import StageNode
 
 CATEGORY = "alaya-flash/render"
 LATENTS = "ALAYA_LATENTS"
 SEED = ("INT", {"default": 0, "min": 0, "max": 2**63 - 1, "tooltip": "Noise seed: the same seed gives the same frames in ComfyUI and in the runner."})
 
 
-class EncodeGBuffers:
+class EncodeGBuffers(StageNode):
     DESCRIPTION = ("G-buffers -> conditioning latents (80 channels: 16 per pass). With a Flash model: the streaming "
                    "G-buffer encoder; with the teacher: the Wan VAE on each pass, one window at a time.")
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("gbuffers",)
     RETURN_TYPES = (LATENTS,)
     RETURN_NAMES = ("cond",)
-    FUNCTION = "encode"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -40,9 +38,6 @@ class EncodeGBuffers:
         if gbuffer_encoder.kind == "flash":
             return _Wrap(GBufferEncode(gbuffer_encoder.module))
         return _Wrap(TeacherEncode(gbuffer_encoder.module, gbuffer_encoder.window_frames))
-
-    def encode(self, **inputs):
-        return run_stage_whole(self, **inputs)
 
 
 class _Wrap:
@@ -60,15 +55,13 @@ class _Wrap:
         return (self.inner.flush(),)
 
 
-class FlashSampler:
+class FlashSampler(StageNode):
     DESCRIPTION = ("Few-step autoregressive sampling with a rolling KV cache, chunk by chunk; the prompt schedule "
                    "is applied by pixel frame (a change keeps the cache).")
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("cond",)
     RETURN_TYPES = (LATENTS,)
     RETURN_NAMES = ("latents",)
-    FUNCTION = "sample"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -95,9 +88,6 @@ class FlashSampler:
         return _Sampling(FlashSample(model, prompt, seed=seed, steps=steps, chunk_frames=chunk_frames,
                                      window_frames=window_frames, sink_frames=sink_frames), chunk_frames,
                          preview_decoder=model.decoder)
-
-    def sample(self, **inputs):
-        return run_stage_whole(self, **inputs)
 
 
 class _Sampling:
@@ -133,15 +123,13 @@ class _Sampling:
         return (self.inner.flush(),)
 
 
-class TeacherSampler:
+class TeacherSampler(StageNode):
     DESCRIPTION = ("The teacher: bidirectional flow-matching Euler over each window with classifier-free guidance "
                    "(negative prompt) and time shift. Slow (50 steps x 2 passes); the reference for Flash.")
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("cond",)
     RETURN_TYPES = (LATENTS,)
     RETURN_NAMES = ("latents",)
-    FUNCTION = "sample"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -162,9 +150,6 @@ class TeacherSampler:
         negative = model.text_encoder()([negative_prompt]) if cfg != 1.0 else None
         return _TeacherSampling(TeacherSample(model, prompt, negative, seed=seed, steps=steps, cfg=cfg, shift=shift), steps)
 
-    def sample(self, **inputs):
-        return run_stage_whole(self, **inputs)
-
 
 class _TeacherSampling:
     def __init__(self, inner, steps: int):
@@ -181,15 +166,13 @@ class _TeacherSampling:
         return (self.inner.flush(),)
 
 
-class Decode:
+class Decode(StageNode):
     DESCRIPTION = ("Latents -> RGB frames (IMAGE [T, H, W, 3] in [0, 1]): the tiny streaming decoder (fast) or the "
                    "full Wan VAE (final quality). N G-buffer frames in give N frames out.")
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("latents",)
     RETURN_TYPES = ("IMAGE",)
     RETURN_NAMES = ("images",)
-    FUNCTION = "decode"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -203,9 +186,6 @@ class Decode:
 
         inner = TinyDecoder(decoder.module) if decoder.kind == "tiny" else VAEDecoder(decoder.module)
         return _Decoding(DecodeStage(inner))
-
-    def decode(self, **inputs):
-        return run_stage_whole(self, **inputs)
 
 
 class _Decoding:
@@ -237,17 +217,15 @@ class _Decoding:
         return (None,)
 
 
-class Refine:
+class Refine(StageNode):
     DESCRIPTION = ("Decoded frames + their G-buffers -> refined frames: the Flash model's G-buffer refiner restores "
                    "detail and colour the 8x-smaller latents lost, frame by frame (and, for a refiner that reads the "
                    "prompt, the prompted lighting). Frames pass through unchanged when the model has no refiner. "
                    "Connect the same G-buffers that fed Encode G-Buffers and the prompt that fed the sampler.")
     CATEGORY = CATEGORY
-    STREAM = "stage"
     STREAM_INPUTS = ("images", "gbuffers")
     RETURN_TYPES = ("IMAGE",)
     RETURN_NAMES = ("images",)
-    FUNCTION = "refine"
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -271,9 +249,6 @@ class Refine:
                              "input to the Encode Prompt node that feeds the sampler")
         return _Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None))
 
-    def refine(self, **inputs):
-        return run_stage_whole(self, **inputs)
-
 
 class _Refining:
     """Pairs frames with G-buffers in stream order (the decoder lags the input); None: pass frames through."""
@@ -285,8 +260,7 @@ class _Refining:
         comfy.check_interrupted()
         if self.inner is None:
             return (images,)
-        self.inner.add_gbuffers(gbuffers)
-        out = self.inner.step(images)
+        out = self.inner.step(images, gbuffers)
         return (comfy.intermediate(out) if out is not None else None,)
 
     def flush(self):

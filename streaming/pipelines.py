@@ -9,12 +9,12 @@ Flash (one continuous causal stream):
 
     enc = GBufferEncode(model.gbuffer_encoder)         # teacher-form uint8 -> cond latents
     smp = FlashSample(model, prompts, seed=0)          # cond latents -> clean latents (AR chunks)
-    dec = Decode(tiny_decoder(model))                  # clean latents -> RGB frames
+    dec = Decode(TinyDecoder(model.decoder))           # clean latents -> RGB frames
     ref = Refine(model.refiner, prompts)               # frames + their G-buffers (+ prompt) -> frames (optional)
     for gbuffers in chunks:                            # GBuffers (T, 5, H, W, 3) uint8
-        ref.add_gbuffers(gbuffers)
-        rgb = ref.step(dec.step(smp.step(enc.step(gbuffers))))  # (t, H, W, 3) float [0, 1], or None
-    ... then the same with flush() at the end (see FlashPipeline, which does exactly this)
+        rgb = ref.step(dec.step(smp.step(enc.step(gbuffers))), gbuffers)  # (t, H, W, 3) float [0, 1], or None
+    ... then the same with flush() at the end. `flash_steps` puts exactly this on the one chunk loop
+    (streaming/driver.py); FlashPipeline is that stage list with step/flush/run.
 
 Teacher (bidirectional windows of `window_frames` pixel frames, independent clips):
 
@@ -39,15 +39,15 @@ RGB frames are ComfyUI IMAGE: float32 (T, H, W, 3) in [0, 1] on the CPU.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..model_zoo.errors import AlayaError
 from ..model_zoo.latents import TIME_COMPRESSION
+from .driver import StageGraph, Step, concat_chunks
 from .gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
 from .session import FlashSession, SessionConfig, StreamState, teacher_sample
 
@@ -119,13 +119,6 @@ class Latents:
         for a, b in zip(cuts[:-1], cuts[1:]):
             out.append(Latents(self.tensor[:, :, a:b], (0,) if a in self.starts else (), self.pad if b == len(self) else 0, self.fps))
         return out
-
-
-def _join(parts: list):
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else type(parts[0]).concat(parts) if hasattr(type(parts[0]), "concat") else torch.cat(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,6 +266,14 @@ class FlashSample:
         self.new_clip = True
         self.on_chunk: Callable[[torch.Tensor], None] | None = None  # called after each AR chunk
 
+    def set_prompts(self, prompts: PromptSchedule) -> None:
+        """A new schedule from the next chunk on (the KV cache is kept: no cut); also what a reset uses."""
+        if prompts.text_dim != self.prompts.text_dim:
+            raise AlayaError(f"prompt embeddings are {prompts.text_dim} wide, the stream's are {self.prompts.text_dim}")
+        self.prompts = prompts
+        self.prompt_index, emb = prompts.at(latent_start_pixel(self.state.frame))
+        self.session.set_prompt(self.state, emb)
+
     def _sample(self, cond: torch.Tensor) -> torch.Tensor:
         k, emb = self.prompts.at(latent_start_pixel(self.state.frame))
         if k != self.prompt_index:
@@ -313,7 +314,7 @@ class FlashSample:
             self.pad += piece.pad
             self.buffer.append(piece.tensor)
             out.append(self._run(final=False))
-        return _join(out)
+        return concat_chunks(out)
 
     def flush(self) -> Latents | None:
         return self._run(final=True)
@@ -390,7 +391,7 @@ class Decode:
 class Refine:
     """Decoded frames -> refined frames, each with its own G-buffers (model_zoo/codecs/refiner.py).
 
-    The decoder lags its input, so G-buffers wait here (add_gbuffers) until their frames arrive;
+    The decoder lags its input, so G-buffers wait here (step's `gbuffers`) until their frames arrive;
     frames and G-buffers pair in stream order, and the stream must end with none left over. A
     refiner that reads the prompt gets each frame's embedding from `prompts` by its pixel frame.
     """
@@ -416,7 +417,8 @@ class Refine:
         # the sentence embedding, pooled over its tokens (all-MiniLM's context is one token already)
         return torch.cat([self.prompts.at(self.frame + i)[1].float().mean(1) for i in range(n)])
 
-    def step(self, frames: torch.Tensor | None) -> torch.Tensor | None:
+    def step(self, frames: torch.Tensor | None, gbuffers: GBuffers | None = None) -> torch.Tensor | None:
+        self.add_gbuffers(gbuffers)
         if frames is not None:
             self.frames = _append(self.frames, frames)
         n = min(_count(self.frames), _count(self.gbuffers))
@@ -484,7 +486,7 @@ class TeacherEncode:
             outs.append(self._encode(images[: self.window], 0))
             rest = images[self.window :]
             self.buffer, self.held = ([rest] if len(rest) else []), len(rest)
-        return _join(outs)
+        return concat_chunks(outs)
 
     def flush(self) -> Latents | None:
         if not self.held:
@@ -534,46 +536,63 @@ class TeacherSample:
             if not piece.starts:
                 raise AlayaError("teacher sampler: latents must come in whole clips (from Encode G-Buffers with a teacher)")
             outs.append(self._sample(piece))
-        return _join(outs)
+        return concat_chunks(outs)
 
     def flush(self) -> None:
         return None
 
 
 # ---------------------------------------------------------------------------------------------
-# Whole pipelines (bench, eval, live page): one object, step/flush, per-stage timings.
+# Whole pipelines (bench, eval, live page, training renders): a fixed stage list on the one driver.
 
 
-@dataclass
-class StageTimes:
-    """Seconds spent per stage (read is filled in by the caller that reads the input)."""
+def flash_steps(model, prompts: PromptSchedule, seed: int = 0, refine: bool = True, feed: str = "gbuffers",
+                **sample_options) -> list[Step]:
+    """The Flash stage list over G-buffer chunks fed as `feed`: encode, sample, decode, and refine
+    (the model's G-buffer refiner, with the same G-buffers) when the model has one and `refine` is on."""
+    steps = [Step("encode", GBufferEncode(model.gbuffer_encoder), {"gbuffers": (feed, 0)}, single=True),
+             Step("sample", FlashSample(model, prompts, seed, **sample_options), {"cond": ("encode", 0)}, single=True),
+             Step("decode", Decode(TinyDecoder(model.decoder)), {"latents": ("sample", 0)}, single=True)]
+    if refine and model.refiner is not None:
+        steps.append(Step("refine", Refine(model.refiner, prompts), {"frames": ("decode", 0), "gbuffers": (feed, 0)},
+                          single=True))
+    return steps
 
-    seconds: dict[str, float] = field(default_factory=lambda: {"encode": 0.0, "sample": 0.0, "decode": 0.0})
 
-    def add(self, stage: str, t: float) -> None:
-        self.seconds[stage] = self.seconds.get(stage, 0.0) + t
+def teacher_steps(teacher, prompts: PromptSchedule, negative: torch.Tensor | None = None, seed: int = 0,
+                  window_frames: int | None = None, feed: str = "gbuffers", **sample_options) -> list[Step]:
+    """The teacher's stage list: Wan VAE encode per window, 50-step CFG sampling, Wan VAE decode."""
+    return [Step("encode", TeacherEncode(teacher.vae, window_frames or teacher.settings.window_frames),
+                 {"gbuffers": (feed, 0)}, single=True),
+            Step("sample", TeacherSample(teacher, prompts, negative, seed, **sample_options), {"latents": ("encode", 0)},
+                 single=True),
+            Step("decode", Decode(VAEDecoder(teacher.vae)), {"latents": ("sample", 0)}, single=True)]
 
 
-class _Pipeline:
-    stages: tuple
-    names = ("encode", "sample", "decode")
+class Pipeline:
+    """A fixed stage list over one G-buffer feed, driven by driver.StageGraph: push chunks with
+    step(), end with flush(), or iterate run(chunks). seconds: time per stage over the stream."""
 
-    def _through(self, value, final: bool):
-        for name, stage in zip(self.names, self.stages):
-            t0 = time.perf_counter()
-            out = stage.step(value) if value is not None else None
-            if final:
-                out = _join([out, stage.flush()])
-            self.times.add(name, time.perf_counter() - t0)
-            value = out
-        return value
+    def __init__(self, steps: list[Step]):
+        self.graph = StageGraph(["gbuffers"], steps)
+        self.last = steps[-1].name
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return self.graph.seconds
+
+    def stage(self, name: str):
+        """The stage object of a step (encode, sample, decode, refine), or None when it is not in the list."""
+        return next((s.stage for s in self.graph.steps if s.name == name), None)
 
     def step(self, gbuffers: GBuffers) -> torch.Tensor | None:
         """G-buffer chunk -> RGB frames ready so far (T, H, W, 3) float [0, 1], or None."""
-        return self._through(gbuffers, final=False)
+        out = self.graph.tick({"gbuffers": (gbuffers,)})[self.last]
+        return None if out is None else out[0]
 
     def flush(self) -> torch.Tensor | None:
-        return self._through(None, final=True)
+        out = self.graph.finish()[self.last]
+        return None if out is None else out[0]
 
     def run(self, chunks: Iterable[GBuffers]) -> Iterator[torch.Tensor]:
         for chunk in chunks:
@@ -585,33 +604,30 @@ class _Pipeline:
             yield out
 
 
-class FlashPipeline(_Pipeline):
-    """G-buffers -> RGB with a Flash model, chunk by chunk (encoder, AR sampler, tiny decoder, and the
-    G-buffer refiner when the model has one and `refine` is on)."""
+class FlashPipeline(Pipeline):
+    """G-buffers -> RGB with a Flash model, chunk by chunk (flash_steps)."""
 
     def __init__(self, model, prompts: PromptSchedule, seed: int = 0, refine: bool = True, **sample_options):
-        self.times = StageTimes()
-        self.stages = (GBufferEncode(model.gbuffer_encoder), FlashSample(model, prompts, seed, **sample_options),
-                       Decode(TinyDecoder(model.decoder)))
-        self.refine = Refine(model.refiner, prompts) if refine and model.refiner is not None else None
-        if self.refine is not None:
-            self.stages += (self.refine,)
-            self.names += ("refine",)
+        super().__init__(flash_steps(model, prompts, seed, refine, **sample_options))
 
-    def step(self, gbuffers: GBuffers) -> torch.Tensor | None:
-        if self.refine is not None:
-            self.refine.add_gbuffers(gbuffers)
-        return super().step(gbuffers)
+    @property
+    def refine(self) -> Refine | None:
+        return self.stage("refine")
+
+    def set_prompts(self, prompts: PromptSchedule) -> None:
+        """Change the prompt mid-stream: the sampler from its next chunk (KV cache kept), a refiner
+        that reads the prompt from its next frame."""
+        self.stage("sample").set_prompts(prompts)
+        if self.refine is not None and self.refine.prompts is not None:
+            self.refine.prompts = prompts
 
 
-class TeacherPipeline(_Pipeline):
-    """G-buffers -> RGB with the teacher (Wan VAE encode, 50-step CFG sampling, Wan VAE decode)."""
+class TeacherPipeline(Pipeline):
+    """G-buffers -> RGB with the teacher (teacher_steps)."""
 
     def __init__(self, teacher, prompts: PromptSchedule, negative: torch.Tensor | None = None, seed: int = 0,
                  window_frames: int | None = None, **sample_options):
-        self.times = StageTimes()
-        self.stages = (TeacherEncode(teacher.vae, window_frames or teacher.settings.window_frames),
-                       TeacherSample(teacher, prompts, negative, seed, **sample_options), Decode(VAEDecoder(teacher.vae)))
+        super().__init__(teacher_steps(teacher, prompts, negative, seed, window_frames, **sample_options))
 
 
 def gbuffer_chunks(stream, length: int) -> Iterator[GBuffers]:
@@ -659,5 +675,5 @@ def gbuffers_from_images(parts: dict[str, torch.Tensor], encoding: str = "teache
 
 
 def to_uint8(frames: torch.Tensor) -> np.ndarray:
-    """IMAGE (T, H, W, 3) float [0, 1] -> uint8 numpy (T, H, W, 3)."""
-    return frames.clamp(0, 1).mul(255).round().to(torch.uint8).numpy()
+    """IMAGE (T, H, W, 3) float [0, 1] (any device) -> uint8 numpy (T, H, W, 3)."""
+    return frames.detach().float().cpu().clamp(0, 1).mul(255).round().to(torch.uint8).numpy()

@@ -70,7 +70,7 @@ def sample_x0(
     for i, sigma in enumerate(sigmas):
         x0 = denoise(x, sigma)
         if i + 1 < len(sigmas):
-            x = add_noise(x0, noise(i), sigmas[i + 1])
+            x = add_noise(x0.detach(), noise(i), sigmas[i + 1])  # training: gradients stop at each step
     return x0
 
 

@@ -178,25 +178,69 @@ class FlashSession:
         evicted_before = state.cache.evicted
         shape = (b, model.config.out_dim, frames, h, w)
 
-        def draw(_step: int = 0) -> torch.Tensor:  # Wan's recipe: float32 noise on the CPU
+        def draw() -> torch.Tensor:  # Wan's recipe: float32 noise on the CPU
             return torch.randn(shape, generator=state.generator, dtype=torch.float32).to(device)
 
-        def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
-            t = torch.full((b,), 1000 * sigma, device=device)
-            return model(torch.cat([x, cond], 1), t, state.prompt, cache=state.cache, start_frame=state.frame)
-
         with torch.no_grad():
-            # 1-2. few-step x0 loop; each pass overwrites this chunk's cache slot
-            latents = sampler.sample_x0(
-                lambda x, s: sampler.x0_from_velocity(x, velocity(x, s), s), draw(), self.sigmas, draw
-            )
-            # 3. clean pass: the chunk's final keys/values, seen by every later chunk
-            velocity(latents, cfg.context_t / 1000)
+            velocity = chunk_velocity(model, cond, state.prompt, state.cache, state.frame)
+            latents = sample_chunk(velocity, draw, self.sigmas, cfg.context_t)
         if state.history is not None:
             state.history.append(torch.cat([latents, cond], 1), state.cache.evicted - evicted_before)
         state.frame += frames
         state.chunks += 1
         return latents, state
+
+
+def chunk_velocity(model: WanDiT, cond: torch.Tensor, prompt: PromptContext | torch.Tensor, cache: KVCache,
+                   start_frame: int) -> Callable[..., torch.Tensor]:
+    """v(x, sigma, prompt=prompt) of one AR chunk against the rolling cache: each pass writes the
+    chunk's keys/values into its slot (the next pass overwrites them)."""
+    b = cond.shape[0]
+
+    def velocity(x: torch.Tensor, sigma: float, prompt=prompt) -> torch.Tensor:
+        t = torch.full((b,), 1000 * sigma, device=cond.device)
+        return model(torch.cat([x, cond], 1), t, prompt, cache=cache, start_frame=start_frame)
+
+    return velocity
+
+
+def sample_chunk(velocity: Callable[..., torch.Tensor], noise: Callable[[], torch.Tensor], sigmas: list[float],
+                 context_t: float = 0.0, denoise: Callable[[torch.Tensor, float], torch.Tensor] | None = None) -> torch.Tensor:
+    """One AR chunk (Self-Forcing's causal inference): 1. the few-step x0 loop from noise(), re-noised
+    with noise() between steps, every pass against the cache; 2. one clean pass of the result at
+    t = context_t (without gradients), which leaves the chunk's final keys/values for later chunks.
+
+    denoise(x, sigma) -> x0 defaults to x0 from `velocity`; training passes its own (gradients at
+    one exit step, fewer steps). FlashSession.step and the training rollout both run this."""
+    denoise = denoise or (lambda x, s: sampler.x0_from_velocity(x, velocity(x, s), s))
+    x0 = sampler.sample_x0(denoise, noise(), sigmas, lambda _step: noise())
+    with torch.no_grad():
+        velocity(x0.detach(), context_t / 1000)
+    return x0
+
+
+def guided_velocity(model: WanDiT, cond: torch.Tensor, prompt_emb: torch.Tensor, negative_emb: torch.Tensor | None = None,
+                    cfg: float = sampler.TEACHER_CFG, batched: bool = False) -> Callable[[torch.Tensor, float], torch.Tensor]:
+    """The teacher's v(x, sigma) over a whole window with classifier-free guidance:
+    uncond + cfg * (cond - uncond), the negative prompt as uncond (none when cfg == 1 or no
+    negative). batched (training): both branches in one pass of twice the batch, returned in float32."""
+    b, device = cond.shape[0], cond.device
+    use_cfg = negative_emb is not None and cfg != 1.0
+    if batched:
+        ctx = torch.cat([prompt_emb, negative_emb.expand(b, -1, -1)]) if use_cfg else prompt_emb
+    else:
+        pos = model.prepare_prompt(prompt_emb)
+        neg = model.prepare_prompt(negative_emb) if use_cfg else None
+
+    def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
+        inp, t = torch.cat([x, cond], 1), torch.full((b,), 1000 * sigma, device=device)
+        if batched:
+            v = model(torch.cat([inp, inp]) if use_cfg else inp, torch.cat([t, t]) if use_cfg else t, ctx).float()
+            return sampler.cfg_combine(v[:b], v[b:], cfg) if use_cfg else v
+        v = model(inp, t, pos)
+        return sampler.cfg_combine(v, model(inp, t, neg), cfg) if use_cfg else v
+
+    return velocity
 
 
 def teacher_sample(
@@ -229,14 +273,6 @@ def teacher_sample(
         noise = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
     elif tuple(noise.shape) != shape:
         raise AlayaError(f"teacher noise has shape {tuple(noise.shape)}, expected {shape}")
-    use_cfg = negative_emb is not None and cfg != 1.0
     with torch.no_grad():
-        pos = model.prepare_prompt(prompt_emb)
-        neg = model.prepare_prompt(negative_emb) if use_cfg else None
-
-        def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
-            inp, t = torch.cat([x, cond], 1), torch.full((b,), 1000 * sigma, device=device)
-            v = model(inp, t, pos)
-            return sampler.cfg_combine(v, model(inp, t, neg), cfg) if use_cfg else v
-
+        velocity = guided_velocity(model, cond, prompt_emb, negative_emb, cfg)
         return sampler.sample_euler(velocity, noise.to(device), sampler.teacher_sigmas(steps, shift), callback)

@@ -518,6 +518,65 @@ class BackgroundWriter:
         return self.sink.count
 
 
+FRAME_FORMATS = ("mp4", "png", "exr", "npy")
+
+
+class FrameWriter:
+    """A sink stage of the chunk loop (streaming/driver.py): rendered frames, and optionally the
+    G-buffers they came from, written as they arrive on a BackgroundWriter.
+
+    format: mp4 (H.264 video), png / exr (numbered frame folders), npy (windows with the G-buffers).
+    step(images=IMAGE float (T, H, W, 3) [0, 1], gbuffers=GBuffers): the decoder lags its input, so
+    frames wait for their G-buffers and pair in stream order. close() (flush) returns the path;
+    abort() leaves nothing at the destination.
+    """
+
+    def __init__(self, path, format: str = "mp4", fps: float = 16.0, overwrite: bool = False):
+        if format not in FRAME_FORMATS:
+            raise AlayaError(f"unknown output format {format!r}; choose one of {', '.join(FRAME_FORMATS)}")
+        sink = {"mp4": lambda: Mp4Sink(path, fps=fps, overwrite=overwrite),
+                "png": lambda: PngSequenceSink(path, overwrite=overwrite),
+                "exr": lambda: ExrSequenceSink(path, overwrite=overwrite),
+                "npy": lambda: NpyWindowSink(path, overwrite=overwrite)}[format]()
+        self.path, self.sink = Path(path), sink
+        self.writer = BackgroundWriter(sink)  # encodes while the next chunk renders
+        self.frames: list = []  # decoded frames waiting for their G-buffers
+        self.gbuffers: list = []
+        self.with_gbuffers = False
+
+    def step(self, images=None, gbuffers=None) -> None:
+        from .pipelines import to_uint8
+
+        if images is not None:
+            self.frames.extend(to_uint8(images))
+        if gbuffers is not None:
+            self.with_gbuffers = True
+            self.gbuffers.extend(gbuffers.images.numpy())
+        self._write()
+
+    def _write(self) -> None:
+        n = min(len(self.frames), len(self.gbuffers)) if self.with_gbuffers else len(self.frames)
+        self.writer.put([(self.frames[i], self.gbuffers[i] if self.with_gbuffers else None) for i in range(n)])
+        del self.frames[:n]
+        if self.with_gbuffers:
+            del self.gbuffers[:n]
+
+    def flush(self) -> Path | None:
+        self._write()
+        if self.with_gbuffers and (self.frames or self.gbuffers):
+            self.abort()
+            raise AlayaError(f"{self.path}: {len(self.frames)} frame(s) and {len(self.gbuffers)} G-buffer(s) left "
+                             "unpaired: the frames and G-buffers differ in length")
+        return self.writer.close()
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+    @property
+    def count(self) -> int:
+        return self.sink.count
+
+
 def open_sink(dst, to: str, fps: float = 16.0, overwrite: bool = False, png_bits: int = 8,
               window: int = 16, depth_near: float = DEFAULT_DEPTH_NEAR) -> Sink:
     """A G-buffer stream sink by format name (SINK_FORMATS); mp4 is the teacher's {mod}.mp4 layout."""

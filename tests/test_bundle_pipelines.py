@@ -105,6 +105,6 @@ def test_full_vae_decodes_flash_latents_to_same_frame_count(flash, prompts):
     teacher = bundle.make_random_teacher()
     g = _gbuffers(6)
     enc, smp = pl.GBufferEncode(flash.gbuffer_encoder), pl.FlashSample(flash, prompts)
-    lat = pl._join([smp.step(enc.step(g)), smp.step(enc.flush()), smp.flush()])
+    lat = pl.concat_chunks([smp.step(enc.step(g)), smp.step(enc.flush()), smp.flush()])
     frames = pl.Decode(pl.VAEDecoder(teacher.vae)).step(lat)
     assert frames.shape == (6, 16, 16, 3)

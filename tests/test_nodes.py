@@ -160,8 +160,8 @@ def test_bad_model_file_is_named(clip, tmp_path, capsys):
 
 def test_gbuffers_to_images_and_back_is_exact():
     images = torch.randint(0, 256, (6, 5, 8, 16, 3), dtype=torch.uint8)
-    passes = NODES["AlayaFlash_GBuffersToImages"]().split(gbuffers=GBuffers(images))
-    (back,) = NODES["AlayaFlash_GBuffersFromImages"]().build(**dict(zip(("albedo", "depth", "metallic", "normal", "roughness"), passes)),
+    passes = NODES["AlayaFlash_GBuffersToImages"]().run(gbuffers=GBuffers(images))
+    (back,) = NODES["AlayaFlash_GBuffersFromImages"]().run(**dict(zip(("albedo", "depth", "metallic", "normal", "roughness"), passes)),
                                                              encoding="teacher", depth_near=0.5, fps=16.0)
     grey = images.clone()
     for m in (1, 2, 4):  # single-channel passes read channel 0
@@ -174,7 +174,7 @@ def test_gbuffers_from_float_images_match_canonical_encoding():
 
     frame = next(iter(synthetic_stream(16, 8, 1)))
     img = lambda a: torch.from_numpy(np.ascontiguousarray(a if a.ndim == 3 else a[..., None]))[None]  # noqa: E731
-    (g,) = NODES["AlayaFlash_GBuffersFromImages"]().build(
+    (g,) = NODES["AlayaFlash_GBuffersFromImages"]().run(
         albedo=img(frame.albedo), depth=img(np.where(np.isinf(frame.depth), 1e9, frame.depth).astype(np.float32)),
         metallic=img(frame.metallic), normal=img(frame.normal), roughness=img(frame.roughness),
         encoding="float", depth_near=0.5, fps=16.0)

@@ -83,8 +83,8 @@ def test_each_frame_is_refined_with_its_own_gbuffers_whatever_the_chunking(flash
 def test_the_pipeline_times_the_refine_stage(flash, prompts):
     pipe = pl.FlashPipeline(flash, prompts)
     _render(pipe, [_gbuffers(5)])
-    assert pipe.times.seconds["refine"] > 0
-    assert "refine" not in pl.FlashPipeline(flash, prompts, refine=False).times.seconds
+    assert pipe.seconds["refine"] > 0
+    assert "refine" not in pl.FlashPipeline(flash, prompts, refine=False).seconds
 
 
 def test_refine_stage_pairs_in_order_and_refuses_leftovers():

@@ -107,7 +107,7 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     """The model's frames of the first `cfg.clips` training clips under every preset, uint8 (N, P, T, H, W, 3),
     each clip and preset prompted with a random wording of the prompt split `split` (prompts.py), and
     those wordings, [clip][preset]. The 'train' renders live in out/renders/, others in out/renders-SPLIT/."""
-    from ...streaming.pipelines import FlashPipeline, GBuffers, PromptSchedule
+    from ...streaming.pipelines import FlashPipeline, GBuffers, PromptSchedule, to_uint8
     from .. import bundle
     from ..loading import read_metadata, read_state_dict, save_safetensors
     from .prompts import prompts as wordings
@@ -137,7 +137,7 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
                                  refine=False)
             gbuffers = torch.from_numpy(clips.gbuffers[c])
             frames = list(pipe.run(GBuffers(gbuffers[a:a + CHUNK]) for a in range(0, len(gbuffers), CHUNK)))
-            out[c, q] = torch.cat(frames).clamp(0, 1).mul(255).round().to(torch.uint8).cpu().numpy()
+            out[c, q] = to_uint8(torch.cat(frames))
         save_safetensors({"frames": torch.from_numpy(out[c])}, path, {"recipe": clip_recipe})
         log.info("rendered training clip %d/%d under %d presets (%s wordings)", c + 1, n, len(clips.presets), split)
     return out, chosen

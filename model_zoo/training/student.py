@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from .. import dit
 from ..errors import AlayaError
-from ...streaming import sampler
+from ...streaming import sampler, session
 from .common import StageConfig, autocast, check_pair_weight, descend, step_generator, train_loop
 from .latent_data import LatentSet, nearest_presets, perturb_prompts
 from .teacher import flow_loss, load_dit
@@ -88,17 +88,14 @@ def teacher_trajectory(teacher: dit.WanDiT, noise: torch.Tensor, cond: torch.Ten
     """Teacher Euler (shift 5, CFG) from noise; returns (B, K + 1, C, T, h, w): states at the student's sigmas, then x0."""
     knots = student_sigmas()
     kept: dict[int, torch.Tensor] = {}
-    b = noise.shape[0]
-    neg = negative.expand(b, -1, -1)
+    guided = session.guided_velocity(teacher, cond, prompt, negative, cfg_scale, batched=True)
 
     def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
         for k, s in enumerate(knots):
             if abs(s - sigma) < 1e-6:
                 kept[k] = x.clone()
-        inp, t = torch.cat([x, cond], 1), torch.full((b,), 1000 * sigma)
         with autocast():
-            v = teacher(torch.cat([inp, inp]), torch.cat([t, t]), torch.cat([prompt, neg])).float()
-        return sampler.cfg_combine(v[:b], v[b:], cfg_scale)
+            return guided(x, sigma)
 
     x0 = sampler.sample_euler(velocity, noise, sampler.teacher_sigmas(steps, sampler.FEW_STEP_SHIFT))
     if len(kept) != len(knots):
@@ -275,21 +272,26 @@ def rollout(student: dit.WanDiT, cond: torch.Tensor, prompt: torch.Tensor, chunk
     outs = []
     for start in range(0, t, chunk_frames):
         c = cond[:, :, start:start + chunk_frames]
-        x = torch.randn((b, student.config.out_dim, c.shape[2], h, w), generator=g)
-        x0 = out = x
-        for i, sigma in enumerate(sigmas[: len(sigmas) if finish else exit_step + 1]):
+        shape = (b, student.config.out_dim, c.shape[2], h, w)
+        velocity = session.chunk_velocity(student, c, ctx, cache, start)
+        out, step = [], iter(range(len(sigmas)))
+
+        def denoise(x: torch.Tensor, sigma: float) -> torch.Tensor:
+            i = next(step)
             grad = i == exit_step and torch.is_grad_enabled()
             with torch.set_grad_enabled(grad), autocast():
-                v = student(torch.cat([x, c], 1), torch.full((b,), 1000 * sigma), live_ctx if grad else ctx,
-                            cache=cache, start_frame=start).float()
-            x0 = x - sigma * v
+                x0 = x - sigma * velocity(x, sigma, prompt=live_ctx if grad else ctx).float()
             if i == exit_step:
-                out = x0
-            if i + 1 < len(sigmas) and (finish or i < exit_step):
-                x = sampler.add_noise(x0.detach(), torch.randn(x.shape, generator=g), sigmas[i + 1])
-        outs.append(out)
-        with torch.no_grad(), autocast():  # the clean pass writes this chunk into the cache
-            student(torch.cat([x0.detach(), c], 1), torch.zeros(b), ctx, cache=cache, start_frame=start)
+                out.append(x0)
+            return x0
+
+        def chunk_velocity(x: torch.Tensor, sigma: float, prompt=ctx) -> torch.Tensor:
+            with autocast():
+                return velocity(x, sigma, prompt)
+
+        session.sample_chunk(chunk_velocity, lambda: torch.randn(shape, generator=g),
+                             sigmas[: len(sigmas) if finish else exit_step + 1], denoise=denoise)
+        outs.append(out[0])
     return torch.cat(outs, 2)
 
 

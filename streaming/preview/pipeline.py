@@ -55,19 +55,15 @@ class FlashLive:
     def set_prompt(self, text: str) -> None:
         import torch
 
+        from ..pipelines import PromptSchedule
+
         with torch.no_grad():
             emb = self.encode_text([text]).to(self.model.device)
         self._emb, self.text = emb, text
         if getattr(self, "pipe", None) is None:
             self.reset()
-            return
-        from ..pipelines import PromptSchedule
-
-        sampler = self.pipe.stages[1]
-        sampler.prompts = PromptSchedule.constant(emb, text)  # what a later reset of the stage would use
-        sampler.session.set_prompt(sampler.state, emb)
-        if self.pipe.refine is not None:  # a refiner that reads the prompt follows it from its next frame
-            self.pipe.refine.prompts = PromptSchedule.constant(emb, text)
+        else:
+            self.pipe.set_prompts(PromptSchedule.constant(emb, text))
 
     def render(self, chunk: np.ndarray) -> np.ndarray:
         from ..pipelines import GBuffers, to_uint8
@@ -128,81 +124,57 @@ class WorkflowLive:
     """engine.LivePipeline over a saved workflow (API or UI format).
 
     The workflow's one G-buffer source node (Load G-Buffers, Physics World, ...) is replaced by the
-    page's source: each render() is one runner tick with the live chunk as that node's output. The
-    frames shown are those feeding the first output node's `images` input (Stream Preview, Save,
-    ...); output nodes themselves do not run (nothing is written). Static nodes (model loading,
-    prompt encoding) run once. A prompt change re-runs the Encode Prompt nodes with the new text and
-    restarts the stream stages (a cut: `prompt_restarts`), since a generic graph has no handle on
-    its sampler's cache; reset() restarts the stages too.
+    page's source: each render() is one tick of the workflow's stage graph (the runner's, on the one
+    driver loop) with the live chunk as that node's output. The frames shown are those feeding the
+    first output node's `images` input (Stream Preview, Save, ...); output nodes themselves do not
+    run (nothing is written). Static nodes (model loading, prompt encoding) run once. A prompt change
+    re-runs the Encode Prompt nodes with the new text and restarts the stream stages (a cut:
+    `prompt_restarts`), since a generic graph has no handle on its sampler's cache; reset() restarts
+    the stages too.
     """
 
     prompt_restarts = True
 
     def __init__(self, path: Path, node_classes: dict, fps: float = 30.0):
-        from ..runner import _call_function, _result_tuple
-        from ..workflow import Link, load_workflow, upstream_of, validate
+        from ..runner import StreamRunner
+        from ..workflow import Link, load_workflow, validate
 
-        self._call, self._result, self.Link = _call_function, _result_tuple, Link
         self.fps = fps
         wf = load_workflow(path, node_classes)
         order = validate(wf, node_classes)
-        self.wf, self.classes = wf, node_classes
-        shown = [(nid, spec.inputs["images"]) for nid in order for spec in [wf.nodes[nid]]
-                 if getattr(node_classes[spec.class_type], "OUTPUT_NODE", False)
-                 and isinstance(spec.inputs.get("images"), Link)]
+        shown = [spec.inputs["images"] for nid in order for spec in [wf.nodes[nid]]
+                 if getattr(node_classes[spec.class_type], "OUTPUT_NODE", False) and isinstance(spec.inputs.get("images"), Link)]
         if not shown:
             raise AlayaError(f"{path}: no output node shows frames (an 'images' input, e.g. Stream Preview or Save)")
-        self.display: Link = shown[0][1]
-        needed = upstream_of(wf, [self.display.node])
-        self.order = [n for n in order if n in needed]
-        sources = [n for n in self.order if getattr(self._cls(n), "STREAM", None) == "source"]
-        if len(sources) != 1:
+        self.display = shown[0]
+        self.runner = StreamRunner(wf, node_classes, targets=[self.display.node], static_cache={})
+        if len(self.runner.sources) != 1:
             raise AlayaError(f"{path}: the live page feeds exactly one G-buffer source node; the shown frames depend "
-                             f"on {len(sources)} ({', '.join(sources) or 'none'})")
-        self.source = sources[0]
-        self.streaming = self._stream_nodes()
-        self.prompt_nodes = [n for n in self.order if wf.nodes[n].class_type == "AlayaFlash_EncodePrompt"]
-        self.values: dict[str, tuple] = {}
-        for nid in self.order:
-            if nid not in self.streaming:
-                self.values[nid] = self._run_static(nid)
+                             f"on {len(self.runner.sources)} ({', '.join(self.runner.sources) or 'none'})")
+        self.source = self.runner.sources[0]
+        self.prompt_nodes = [n for n in self.runner.order if wf.nodes[n].class_type == "AlayaFlash_EncodePrompt"]
         self.text = None
         self.reset()
 
-    def _cls(self, nid: str) -> type:
-        return self.classes[self.wf.nodes[nid].class_type]
-
-    def _stream_nodes(self) -> set[str]:
-        streaming = {self.source}
-        for nid in self.order:
-            fed = any(isinstance(v, self.Link) and v.node in streaming for v in self.wf.nodes[nid].inputs.values())
-            if fed or getattr(self._cls(nid), "STREAM", None) == "stage":
-                streaming.add(nid)
-        return streaming
-
-    def _static_inputs(self, nid: str) -> dict:
-        return {k: self.values[v.node][v.output] if isinstance(v, self.Link) else v
-                for k, v in self.wf.nodes[nid].inputs.items()
-                if not (isinstance(v, self.Link) and v.node in self.streaming)}
-
-    def _run_static(self, nid: str) -> tuple:
-        return self._result(self._call(self._cls(nid)(), self._static_inputs(nid)))
+    @property
+    def values(self) -> dict[str, tuple]:
+        """The run-once nodes' outputs (the loaded models, the encoded prompt), by node id."""
+        return self.runner.values
 
     @property
     def chunk_frames(self) -> int:
         return 1 if self._frames == 0 else TIME_COMPRESSION  # Wan: one frame, then one latent's four
 
     def reset(self) -> None:
-        self.stages = {nid: self._cls(nid)().start_stream(**self._static_inputs(nid))
-                       for nid in self.order if nid in self.streaming and nid != self.source}
+        self.runner.run_static()  # cached: only nodes whose inputs changed (the prompt) run again
+        self.graph = self.runner.start()
         self._frames = 0
 
     def set_prompt(self, text: str) -> None:
         if not self.prompt_nodes:
-            raise AlayaError(f"{self.wf.source}: the workflow has no Encode Prompt node to take the page's prompt")
+            raise AlayaError(f"{self.runner.wf.source}: the workflow has no Encode Prompt node to take the page's prompt")
         for nid in self.prompt_nodes:
-            self.wf.nodes[nid].inputs["text"] = text
-            self.values[nid] = self._run_static(nid)
+            self.runner.wf.nodes[nid].inputs["text"] = text
         self.text = text
         self.reset()
 
@@ -210,17 +182,10 @@ class WorkflowLive:
         from ..pipelines import GBuffers, to_uint8
 
         self._frames += len(chunk)
-        n_out = len(self._cls(self.source).RETURN_TYPES)
-        tick = {self.source: (GBuffers(chunk, fps=self.fps),) + (None,) * (n_out - 1)}
-        for nid in self.order:
-            if nid in self.stages:
-                inputs = {k: (None if tick.get(v.node) is None else tick[v.node][v.output])
-                          for k, v in self.wf.nodes[nid].inputs.items()
-                          if isinstance(v, self.Link) and v.node in self.streaming}
-                out = self.stages[nid].step(**inputs) if any(x is not None for x in inputs.values()) else None
-                tick[nid] = out
-        result = tick.get(self.display.node)
+        n_out = len(self.runner.classes[self.runner.wf.nodes[self.source].class_type].RETURN_TYPES)
+        values = self.graph.tick({self.source: (GBuffers(chunk, fps=self.fps),) + (None,) * (n_out - 1)})
+        result = values.get(self.display.node)
         frames = None if result is None else result[self.display.output]
         if frames is None:
             return np.zeros((0, *chunk.shape[2:4], 3), np.uint8)
-        return to_uint8(frames.float().cpu())
+        return to_uint8(frames)
