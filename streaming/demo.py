@@ -92,25 +92,23 @@ def render_model_demo(stream: GBufferStream, out: Path, model, prompt: str = DEM
 
     pipe = FlashPipeline(model, PromptSchedule.encode(model.text_encoder(), prompt), seed=seed)
     pending: list[np.ndarray] = []  # G-buffer images waiting for their rendered frame
-    batch: list[np.ndarray] = []
-    with Mp4Sink(out, fps=stream.info.fps, overwrite=overwrite) as sink:
 
-        def emit(rgb) -> None:
-            if rgb is None:
-                return
-            for frame in to_uint8(rgb):
-                sink.write(panel(pending.pop(0), frame, "alaya-flash"))
-                if progress:
-                    progress(1)
-
+    def chunks():
+        batch = []
         for frame in stream:
             images = frame_to_teacher(frame, stream.info.depth_near)
             pending.append(images)
             batch.append(images)
             if len(batch) == chunk:
-                emit(pipe.step(GBuffers(torch.from_numpy(np.stack(batch)), stream.info.fps, stream.info.depth_near)))
+                yield GBuffers(torch.from_numpy(np.stack(batch)), stream.info.fps, stream.info.depth_near)
                 batch = []
         if batch:
-            emit(pipe.step(GBuffers(torch.from_numpy(np.stack(batch)), stream.info.fps, stream.info.depth_near)))
-        emit(pipe.flush())
+            yield GBuffers(torch.from_numpy(np.stack(batch)), stream.info.fps, stream.info.depth_near)
+
+    with Mp4Sink(out, fps=stream.info.fps, overwrite=overwrite) as sink:
+        for rgb in pipe.run(chunks()):
+            for frame in to_uint8(rgb):
+                sink.write(panel(pending.pop(0), frame, "alaya-flash"))
+                if progress:
+                    progress(1)
     return sink.count

@@ -20,7 +20,9 @@ value (the pipelines' stages) are wrapped with `single=True`.
     for chunk in chunks:
         out = graph.tick({"gbuffers": (chunk,)})      # {step name: outputs or None}
     out = graph.finish()                               # step + flush, joined per slot
-    stats = drive(graph, {"gbuffers": iter_of_tuples}) # the same loop, with timings and progress
+    for values, frames, final in ticks(graph, {"gbuffers": iter_of_tuples}):  # the loop that pulls
+        ...
+    stats = drive(graph, {"gbuffers": iter_of_tuples}) # ticks() to the end, with timings and progress
 
 Chunk values are torch tensors (joined along dim 0, like IMAGE) or objects with a `concat(list)`
 classmethod. Consumers must not modify chunk values in place: one output can feed several steps.
@@ -106,6 +108,7 @@ class StageGraph:
             known.add(s.name)
         self.feeds, self.steps = list(feeds), list(steps)
         self.seconds: dict[str, float] = {s.name: 0.0 for s in steps}
+        self.source_seconds: dict[str, float] = {}  # filled by ticks()
         self._sync = sync or (lambda: None)
 
     def __getitem__(self, name: str) -> Step:
@@ -154,56 +157,63 @@ class RunStats:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
 
+def ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]],
+          should_stop: Callable[[], bool] | None = None) -> Iterator[tuple[dict[str, tuple | None], int, bool]]:
+    """The chunk loop itself: pull one chunk from every source and tick the graph, until the sources
+    end (or should_stop() after a tick); then the finishing tick. Yields (values of every step, frames
+    pulled, final). On any error, or when the consumer stops early, the stages are aborted. The time
+    spent pulling from each source (reading is work too) adds up in graph.source_seconds."""
+    finished = False
+    try:
+        while sources:
+            fed, frames = {}, 0
+            for name, it in sources.items():
+                t0 = time.perf_counter()
+                chunk = next(it, None)
+                graph.source_seconds[name] = graph.source_seconds.get(name, 0.0) + time.perf_counter() - t0
+                fed[name] = chunk
+                if chunk is not None:
+                    frames += max(chunk_length(c) for c in chunk)
+            if all(chunk is None for chunk in fed.values()):
+                break
+            yield graph.tick(fed), frames, False
+            if should_stop and should_stop():
+                break
+        values = graph.finish({name: None for name in sources})
+        finished = True
+        yield values, 0, True
+    finally:
+        if not finished:
+            graph.abort()
+
+
 def drive(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], sinks: list[str] | None = None,
           progress: Callable[[RunStats], None] | None = None, should_stop: Callable[[], bool] | None = None,
           stats: RunStats | None = None, start: float | None = None) -> RunStats:
-    """Pull one chunk from every source per tick until they all end (or should_stop()), then finish.
+    """Run `ticks` to the end with figures: frames, ticks, time to the first chunk and to the first
+    output, per-step and per-source seconds.
 
-    sources: feed name -> iterator of output tuples. sinks: the steps whose first input marks the
-    first output (default: steps with no outputs). stats/start: the caller's, when it timed a setup
-    before (RunStats.seconds counts from `start`). On any error the stages are aborted.
+    sinks: the steps whose first input marks the first output (default: steps with no outputs).
+    stats/start: the caller's, when it timed a setup before (RunStats.seconds counts from `start`).
     """
     stats = stats or RunStats()
     start = time.perf_counter() if start is None else start
     stats.setup_seconds = stats.setup_seconds or (time.perf_counter() - start)
     sinks = [s.name for s in graph.steps if not s.outputs] if sinks is None else sinks
-    pulled = {name: 0.0 for name in sources}
-
-    def note_output(values):
+    for values, frames, final in ticks(graph, sources, should_stop):
         if stats.first_output_seconds is None and any(graph.received(n, values) for n in sinks):
             stats.first_output_seconds = time.perf_counter() - start - stats.setup_seconds
-
-    try:
-        while sources:
-            fed, alive = {}, False
-            for name, it in sources.items():
-                t0 = time.perf_counter()
-                chunk = next(it, None)
-                pulled[name] += time.perf_counter() - t0
-                fed[name] = chunk
-                if chunk is not None:
-                    alive = True
-                    stats.frames += max(chunk_length(c) for c in chunk)
-            if not alive:
-                break
-            values = graph.tick(fed)
-            stats.ticks += 1
-            stats.seconds = time.perf_counter() - start
-            if stats.first_chunk_seconds is None:
-                stats.first_chunk_seconds = stats.seconds
-            note_output(values)
-            if progress:
-                progress(stats)
-            if should_stop and should_stop():
-                break
-        note_output(graph.finish({name: None for name in sources}))  # a sink fed only at the end
-    except BaseException:
-        graph.abort()
-        raise
+        if final:
+            break
+        stats.frames += frames
+        stats.ticks += 1
+        stats.seconds = time.perf_counter() - start
+        if stats.first_chunk_seconds is None:
+            stats.first_chunk_seconds = stats.seconds
+        if progress:
+            progress(stats)
     stats.seconds = time.perf_counter() - start
-    for name, sec in pulled.items():
-        stats.node_seconds[name] = stats.node_seconds.get(name, 0.0) + sec
-    for name, sec in graph.seconds.items():
+    for name, sec in {**graph.source_seconds, **graph.seconds}.items():
         stats.node_seconds[name] = stats.node_seconds.get(name, 0.0) + sec
     return stats
 

@@ -47,7 +47,7 @@ import torch
 
 from ..model_zoo.errors import AlayaError
 from ..model_zoo.latents import TIME_COMPRESSION
-from .driver import StageGraph, Step, concat_chunks
+from .driver import StageGraph, Step, concat_chunks, ticks
 from .gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
 from .session import FlashSession, SessionConfig, StreamState, teacher_sample
 
@@ -595,13 +595,11 @@ class Pipeline:
         return None if out is None else out[0]
 
     def run(self, chunks: Iterable[GBuffers]) -> Iterator[torch.Tensor]:
-        for chunk in chunks:
-            out = self.step(chunk)
-            if out is not None:
-                yield out
-        out = self.flush()
-        if out is not None:
-            yield out
+        """Frames as they are ready, chunk by chunk, to the end of `chunks` (driver.ticks)."""
+        for values, _, _ in ticks(self.graph, {"gbuffers": ((c,) for c in chunks)}):
+            out = values[self.last]
+            if out is not None and out[0] is not None:
+                yield out[0]
 
 
 class FlashPipeline(Pipeline):

@@ -105,13 +105,7 @@ def _render(pipeline, gbuffers, chunk: int = 4):
 
     outs, first = [], None
     t0 = time.perf_counter()
-    for a in range(0, len(gbuffers), chunk):
-        out = pipeline.step(GBuffers(torch.from_numpy(gbuffers[a:a + chunk])))
-        if out is not None:
-            outs.append(out)
-            first = first if first is not None else time.perf_counter() - t0
-    out = pipeline.flush()
-    if out is not None:
+    for out in pipeline.run(GBuffers(torch.from_numpy(gbuffers[a:a + chunk])) for a in range(0, len(gbuffers), chunk)):
         outs.append(out)
         first = first if first is not None else time.perf_counter() - t0
     return torch.cat(outs), time.perf_counter() - t0, first
