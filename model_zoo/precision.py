@@ -1,7 +1,7 @@
 """Which floating-point dtype runs fastest here: bf16 where the hardware has it, else float32.
 
-bf16 is 4-6x float32 on CPUs with AMX / AVX512-BF16 (docs/benchmarks.md), but several times
-slower than float32 on CPUs without them (PyTorch then emulates bf16 matmuls): measured on an
+bf16 is faster than float32 on CPUs with AMX / AVX512-BF16 (docs/benchmarks.md has the measured
+ratios), but several times slower than float32 on CPUs without them (PyTorch then emulates bf16 matmuls): measured on an
 AVX2-only AMD EPYC, a 1024x384x1536 linear took ~300 ms in bf16 against ~35 ms in float32.
 So the default is chosen from the CPU's flags, never assumed.
 """

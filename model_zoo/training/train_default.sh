@@ -43,17 +43,15 @@ $AF --quiet train student-dmd --config $C/student-dmd.json
 # from the past it will really read; then the tiny decoder adapts to that student's latents (decoder)
 $AF --quiet train student-rollout --config $C/student-rollout.json
 $AF --quiet train decoder --config $C/decoder.json
-# the default ships the rollout student with the adapted decoder (export.json); the DMD student, 300
-# steps after the ODE student, cost 0.33 dB on 4 held-out scenes and is exported beside it with the
-# codecs it was trained on (docs/model-card.md)
+# the default ships the rollout student with the adapted decoder (export.json); the DMD student is
+# exported beside it with the codecs it was trained on
 $AF --quiet train export --config $C/export.json
 # the G-buffer refiner learns the exported model's own errors from its renders of 64 scenes the student
 # never saw (seeds 64-127, every preset), reading each frame beside its full-resolution G-buffers and
-# the prompt; export again with it. Trained on the student's own training scenes it learned what the
-# student gets wrong there (26.58 dB on the held-out scenes without the prompt, 26.65 from new scenes,
-# 27.6 reading the prompt, docs/model-card.md). Its data stores, beside each preset's ground truth, its
-# mean over the courtyard turned by 0/90/180/270 degrees (sun_turns 4), and the refiner fits that mean
-# (target turned): a new scene's G-buffers do not say which walls face the sun (27.73 dB)
+# the prompt; export again with it (scenes the student never saw, so it learns the student's errors on
+# new scenes). Its data stores, beside each preset's ground truth, its mean over the courtyard turned
+# by 0/90/180/270 degrees (sun_turns 4), and the refiner fits that mean (target turned): a new scene's
+# G-buffers do not say which walls face the sun
 $AF --quiet train data --config $C/data-refiner.json
 $AF --quiet train refiner --config $C/refiner.json
 # trained on 8 wordings per preset, the student's and the refiner's prompt MLPs scattered the wordings they

@@ -1,12 +1,13 @@
 """Render a G-buffer sequence to video with the standard workflow (workflows/render-gbuffer-sequence).
 
-  alaya-flash render clips/clip_0052 --prompt "a sunny street" --out out/render.mp4
-  alaya-flash render samples/ --prompt "0: dawn
-48: dusk" --out frames/ --format png --model models/my-flash
+  alaya-flash world --out clips/s3 --frames 64 --size 256 --seed 3      # a G-buffer clip to render
+  alaya-flash render clips/s3 --prompt "a sunny street" --out out/render.mp4
+  alaya-flash render clips/s3 --prompt "0: dawn
+48: dusk" --out frames/ --format png --model model_zoo/default
 
 The prompt may be a schedule keyed by pixel frame ('FRAME: prompt' per line). Without --model the
-embedded default model is used; until one ships, a tiny model with RANDOM weights renders (the
-output says so) so the command and the workflow can be tried end to end.
+embedded default model (model_zoo/default) renders; where none is installed, a tiny model with
+RANDOM weights renders instead (the output says so).
 """
 from __future__ import annotations
 
