@@ -17,42 +17,15 @@ G-buffer encoder (one frame at a time) at a small size, and prints the process R
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def import_package():
-    """Import this checkout as `alaya_flash` (as tests/conftest.py does), whatever is installed."""
-    import importlib.util
-
-    if "alaya_flash" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "alaya_flash", ROOT / "__init__.py", submodule_search_locations=[str(ROOT)]
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["alaya_flash"] = module
-        spec.loader.exec_module(module)
+from _common import import_package, median_seconds, rss_mib
 
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-def timed(fn, repeats: int, warmup: bool = True) -> float:
-    """Median seconds of fn() over `repeats` runs, after one warm-up run if `warmup`."""
-    if warmup:
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def speed(args) -> None:
@@ -78,13 +51,13 @@ def speed(args) -> None:
             video = torch.rand(1, 3, n_vae, h, w, dtype=dt) * 2 - 1
             with torch.no_grad():
                 t = {
-                    "tiny decode": (n_dec, timed(lambda: tiny.decode(z_tiny), args.repeats)),
-                    "tiny encode": (frames.shape[1], timed(lambda: tiny.encode(frames), args.repeats)),
-                    "G-buffer encoder": (n_dec, timed(lambda: genc.encode(gbuf), args.repeats)),
+                    "tiny decode": (n_dec, median_seconds(lambda: tiny.decode(z_tiny), args.repeats)),
+                    "tiny encode": (frames.shape[1], median_seconds(lambda: tiny.encode(frames), args.repeats)),
+                    "G-buffer encoder": (n_dec, median_seconds(lambda: genc.encode(gbuf), args.repeats)),
                 }
                 if not args.no_vae:
-                    t["Wan VAE decode"] = (n_vae, timed(lambda: vae.decode(z_vae), 1, False))
-                    t["Wan VAE encode"] = (n_vae, timed(lambda: vae.encode(video), 1, False))
+                    t["Wan VAE decode"] = (n_vae, median_seconds(lambda: vae.decode(z_vae), 1, warmup=0))
+                    t["Wan VAE encode"] = (n_vae, median_seconds(lambda: vae.encode(video), 1, warmup=0))
                 if args.grouped_branches:  # the training form: one grouped stack for all five branches
                     x = genc.to_input(gbuf)
                     x = torch.cat([x[:, :1]] * 3 + [x], 1)  # the Wan alignment encode() uses
@@ -92,7 +65,7 @@ def speed(args) -> None:
                     def grouped():
                         return run_causal(genc.encoder, x, {})
 
-                    t["G-buffer encoder (grouped)"] = (n_dec, timed(grouped, args.repeats))
+                    t["G-buffer encoder (grouped)"] = (n_dec, median_seconds(grouped, args.repeats))
             fps = {k: n / s for k, (n, s) in t.items()}
             rows.append((size, dname, fps))
             print(f"{size} {dname}: " + ", ".join(f"{k} {v:.2f} fps" for k, v in fps.items()), file=sys.stderr)
@@ -103,14 +76,6 @@ def speed(args) -> None:
         cells = " | ".join(f"{fps[k]:.3g}" for k in names)
         ratio = lambda a, b: f"{fps[a] / fps[b]:.0f}x" if b in fps else "-"  # noqa: E731
         print(f"| {size} | {dname} | {cells} | {ratio('tiny decode', 'Wan VAE decode')} | {ratio('tiny encode', 'Wan VAE encode')} |")
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def memory(args) -> None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 
 import torch
 
+from _common import median_seconds, rss_mib
 from alaya_flash.model_zoo import dit, registry
 from alaya_flash.streaming.session import FlashSession, SessionConfig
 
@@ -35,17 +35,6 @@ def pass_flops(cfg: dit.DiTConfig, n_query: int, n_keys: int, text_len: int) -> 
         + 2 * n_query * d * cfg.ffn_dim * 2  # ffn
     )
     return cfg.num_layers * per_layer + 2 * n_query * d * (cfg.in_dim * per_patch + cfg.out_dim * per_patch)
-
-
-def median_seconds(fn, repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def bench_passes(args) -> None:
@@ -69,10 +58,10 @@ def bench_passes(args) -> None:
                 start += args.chunk
             last = start - args.chunk
             t = torch.full((1,), 937.5)
-            cached = median_seconds(lambda: model(x, t, prompt, cache=cache, start_frame=last), args.repeats)
+            cached = median_seconds(lambda: model(x, t, prompt, cache=cache, start_frame=last), args.repeats, warmup=2)
             n_keys = cache.frames * tokens
             window = torch.randn(1, cfg.in_dim, args.sink + args.window, h, w)
-            full = median_seconds(lambda: model(window, t, prompt), args.repeats)
+            full = median_seconds(lambda: model(window, t, prompt), args.repeats, warmup=2)
         n_full = (args.sink + args.window) * tokens
         for label, sec, nq, nk in (("cached chunk", cached, args.chunk * tokens, n_keys), ("bidirectional window", full, n_full, n_full)):
             flops = pass_flops(cfg, nq, nk, text_len)
@@ -82,14 +71,6 @@ def bench_passes(args) -> None:
             chunk_s = cached * (len(SessionConfig().nominal_steps) + 1)
             print(f"{name:5s} one 4-step chunk (5 passes) = {1000 * chunk_s:.0f} ms -> "
                   f"{4 * args.chunk / chunk_s:.1f} pixel frames/s (DiT only)")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def bench_stream(args) -> None:
@@ -104,7 +85,7 @@ def bench_stream(args) -> None:
     for i in range(n_chunks):
         session.step(state, cond)
         if i in (1, n_chunks // 4, n_chunks // 2, n_chunks - 1):
-            marks[i + 1] = (state.frame, rss_mb(), state.cache.nbytes)
+            marks[i + 1] = (state.frame, rss_mib(), state.cache.nbytes)
     sec = time.perf_counter() - t0
     print(f"# dit-tiny stream, latent 4x4, chunks of {args.chunk} latent frames, cache {args.sink}+{args.window} frames, "
           f"4 steps + 1 cache pass per chunk; {sec:.1f} s total")

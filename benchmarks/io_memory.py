@@ -18,15 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from _common import import_package, rss_mib
 
 
 def leg(name: str, stream, sink, warmup: int) -> None:
@@ -55,8 +47,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     w, h = (int(v) for v in args.size.split("x"))
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    import conftest  # noqa: F401  registers this checkout as `alaya_flash`
+    import_package()
 
     from alaya_flash.streaming.readers import open_gbuffers
     from alaya_flash.streaming.sinks import NpyWindowSink, PngSequenceSink, TeacherMp4Sink

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import import_package
 
 
 def timed(iterable):
@@ -38,8 +38,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     w, h = (int(v) for v in args.size.split("x"))
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    import conftest  # noqa: F401  registers this checkout as `alaya_flash`
+    import_package()
     import numpy as np
 
     from alaya_flash.streaming import sinks

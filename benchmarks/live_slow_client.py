@@ -21,18 +21,10 @@ import asyncio
 import os
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, rss_mib
+
 sys.path.insert(0, str(ROOT / "tests"))
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def read_for(url: str, seconds: float) -> int:

@@ -18,15 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from _common import ROOT, import_package, rss_mib
 
 
 def main(argv=None) -> int:
@@ -36,8 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunk", type=int, default=12, help="frames per tick")
     p.add_argument("--warmup", type=int, default=10, help="ticks before the baseline RSS is taken")
     args = p.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "tests"))
-    import conftest  # noqa: F401
+    import_package()
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
     from alaya_flash.streaming.runner import StreamRunner
     from alaya_flash.streaming.sinks import NpyWindowSink, write_stream

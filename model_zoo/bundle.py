@@ -78,21 +78,20 @@ class TeacherSettings:
 
 
 @dataclass
-class FlashModel:
-    """The three networks of a Flash model plus its settings. Networks are in eval mode."""
+class _Model:
+    """What a Flash model and a teacher share: where they came from, their prompt encoder (loaded on
+    first use, then kept), and their DiT's device and prompt width. The fields are keyword-only, so
+    each model's networks come first and stay positional."""
 
-    dit: nn.Module
-    gbuffer_encoder: nn.Module
-    decoder: nn.Module  # TinyCodec; its decoder half is used
-    refiner: nn.Module | None = None  # GBufferRefiner, or None: frames come straight from the decoder
-    settings: FlashSettings = FlashSettings()
+    _: dataclasses.KW_ONLY
     text_encoder_name: str = "all-minilm-l6-v2"
     trained_size: tuple[int, int] | None = None
     random_weights: bool = False
     path: Path | None = None
     _text: Any = field(default=None, repr=False)
 
-    kind = "flash"
+    kind = ""  # "flash" or "teacher"
+    label = ""  # what describe() calls it
 
     def text_encoder(self):
         """The prompt encoder (loaded on first use, then kept)."""
@@ -110,31 +109,33 @@ class FlashModel:
 
     def describe(self) -> str:
         where = str(self.path) if self.path else "in memory"
-        return f"Flash model ({where}{', RANDOM weights' if self.random_weights else ''})"
+        return f"{self.label} ({where}{', RANDOM weights' if self.random_weights else ''})"
 
 
 @dataclass
-class TeacherModel:
+class FlashModel(_Model):
+    """The three networks of a Flash model plus its settings. Networks are in eval mode."""
+
+    dit: nn.Module
+    gbuffer_encoder: nn.Module
+    decoder: nn.Module  # TinyCodec; its decoder half is used
+    refiner: nn.Module | None = None  # GBufferRefiner, or None: frames come straight from the decoder
+    settings: FlashSettings = FlashSettings()
+
+    kind = "flash"
+    label = "Flash model"
+
+
+@dataclass
+class TeacherModel(_Model):
     """The teacher: a bidirectional DiT and the full Wan VAE, plus its settings."""
 
     dit: nn.Module
     vae: nn.Module
     settings: TeacherSettings = TeacherSettings()
-    text_encoder_name: str = "all-minilm-l6-v2"
-    trained_size: tuple[int, int] | None = None
-    random_weights: bool = False
-    path: Path | None = None
-    _text: Any = field(default=None, repr=False)
 
     kind = "teacher"
-
-    text_encoder = FlashModel.text_encoder
-    device = FlashModel.device
-    text_dim = FlashModel.text_dim
-
-    def describe(self) -> str:
-        where = str(self.path) if self.path else "in memory"
-        return f"teacher model ({where}{', RANDOM weights' if self.random_weights else ''})"
+    label = "teacher model"
 
 
 def load_text_encoder(name: str, device: str | torch.device = "cpu"):
@@ -219,6 +220,29 @@ def _write_config(folder: Path, cfg: dict) -> None:
     os.replace(tmp, folder / "config.json")
 
 
+def _model_config(model: _Model, networks: dict, notes: str) -> dict:
+    """A model's config.json: its networks' entries, then what either kind of model carries beside them."""
+    return {
+        "format": f"alaya-flash/{model.kind}", "version": FORMAT_VERSION, "networks": networks,
+        "text_encoder": model.text_encoder_name, "session": dataclasses.asdict(model.settings),
+        "trained_size": list(model.trained_size) if model.trained_size else None,
+        "random_weights": model.random_weights, "notes": notes,
+    }
+
+
+def _text_encoder_name(folder: Path, cfg: dict) -> str:
+    text = cfg.get("text_encoder", "all-minilm-l6-v2")
+    if text not in TEXT_ENCODERS:
+        raise CheckpointError(f"{folder / 'config.json'}: text_encoder {text!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    return text
+
+
+def _model_fields(folder: Path, cfg: dict, settings_cls, text: str) -> dict:
+    """The fields of a model loaded from folder beside its networks (cfg: its config.json, read and checked)."""
+    return {"settings": _settings(folder / "config.json", settings_cls, cfg.get("session")), "text_encoder_name": text,
+            "trained_size": _size(cfg), "random_weights": bool(cfg.get("random_weights")), "path": folder}
+
+
 def _load_networks(folder: Path, cfg: dict, roles: dict[str, str], device, dtype) -> dict[str, nn.Module]:
     path = folder / "config.json"
     missing = [r for r in roles if r not in cfg["networks"]]
@@ -256,12 +280,7 @@ def save_flash(model: FlashModel, folder: str | os.PathLike, config_names: dict[
             continue
         save_safetensors(module.state_dict(), folder / f"{role}.safetensors", {"family": family, "role": role})
         networks[role] = _network_entry(module, family, names.get(role))
-    _write_config(folder, {
-        "format": "alaya-flash/flash", "version": FORMAT_VERSION, "networks": networks,
-        "text_encoder": model.text_encoder_name, "session": dataclasses.asdict(model.settings),
-        "trained_size": list(model.trained_size) if model.trained_size else None,
-        "random_weights": model.random_weights, "notes": notes,
-    })
+    _write_config(folder, _model_config(model, networks, notes))
     for role in set(FLASH_OPTIONAL_ROLES) - set(networks):  # no stale optional network from an earlier save
         (folder / f"{role}.safetensors").unlink(missing_ok=True)
     return folder
@@ -279,16 +298,12 @@ def load_flash(folder: str | os.PathLike | None = None, device: str | torch.devi
     if unknown:
         raise CheckpointError(f"{folder / 'config.json'}: networks {', '.join(unknown)} are unknown "
                               f"(a Flash model has {', '.join([*FLASH_ROLES, *FLASH_OPTIONAL_ROLES])})")
-    text = cfg.get("text_encoder", "all-minilm-l6-v2")
-    if text not in TEXT_ENCODERS:
-        raise CheckpointError(f"{folder / 'config.json'}: text_encoder {text!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    text = _text_encoder_name(folder, cfg)
     reads = getattr(nets.get("refiner"), "text_dim", 0)
     if reads and reads != nets["dit"].config.text_dim:
         raise CheckpointError(f"{folder / 'config.json'}: the refiner reads {reads}-wide prompt embeddings, the DiT "
                               f"{nets['dit'].config.text_dim}-wide")
-    return FlashModel(**nets, settings=_settings(folder / "config.json", FlashSettings, cfg.get("session")),
-                      text_encoder_name=text, trained_size=_size(cfg),
-                      random_weights=bool(cfg.get("random_weights")), path=folder)
+    return FlashModel(**nets, **_model_fields(folder, cfg, FlashSettings, text))
 
 
 def make_random_flash(dit: str = "dit-tiny", gbuffer_encoder: str = "gbuffer-encoder-slim", decoder: str = "taew-slim",
@@ -350,12 +365,7 @@ def save_teacher(model: TeacherModel, folder: str | os.PathLike, config_names: d
         module = getattr(model, role)
         save_safetensors(module.state_dict(), folder / f"{role}.safetensors", {"family": family, "role": role})
         networks[role] = _network_entry(module, family, names.get(role))
-    _write_config(folder, {
-        "format": "alaya-flash/teacher", "version": FORMAT_VERSION, "networks": networks,
-        "text_encoder": model.text_encoder_name, "session": dataclasses.asdict(model.settings),
-        "trained_size": list(model.trained_size) if model.trained_size else None,
-        "random_weights": model.random_weights, "notes": notes,
-    })
+    _write_config(folder, _model_config(model, networks, notes))
     return folder
 
 
@@ -364,12 +374,8 @@ def load_teacher(folder: str | os.PathLike, device: str | torch.device = "cpu",
     folder = Path(folder)
     cfg = _read_config(folder, "teacher")
     nets = _load_networks(folder, cfg, TEACHER_ROLES, device, dtype)
-    text = cfg.get("text_encoder", "all-minilm-l6-v2")
-    if text not in TEXT_ENCODERS:
-        raise CheckpointError(f"{folder / 'config.json'}: text_encoder {text!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
-    return TeacherModel(**nets, settings=_settings(folder / "config.json", TeacherSettings, cfg.get("session")),
-                        text_encoder_name=text, trained_size=_size(cfg),
-                        random_weights=bool(cfg.get("random_weights")), path=folder)
+    text = _text_encoder_name(folder, cfg)
+    return TeacherModel(**nets, **_model_fields(folder, cfg, TeacherSettings, text))
 
 
 def make_random_teacher(dit: str = "dit-tiny", vae: str = "wan2.1-vae-small", seed: int = 0,

@@ -274,8 +274,8 @@ class PromptContext:
 # ---------------------------------------------------------------- attention and blocks
 
 
-class SelfAttention(nn.Module):
-    """Self-attention with RMS-normed q/k (over the full dim) and 3-axis RoPE. Keys: q k v o norm_q norm_k."""
+class _Attention(nn.Module):
+    """The projections both attentions have, RMS-normed q/k over the full dim. Keys: q k v o norm_q norm_k."""
 
     def __init__(self, dim: int, num_heads: int, eps: float):
         super().__init__()
@@ -289,6 +289,10 @@ class SelfAttention(nn.Module):
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, dim) -> (B, heads, N, head_dim)
         return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+
+class SelfAttention(_Attention):
+    """Self-attention with RMS-normed q/k (over the full dim) and 3-axis RoPE. Keys: q k v o norm_q norm_k."""
 
     def forward(self, x: torch.Tensor, rope, mask=None, cache: KVCache | None = None, layer: int = 0, key_rope=None):
         """x (B, N, dim) float32 -> (B, N, dim).
@@ -310,27 +314,15 @@ class SelfAttention(nn.Module):
         return _linear(self.o, out.transpose(1, 2).flatten(2))
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(_Attention):
     """Attention from the tokens to the prompt's tokens (no mask, as Wan T2V). Keys as SelfAttention."""
-
-    def __init__(self, dim: int, num_heads: int, eps: float):
-        super().__init__()
-        self.num_heads = num_heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.o = nn.Linear(dim, dim)
-        self.norm_q = RMSNorm(dim, eps)
-        self.norm_k = RMSNorm(dim, eps)
 
     def prompt_kv(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Embedded text (B, L, dim) -> keys, values (B, heads, L, head_dim)."""
-        k = self.norm_k(_linear(self.k, text)).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
-        v = _linear(self.v, text).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
-        return k, v
+        return self._heads(self.norm_k(_linear(self.k, text))), self._heads(_linear(self.v, text))
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        q = self.norm_q(_linear(self.q, x)).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+        q = self._heads(self.norm_q(_linear(self.q, x)))
         return _linear(self.o, attention(q, k, v).transpose(1, 2).flatten(2))
 
 

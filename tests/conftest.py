@@ -44,3 +44,12 @@ class _RepoRootIsNotATestPackage:
 def pytest_configure(config):
     # Registered as a plugin (not a conftest hook) so it applies to the root, above tests/.
     config.pluginmanager.register(_RepoRootIsNotATestPackage(), "alaya-flash-repo-root")
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """Every training stage run once on a tiny dataset (training_helpers.build_runs), shared by the
+    test_training_*.py files: made once per session, not once per file."""
+    from training_helpers import build_runs
+
+    return build_runs(tmp_path_factory)

@@ -138,6 +138,22 @@ def chroma_loss(frames: torch.Tensor, target: torch.Tensor, dim: int) -> torch.T
     return F.l1_loss(frames - frames.mean(dim, keepdim=True), target - target.mean(dim, keepdim=True))
 
 
+def add_frame_terms(loss: torch.Tensor, losses: dict[str, float], frames: torch.Tensor, target: torch.Tensor, *,
+                    time_dim: int, channel_dim: int, motion: float = 0.0, boundary: float = 0.0,
+                    chroma: float = 0.0) -> torch.Tensor:
+    """loss plus each term above whose weight is not 0, in this order: motion_loss along time_dim,
+    boundary_motion_loss along time_dim and chroma_loss over channel_dim; each term's value is
+    logged in `losses` as motion, jump and chroma."""
+    for name, weight, term, dim in (("motion", motion, motion_loss, time_dim),
+                                    ("jump", boundary, boundary_motion_loss, time_dim),
+                                    ("chroma", chroma, chroma_loss, channel_dim)):
+        if weight:
+            value = term(frames, target, dim=dim)
+            loss = loss + weight * value
+            losses[name] = value.item()
+    return loss
+
+
 def to_video(u8: torch.Tensor) -> torch.Tensor:
     """uint8 (B, T, H, W, 3) -> Wan VAE pixels (B, 3, T, H, W) in [-1, 1]."""
     return u8.permute(0, 4, 1, 2, 3).float().mul(2 / 255).sub(1)
@@ -190,14 +206,8 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
         reg = z.float().pow(2).mean()
         loss = rec + cfg.latent_reg * reg
         losses = {"rec": rec.item(), "z2": reg.item()}
-        if cfg.motion_weight:
-            motion = motion_loss(recon, video, dim=2)
-            loss = loss + cfg.motion_weight * motion
-            losses["motion"] = motion.item()
-        if cfg.chroma_weight:
-            chroma = chroma_loss(recon, video, dim=1)
-            loss = loss + cfg.chroma_weight * chroma
-            losses["chroma"] = chroma.item()
+        loss = add_frame_terms(loss, losses, recon, video, time_dim=2, channel_dim=1,  # (B, C, T, H, W)
+                               motion=cfg.motion_weight, chroma=cfg.chroma_weight)
         descend(opt, loss, vae.parameters())
         return losses
 
@@ -404,14 +414,8 @@ def run_codecs(cfg: CodecStageConfig, log, progress=None) -> int:
         gbl = F.mse_loss(z_gb_hat, z_gb)
         loss = dec + enc + gbl
         losses = {"dec": dec.item(), "enc": enc.item(), "gbuf": gbl.item()}
-        if cfg.motion_weight:
-            motion = motion_loss(frames, target, dim=1)
-            loss = loss + cfg.motion_weight * motion
-            losses["motion"] = motion.item()
-        if cfg.boundary_weight:
-            jump = boundary_motion_loss(frames, target, dim=1)
-            loss = loss + cfg.boundary_weight * jump
-            losses["jump"] = jump.item()
+        loss = add_frame_terms(loss, losses, frames, target, time_dim=1, channel_dim=2,  # (B, T, C, H, W)
+                               motion=cfg.motion_weight, boundary=cfg.boundary_weight)
         descend(opt, loss, params)
         return losses
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..codecs import gbuffer_encoder, tiny
 from ..errors import AlayaError
-from .codecs import boundary_motion_loss, chroma_loss, motion_loss, tiny_decode
+from .codecs import add_frame_terms, tiny_decode
 from .common import (StageConfig, autocast, check_pair_weight, descend, final_weights, latest_checkpoint,
                      step_generator, train_loop)
 from .data import ClipSet
@@ -135,18 +135,8 @@ def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
             out = tiny_decode(codec, torch.stack(z).float()).float()[:, :frames]
         loss = F.l1_loss(out, target) + F.mse_loss(out, target)
         losses = {"dec": loss.item()}
-        if cfg.motion_weight:
-            motion = motion_loss(out, target, dim=1)
-            loss = loss + cfg.motion_weight * motion
-            losses["motion"] = motion.item()
-        if cfg.boundary_weight:
-            jump = boundary_motion_loss(out, target, dim=1)
-            loss = loss + cfg.boundary_weight * jump
-            losses["jump"] = jump.item()
-        if cfg.chroma_weight:
-            chroma = chroma_loss(out, target, dim=2)
-            loss = loss + cfg.chroma_weight * chroma
-            losses["chroma"] = chroma.item()
+        loss = add_frame_terms(loss, losses, out, target, time_dim=1, channel_dim=2,  # (B, T, C, H, W)
+                               motion=cfg.motion_weight, boundary=cfg.boundary_weight, chroma=cfg.chroma_weight)
         if nearest is not None:
             (oa, ob), (ta, tb) = out.chunk(2), target.chunk(2)
             pair = F.l1_loss(oa - ob, ta - tb) + F.mse_loss(oa - ob, ta - tb)

@@ -1,0 +1,161 @@
+"""Training recipe end to end: a smoke run of every stage (tiny sizes, a few steps) through
+`alaya-flash train` writes checkpoints and logs; resume equivalence, export and import, the
+learning-rate schedule, config checking and the recipe script train_default.sh."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from alaya_flash.model_zoo.training import common
+from alaya_flash.streaming.cli import main
+from training_helpers import TINY_DIT, write
+
+
+def test_every_stage_writes_checkpoints_and_logs(runs):
+    for name, steps in (("vae", 3), ("codecs", 2), ("teacher", 3), ("ode", 2), ("dmd", 3), ("rollout", 2), ("decoder", 2),
+                        ("refiner", 2)):
+        ckpt = common.latest_checkpoint(runs / name)
+        assert ckpt is not None and ckpt.name == f"ckpt-{steps:06d}.safetensors", name
+        assert "done" in (runs / name / "train.log").read_text()
+    assert "motion=" in (runs / "vae" / "train.log").read_text() and "chroma=" in (runs / "vae" / "train.log").read_text()
+    assert "pair=" in (runs / "rollout" / "train.log").read_text() and "pair=" in (runs / "decoder" / "train.log").read_text()
+    assert len(list((runs / "data" / "train").glob("*.npz"))) == 2
+    assert len(list((runs / "data" / "heldout").glob("*.npz"))) == 1
+
+
+def test_export_loads_with_the_bundle_loaders(runs):
+    from alaya_flash.model_zoo import bundle
+
+    flash = bundle.load_flash(runs / "model", dtype=torch.float32)
+    teacher = bundle.load_teacher(runs / "model" / "teacher", dtype=torch.float32)
+    assert flash.settings.chunk_frames == 1
+    student = common.final_weights(runs / "dmd", "dit")
+    for k, v in flash.dit.state_dict().items():  # bf16 export of the trained student
+        assert torch.equal(v, student[k].to(torch.bfloat16).float()), k
+    assert teacher.dit.config == flash.dit.config
+    assert (teacher.settings.cfg, teacher.settings.window_frames) == (3.0, 9)  # the export config's
+
+
+def test_import_then_export_gives_the_same_weights_back(runs, tmp_path):
+    """`train import` turns an exported model into run folders that the later stages read and that
+    `train export` writes out again unchanged: the way to fine-tune the shipped default."""
+    from safetensors.torch import load_file
+
+    model = runs / "model"
+    assert main(["--quiet", "train", "import", "--config",
+                 write(tmp_path / "i.json", {"model": str(model), "out": str(tmp_path / "imp")})]) == 0
+    imp = tmp_path / "imp"
+    again = tmp_path / "again"
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", {
+        "out": str(again), "student_run": str(imp / "student"), "teacher_run": str(imp / "teacher"),
+        "codecs_run": str(imp / "codecs"), "vae_run": str(imp / "vae"), "refiner_run": str(imp / "refiner"),
+        "trained_size": [32, 32], "teacher_window_frames": 9, "teacher_cfg": 3.0})]) == 0
+    files = sorted(p.relative_to(model) for p in model.rglob("*.safetensors"))
+    assert len(files) == 6  # dit, gbuffer_encoder, decoder, refiner; teacher/dit, teacher/vae
+    for f in files:
+        a, b = load_file(model / f), load_file(again / f)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f
+    for name in ("config.json", "teacher/config.json"):
+        assert json.loads((again / name).read_text())["networks"] == json.loads((model / name).read_text())["networks"]
+    # the imported student streams with the model's chunk size, and a later stage can start from it
+    from alaya_flash.model_zoo.training.latent_data import checkpoint_step
+    assert checkpoint_step(imp / "student") == 0
+    rollout = {"out": str(tmp_path / "r"), "student_run": str(imp / "student"), "data": str(runs / "data"),
+               "vae_run": str(imp / "vae"), "codecs_run": str(imp / "codecs"), "frames": 9, "window_frames": 2,
+               "sink_frames": 1, "steps": 1, "batch": 2, "ckpt_every": 1}
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "r.json", rollout)]) == 0
+
+
+def test_import_refuses_a_folder_that_is_not_a_model_and_a_used_out(runs, tmp_path, capsys):
+    cfg = write(tmp_path / "i.json", {"model": str(tmp_path / "nothing"), "out": str(tmp_path / "imp")})
+    assert main(["--quiet", "train", "import", "--config", cfg]) != 0
+    assert f"import: {tmp_path / 'nothing'} is not a model folder (no config.json)" in capsys.readouterr().err
+    cfg = write(tmp_path / "j.json", {"model": str(runs / "model"), "out": str(tmp_path / "imp")})
+    assert main(["--quiet", "train", "import", "--config", cfg]) == 0
+    assert main(["--quiet", "train", "import", "--config", cfg]) != 0
+    assert "already there; import into an empty folder (out)" in capsys.readouterr().err
+
+
+def test_resume_equals_an_uninterrupted_run(runs, tmp_path):
+    cfg = {**TINY_DIT, "data": str(runs / "data"), "vae_run": str(runs / "vae"), "codecs_run": str(runs / "codecs"),
+           "cond_encoder": "vae", "frames": 9, "batch": 2, "log_every": 1, "ckpt_every": 1}
+    for name in ("once", "twice"):  # share the cached latents so both runs see the same data
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "latents-train.safetensors").symlink_to(runs / "teacher" / "latents-train.safetensors")
+    assert main(["--quiet", "train", "teacher", "--config", write(tmp_path / "a.json", {**cfg, "out": str(tmp_path / "once"), "steps": 4})]) == 0
+    b = write(tmp_path / "b.json", {**cfg, "out": str(tmp_path / "twice")})
+    assert main(["--quiet", "train", "teacher", "--config", b, "--set", "steps=2"]) == 0
+    assert main(["--quiet", "train", "teacher", "--config", b, "--set", "steps=4"]) == 0
+    assert "resumed from ckpt-000002" in (tmp_path / "twice" / "train.log").read_text()
+    one, two = common.final_weights(tmp_path / "once", "dit"), common.final_weights(tmp_path / "twice", "dit")
+    for k in one:
+        assert torch.equal(one[k], two[k]), k
+
+
+def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
+    cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "stepz": 3})
+    assert main(["train", "teacher", "--config", cfg]) == 2
+    err = capsys.readouterr().err
+    assert "bad.json" in err and "'stepz'" in err
+    cfg = write(tmp_path / "bad2.json", {"steps": "many"})
+    assert main(["train", "vae", "--config", cfg]) == 2
+    assert "'steps' is 'many'" in capsys.readouterr().err
+    cfg = write(tmp_path / "bad3.json", {"data_weight": -1.0})
+    assert main(["train", "student-ode", "--config", cfg]) == 2
+    assert "data_weight -1.0 must be >= 0" in capsys.readouterr().err
+    cfg = write(tmp_path / "bad5.json", {"text_noise": -0.5})
+    assert main(["train", "teacher", "--config", cfg]) == 2
+    assert "teacher stage: text_noise -0.5 must be >= 0" in capsys.readouterr().err
+    cfg = write(tmp_path / "bad6.json", {"text_noise": -0.5})
+    assert main(["train", "student-ode", "--config", cfg]) == 2
+    assert "student-ode: text_noise -0.5 must be >= 0" in capsys.readouterr().err
+    cfg = write(tmp_path / "bad4.json", {"clean_context": 1.5})
+    assert main(["train", "student-ode", "--config", cfg]) == 2
+    assert "clean_context 1.5 must be in [0, 1]" in capsys.readouterr().err
+
+
+def test_learning_rate_schedule_warms_up_holds_and_decays():
+    from alaya_flash.model_zoo.training.common import StageConfig, lr_scale
+
+    cfg = StageConfig(steps=100, warmup=10, decay_steps=20)
+    got = [lr_scale(cfg, i) for i in range(100)]
+    assert got[0] == pytest.approx(0.1) and got[9] == 1.0 and got[50] == 1.0
+    assert got[80] == 1.0 and got[81] < 1.0 and got[99] == pytest.approx(0.05 + 0.95 / 20)
+    assert all(a >= b for a, b in zip(got[50:], got[51:]))  # never rises after warmup
+    assert lr_scale(StageConfig(steps=100), 99) == 1.0  # no schedule: constant
+
+
+def test_train_default_script_runs_valid_configs_in_increasing_phases():
+    """Every `train` call of the recipe script loads (its --set keys exist, with the right types, and
+    pass validation), and a stage's phases raise `steps` each time: a phase that does not would
+    resume, find its checkpoint already there, and silently train nothing."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from alaya_flash.model_zoo.training import stage
+    from alaya_flash.streaming.commands.train import parse_overrides
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "model_zoo/training/train_default.sh").read_text().replace("\\\n", " ")
+    variables = dict(re.findall(r'^(\w+)="([^"]*)"$', script, flags=re.M))
+    calls = re.findall(r"\$AF --quiet train (\S+) (--config \$C/\S+(?: --set \S+| \$\w+)*)", script)
+    assert len(calls) >= 10  # data, 4 vae phases, cache, 4 codecs phases, teacher, students, exports
+    steps: dict[str, list[int]] = {}
+    for name, args in calls:
+        args = re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), m.group(0)), args)
+        words = shlex.split(args.replace("$C/", str(root / "model_zoo/training/configs") + "/"))
+        config, overrides = words[1], {}
+        for key, value in zip(words[2::2], words[3::2]):
+            assert key == "--set", args
+            overrides.update(parse_overrides([value]))
+        cls, _ = stage(name)
+        cfg = common.load_config(config, cls, overrides)
+        if hasattr(cfg, "steps") and name != "export":
+            steps.setdefault(f"{name}:{cfg.out}", []).append(cfg.steps)
+    for run, phases in steps.items():
+        assert phases == sorted(set(phases)), f"{run}: phases' steps {phases} do not increase"
+    assert steps["codecs:runs/codecs"] == [2000, 2600, 4200, 4800]
+    assert steps["vae:runs/vae"] == [2800, 3600, 8000, 16000]

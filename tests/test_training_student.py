@@ -1,0 +1,317 @@
+"""The student stages (student-ode, student-dmd, student-rollout): the distillation pieces checked
+against inference (rollout = FlashSession, the teacher's trajectories, the DMD gradient), the
+data, pair and clean-context terms, cached trajectories, and config checking."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from alaya_flash.model_zoo.training import common
+from alaya_flash.streaming.cli import main
+from training_helpers import TINY_DIT, write
+
+
+def test_ode_data_term_pulls_the_student_towards_the_data(runs, tmp_path):
+    """student-ode with data_weight > 0 regresses onto the ground-truth latents as well: after the
+    same steps its one-step x0 from pure noise is closer to the data than pure ODE regression's."""
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    assert "data=" in (runs / "ode" / "train.log").read_text()
+    cfg = {"teacher_run": str(runs / "teacher"), "codecs_run": str(runs / "codecs"), "pairs": 2, "ode_steps": 4,
+           "chunk_frames": 1, "batch": 2, "lr": 3e-3, "steps": 25, "log_every": 25, "ckpt_every": 25}
+    errors = {}
+    for weight in (0.0, 4.0):
+        out = tmp_path / f"w{weight}"
+        out.mkdir()
+        (out / "trajectories.safetensors").symlink_to(runs / "ode" / "trajectories.safetensors")
+        (out / "latents-student.safetensors").symlink_to(runs / "ode" / "latents-student.safetensors")
+        conf = write(tmp_path / f"w{weight}.json", {**cfg, "out": str(out), "data_weight": weight})
+        assert main(["--quiet", "train", "student-ode", "--config", conf]) == 0
+        model = load_dit(out).eval()
+        data = LatentSet(runs / "teacher" / "latents-train.safetensors")
+        cond = LatentSet(runs / "ode" / "latents-student.safetensors").cond
+        g = torch.Generator().manual_seed(1)
+        err = []
+        with torch.no_grad():
+            for p in range(len(data.presets)):
+                x0 = data.rgb[:, p]
+                noise = torch.randn(x0.shape, generator=g)
+                prompt = data.embedding(p, "train", 0)[None].expand(x0.shape[0], -1, -1)
+                v = model(torch.cat([noise, cond], 1), torch.full((x0.shape[0], x0.shape[2]), 1000.0), prompt,
+                          chunk_frames=1)
+                err.append(float((noise - v - x0).pow(2).mean()))
+        errors[weight] = sum(err) / len(err)
+    assert errors[4.0] < errors[0.0], errors
+
+
+def test_student_trains_on_the_distilled_encoders_latents(runs):
+    """Teacher on the VAE's G-buffer latents, student on the streaming encoder's, window for window."""
+    from alaya_flash.model_zoo.codecs import gbuffer_encoder
+    from alaya_flash.model_zoo.loading import load_strict
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+
+    teacher = LatentSet(runs / "teacher" / "latents-train.safetensors")
+    student = LatentSet(runs / "ode" / "latents-student.safetensors")
+    assert student.rgb is None and student.cond.shape == teacher.cond.shape
+    enc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS["gbuffer-encoder-slim"]).eval()
+    load_strict(enc, common.final_weights(runs / "codecs", "gbuffer_encoder"))
+    clips = ClipSet(runs / "data", "train")
+    with torch.no_grad(), common.autocast():
+        first = enc.encode(torch.from_numpy(clips.gbuffers[0, :9])[None]).float()[0]
+    torch.testing.assert_close(student.cond[0], first)
+    assert (student.cond - teacher.cond).abs().mean() > 1e-3  # not the VAE's latents
+    assert (runs / "dmd" / "latents-student.safetensors").is_file()
+    # the DMD stage took the ODE stage's encoding instead of encoding the windows again
+    assert "encoded" not in (runs / "dmd" / "train.log").read_text()
+    assert torch.equal(LatentSet(runs / "dmd" / "latents-student.safetensors").cond, student.cond)
+
+
+def test_training_rollout_equals_the_inference_session(monkeypatch):
+    """The DMD self-rollout (exit at the last step) renders exactly what FlashSession streams
+    (in float32: training's bf16 autocast, where it is on, is switched off for the comparison)."""
+    import contextlib
+
+    from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.training import student
+    from alaya_flash.model_zoo.training.student import rollout
+
+    monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
+    from alaya_flash.streaming.session import FlashSession, SessionConfig
+
+    torch.manual_seed(0)
+    model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
+    cond = torch.randn(1, 80, 4, 4, 4)
+    prompt = torch.randn(1, 1, 16)
+    with torch.no_grad():
+        ours = rollout(model, cond, prompt, chunk_frames=2, exit_step=3, g=torch.Generator().manual_seed(5))
+    session = FlashSession(model, SessionConfig(window_frames=4, sink_frames=0))
+    state = session.new_state(prompt, seed=5)
+    theirs = torch.cat([session.step(state, cond[:, :, i:i + 2])[0] for i in (0, 2)], 2)
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_finished_rollout_with_a_sink_equals_the_inference_session(monkeypatch):
+    """student-rollout's rollout (every step run, the rolling cache with a sink, frames evicted)
+    renders what FlashSession streams, whichever step carries the gradient: the steps after it
+    still run and the cache gets the chunk's final x0."""
+    import contextlib
+
+    from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.training import student
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.streaming.session import FlashSession, SessionConfig
+
+    monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
+    torch.manual_seed(0)
+    model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
+    cond = torch.randn(1, 80, 5, 4, 4)
+    prompt = torch.randn(1, 1, 16)
+    session = FlashSession(model, SessionConfig(window_frames=2, sink_frames=1))
+    state = session.new_state(prompt, seed=5)
+    theirs = torch.cat([session.step(state, cond[:, :, i:i + 1])[0] for i in range(5)], 2)
+    assert state.cache.evicted > 0
+    with torch.no_grad():
+        ours = rollout(model, cond, prompt, 1, 3, torch.Generator().manual_seed(5), window_frames=2, sink_frames=1,
+                       finish=True)
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+        # with the gradient at step 1, the chunks returned are step 1's x0, but the stream is the same:
+        # its first chunk's x0 at step 1 is what it is in the finished rollout, and the last chunk,
+        # made from that same cache, differs only by being an earlier step's estimate
+        early = rollout(model, cond, prompt, 1, 1, torch.Generator().manual_seed(5), window_frames=2, sink_frames=1,
+                        finish=True)
+    assert not torch.allclose(early, ours)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # the finished rollout up to step 1 of the first chunk, by hand
+        sig = student.student_sigmas()
+        cache = model.new_cache(1, 4, 4, window_frames=2, sink_frames=1)
+        x = torch.randn((1, 16, 1, 4, 4), generator=g)
+        ctx = model.prepare_prompt(prompt)
+        x0 = x - sig[0] * model(torch.cat([x, cond[:, :, :1]], 1), torch.full((1,), 1000 * sig[0]), ctx, cache=cache)
+        x = student.sampler.add_noise(x0, torch.randn(x.shape, generator=g), sig[1])
+        x0 = x - sig[1] * model(torch.cat([x, cond[:, :, :1]], 1), torch.full((1,), 1000 * sig[1]), ctx, cache=cache)
+    torch.testing.assert_close(early[:, :, :1], x0, atol=1e-5, rtol=1e-5)
+
+
+def test_rollout_stage_regresses_the_stream_onto_the_data(runs, tmp_path):
+    """student-rollout lowers the error of the student's own streamed render against the ground
+    truth (the loss it logs)."""
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    data = LatentSet(runs / "rollout" / "latents-train.safetensors")
+    assert data.rgb.shape[3] == 3 and data.cond.shape[1] == 80  # whole 9-frame clips, distilled conditioning
+
+    def stream_error(run) -> float:
+        model = load_dit(run).eval()
+        err = []
+        with torch.no_grad():
+            for p in range(len(data.presets)):
+                prompt = data.embedding(p, "train", 0)[None].expand(len(data), -1, -1)
+                x = rollout(model, data.cond, prompt, 1, 3, torch.Generator().manual_seed(1), 2, 1, finish=True)
+                err.append(float((x - data.rgb[:, p]).pow(2).mean()))
+        return sum(err) / len(err)
+
+    out = tmp_path / "rollout"
+    out.mkdir()
+    (out / "latents-train.safetensors").symlink_to(runs / "rollout" / "latents-train.safetensors")
+    conf = {"out": str(out), "student_run": str(runs / "ode"), "data": str(runs / "data"), "vae_run": str(runs / "vae"),
+            "codecs_run": str(runs / "codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "batch": 2,
+            "lr": 3e-3, "steps": 25, "log_every": 25, "ckpt_every": 25}
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "r.json", conf)]) == 0
+    assert "encoded" not in (out / "train.log").read_text()  # the cached clips were reused
+    assert stream_error(out) < stream_error(runs / "ode")
+
+
+def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
+    from alaya_flash.model_zoo.training.latent_data import nearest_presets
+
+    rgb = torch.zeros(2, 3, 1, 1, 1, 2)
+    rgb[0, :, 0, 0, 0, 0] = torch.tensor([0.0, 1.0, 3.0])  # clip 0: 0-1 near, 2 nearest to 1
+    rgb[1, :, 0, 0, 0, 0] = torch.tensor([0.0, 5.0, 0.5])  # clip 1: 0-2 near, 1 nearest to 2
+    assert nearest_presets(rgb).tolist() == [[1, 0, 1], [2, 2, 0]]
+
+
+def test_pairs_share_the_clip_and_take_the_nearest_preset(runs):
+    from alaya_flash.model_zoo.training.latent_data import LatentSet, nearest_presets
+    from alaya_flash.model_zoo.training.student import sample_pairs
+
+    data = LatentSet(runs / "rollout" / "latents-train.safetensors")
+    nearest = nearest_presets(data.rgb)
+    x0, cond, prompt = sample_pairs(data, nearest, torch.Generator().manual_seed(3), 3)
+    assert x0.shape[0] == cond.shape[0] == prompt.shape[0] == 6
+    for k in range(3):
+        assert torch.equal(cond[k], cond[k + 3])
+        (w, p), = [(w, p) for w in range(len(data)) for p in range(len(data.presets))
+                   if torch.equal(data.rgb[w, p], x0[k]) and torch.equal(data.cond[w], cond[k])]
+        assert torch.equal(x0[k + 3], data.rgb[w, nearest[w, p]])
+        q = int(nearest[w, p])
+        assert any(torch.equal(prompt[k + 3], data.embedding(q, "train", i)) for i in range(data.wordings("train")))
+
+
+def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
+    """With pair_weight the change between a clip's renders under two presets comes nearer the
+    change between their ground truths than the same training without the term brings it."""
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    data = LatentSet(runs / "rollout" / "latents-train.safetensors")
+
+    def pair_error(run) -> float:
+        model = load_dit(run).eval()
+        with torch.no_grad():
+            x = [rollout(model, data.cond, data.embedding(p, "train", 0)[None].expand(len(data), -1, -1), 1, 3,
+                         torch.Generator().manual_seed(1), 2, 1, finish=True) for p in (0, 1)]
+        return float(((x[0] - x[1]) - (data.rgb[:, 0] - data.rgb[:, 1])).pow(2).mean())
+
+    def train(weight: float):
+        out = tmp_path / f"pairs-{weight}"
+        out.mkdir()
+        (out / "latents-train.safetensors").symlink_to(runs / "rollout" / "latents-train.safetensors")
+        conf = {"out": str(out), "student_run": str(runs / "ode"), "data": str(runs / "data"),
+                "vae_run": str(runs / "vae"), "codecs_run": str(runs / "codecs"), "frames": 9, "window_frames": 2,
+                "sink_frames": 1, "batch": 2, "lr": 3e-3, "steps": 25, "log_every": 25, "ckpt_every": 25,
+                "pair_weight": weight}
+        assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / f"{weight}.json", conf)]) == 0
+        return pair_error(out)
+
+    assert train(4.0) < train(0.0)
+
+
+@pytest.mark.parametrize("bad, message", [({"frames": 8}, "frames 8 must be 4k + 1"),
+                                          ({"window_frames": 0}, "window_frames 0 must hold a chunk"),
+                                          ({"pair_weight": -1.0}, "pair_weight -1.0 must be >= 0"),
+                                          ({"pair_weight": 1.0, "batch": 3}, "batch 3 even")])
+def test_bad_rollout_config_is_refused(bad, message, tmp_path, capsys):
+    assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_dmd_gradient_is_the_score_difference():
+    """0.5 * MSE(x, sg(x - g)) has gradient g / numel with respect to x (Self-Forcing's trick)."""
+    import torch.nn.functional as F
+
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    g = torch.randn(2, 3, 4)
+    (0.5 * F.mse_loss(x.double(), (x.double() - g.double()).detach())).backward()
+    torch.testing.assert_close(x.grad, (g / x.numel()).float())
+
+
+def test_clean_context_makes_a_clean_prefix_and_keeps_the_last_chunk_noisy():
+    """chunk_knots: with clean_context 0 no chunk is clean; with 1 every sample has a clean prefix of
+    1 .. chunks-1 whole chunks (the KV cache's view of the past) followed only by noisy chunks."""
+    from alaya_flash.model_zoo.training.student import chunk_knots
+
+    g = torch.Generator().manual_seed(0)
+    assert not (chunk_knots(g, 64, 6, 2, 4, 0.0) == 4).any()
+    pick = chunk_knots(g, 256, 7, 2, 4, 1.0)  # 4 chunks, the last one a single frame
+    assert pick.shape == (256, 7)
+    clean = pick == 4
+    lengths = clean.sum(1)
+    assert torch.equal(clean, torch.arange(7)[None] < lengths[:, None])  # a prefix ...
+    assert set(lengths.tolist()) == {2, 4, 6}  # ... of whole chunks, 1 to 3 of the 4
+    assert torch.equal(pick[:, 0:6:2], pick[:, 1:6:2])  # one knot per chunk
+    share = (chunk_knots(g, 4000, 3, 1, 4, 0.25) == 4).any(1).float().mean()
+    assert 0.2 < share < 0.3
+
+
+def test_teacher_trajectory_keeps_the_student_sigmas(monkeypatch):
+    """ODE pairs: the stored states are the Euler states at sigma 1, .9375, .8333, .625, then x0
+    (compared in float32, as in the rollout test)."""
+    import contextlib
+
+    from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.training import student
+
+    monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
+    from alaya_flash.model_zoo.training.student import teacher_trajectory
+    from alaya_flash.streaming import sampler
+
+    torch.manual_seed(0)
+    model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
+    noise, cond = torch.randn(1, 16, 1, 4, 4), torch.randn(1, 80, 1, 4, 4)
+    prompt, neg = torch.randn(1, 1, 16), torch.randn(1, 1, 16)
+    traj = teacher_trajectory(model, noise, cond, prompt, neg, steps=8, cfg_scale=2.0)
+    assert traj.shape == (1, 5, 16, 1, 4, 4)
+    assert torch.equal(traj[:, 0], noise)
+
+    def velocity(x, s):
+        inp, t = torch.cat([x, cond], 1), torch.full((1,), 1000 * s)
+        return sampler.cfg_combine(model(inp, t, prompt), model(inp, t, neg), 2.0)
+
+    with torch.no_grad():
+        x0 = sampler.sample_euler(velocity, noise, sampler.teacher_sigmas(8, 5.0))
+    torch.testing.assert_close(traj[:, -1], x0, atol=1e-5, rtol=1e-4)
+
+
+def test_trajectories_of_an_earlier_teacher_are_made_again(runs, tmp_path):
+    """The ODE pairs are cached in the student's folder; a teacher resumed since (or other wordings)
+    makes them stale, so they are generated again rather than silently reused."""
+    import logging
+    import shutil
+
+    from alaya_flash.model_zoo.loading import read_metadata
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.student import ODEStageConfig, make_trajectories
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    shutil.copytree(runs / "teacher", tmp_path / "teacher")
+    cfg = ODEStageConfig(out=str(tmp_path / "o"), teacher_run=str(tmp_path / "teacher"), pairs=2, ode_steps=4)
+    data = LatentSet(tmp_path / "teacher" / "latents-train.safetensors")
+    log = logging.getLogger("test-trajectories")
+    path = tmp_path / "o" / "trajectories.safetensors"
+    first = make_trajectories(cfg, load_dit(cfg.teacher_run), data, log)["states"]
+    made = path.stat().st_mtime_ns
+    assert torch.equal(make_trajectories(cfg, load_dit(cfg.teacher_run), data, log)["states"], first)
+    assert path.stat().st_mtime_ns == made  # same teacher, same recipe: read back
+    teacher = {**TINY_DIT, "out": str(tmp_path / "teacher"), "data": str(runs / "data"), "vae_run": str(runs / "vae"),
+               "cond_encoder": "vae", "frames": 9, "steps": 5, "batch": 2, "ckpt_every": 5, "lr": 1e-2}
+    assert main(["--quiet", "train", "teacher", "--config", write(tmp_path / "t.json", teacher)]) == 0
+    again = make_trajectories(cfg, load_dit(cfg.teacher_run), data, log)["states"]
+    assert json.loads(read_metadata(path)["recipe"])["teacher_step"] == 5
+    assert not torch.equal(again, first)

@@ -1,0 +1,68 @@
+"""Shared pieces of the training tests: config files, the tiny DiT, every stage run once, the scripts.
+
+`build_runs` is the body of the session-scoped `runs` fixture (conftest.py): every test file of the
+training recipe reads the same runs, made once per test session.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from alaya_flash.streaming.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_DIT = {"dit": "dit-tiny", "dim": 32, "ffn_dim": 64, "num_heads": 2, "num_layers": 2}
+
+
+def write(path, cfg: dict):
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def load_script(name: str):
+    """scripts/NAME.py, imported as a module (the scripts folder is not a package)."""
+    path = ROOT / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_runs(tmp_path_factory) -> Path:
+    """Every stage once, in order, on a 2-clip 32x32 dataset; returns the folder of the runs."""
+    root = tmp_path_factory.mktemp("train")
+    d = lambda name: str(root / name)  # noqa: E731
+    base = {"ckpt_every": 2, "log_every": 1, "batch": 2}
+    stages = [
+        ("data", {"out": d("data"), "width": 32, "height": 32, "frames": 9, "train_clips": 2, "heldout_clips": 1,
+                  "objects": 3, "presets": ["bright_sunny", "moonlit_night"]}),
+        ("vae", {**base, "out": d("vae"), "data": d("data"), "steps": 3, "base_dim": 4, "frames": 5, "crop": 16,
+                 "motion_weight": 1.0, "chroma_weight": 1.0}),
+        ("codecs", {**base, "out": d("codecs"), "data": d("data"), "vae_run": d("vae"), "steps": 2, "frames": 5, "crop": 16,
+                    "motion_weight": 1.0, "boundary_weight": 2.0}),
+        ("teacher", {**base, **TINY_DIT, "out": d("teacher"), "data": d("data"), "vae_run": d("vae"),
+                     "cond_encoder": "vae", "frames": 9, "steps": 3, "text_noise": 0.5}),
+        ("student-ode", {**base, "out": d("ode"), "teacher_run": d("teacher"), "codecs_run": d("codecs"), "pairs": 2,
+                         "ode_steps": 4, "chunk_frames": 1, "steps": 2, "data_weight": 1.0, "clean_context": 0.5,
+                         "text_noise": 0.5}),
+        ("student-dmd", {**base, "out": d("dmd"), "teacher_run": d("teacher"), "student_run": d("ode"),
+                         "codecs_run": d("codecs"), "chunk_frames": 1, "gen_every": 2, "steps": 3}),
+        ("student-rollout", {**base, "out": d("rollout"), "student_run": d("ode"), "data": d("data"), "vae_run": d("vae"),
+                             "codecs_run": d("codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "steps": 2,
+                             "pair_weight": 1.0}),
+        ("decoder", {**base, "out": d("decoder"), "student_run": d("rollout"), "codecs_run": d("codecs"),
+                     "latents": str(root / "rollout" / "latents-train.safetensors"), "crop": 16, "window_frames": 2,
+                     "sink_frames": 1, "steps": 2, "pair_weight": 1.0}),
+        ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
+                    "vae_run": d("vae"), "trained_size": [32, 32], "teacher_window_frames": 9,
+                    "teacher_cfg": 3.0}),
+        ("refiner", {**base, "out": d("refiner"), "model": d("model"), "data": d("data"), "clips": 2, "crop": 16,
+                     "steps": 2, "precision": "fp32"}),
+        ("export", {"out": d("model"), "student_run": d("dmd"), "teacher_run": d("teacher"), "codecs_run": d("codecs"),
+                    "vae_run": d("vae"), "refiner_run": d("refiner"), "trained_size": [32, 32],
+                    "teacher_window_frames": 9, "teacher_cfg": 3.0}),
+    ]
+    for stage, cfg in stages:
+        assert main(["--quiet", "train", stage, "--config", write(root / f"{stage}.json", cfg)]) == 0, stage
+    return root
