@@ -43,7 +43,8 @@ def main(argv=None) -> int:
         g = json.loads((ROOT / "workflows" / "render-gbuffer-sequence.api.json").read_text())
         g["1"]["inputs"].update(path=str(tmp / "clip"), chunk=args.chunk)
         g["2"]["inputs"].update(model="random:tiny", precision="fp32", device="cpu")
-        g["7"]["inputs"].update(filename=str(tmp / "out.mp4"))
+        (save,) = [n for n in g.values() if n["class_type"] == "AlayaFlash_Save"]
+        save["inputs"].update(filename=str(tmp / "out.mp4"))
         marks = {"warm": None, "peak": 0.0, "samples": []}
 
         def progress(stats):
