@@ -19,7 +19,7 @@ import torch
 
 from _common import median_seconds, rss_mib
 from alaya_flash.model_zoo import dit, registry
-from alaya_flash.streaming.session import FlashSession, SessionConfig
+from alaya_flash.streaming.engine.session import FlashSession, SessionConfig
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 

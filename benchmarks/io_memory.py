@@ -22,7 +22,7 @@ from _common import import_package, rss_mib
 
 
 def leg(name: str, stream, sink, warmup: int) -> None:
-    from alaya_flash.streaming.sinks import write_stream
+    from alaya_flash.streaming.files.sinks import write_stream
 
     marks = {"n": 0, "warm": None, "peak": 0.0}
 
@@ -49,9 +49,9 @@ def main(argv=None) -> int:
 
     import_package()
 
-    from alaya_flash.streaming.readers import open_gbuffers
-    from alaya_flash.streaming.sinks import NpyWindowSink, PngSequenceSink, TeacherMp4Sink
-    from alaya_flash.streaming.synthetic import synthetic_stream
+    from alaya_flash.streaming.files.readers import open_gbuffers
+    from alaya_flash.streaming.files.sinks import NpyWindowSink, PngSequenceSink, TeacherMp4Sink
+    from alaya_flash.streaming.files.synthetic import synthetic_stream
 
     print(f"streaming {args.frames} frames of {w}x{h} (5 passes each); start RSS {rss_mib():.1f} MiB")
     with tempfile.TemporaryDirectory() as tmp:

@@ -41,9 +41,9 @@ def main(argv=None) -> int:
     import_package()
     import numpy as np
 
-    from alaya_flash.streaming import sinks
-    from alaya_flash.streaming.readers import open_gbuffers
-    from alaya_flash.streaming.synthetic import synthetic_stream
+    from alaya_flash.streaming.files import sinks
+    from alaya_flash.streaming.files.readers import open_gbuffers
+    from alaya_flash.streaming.files.synthetic import synthetic_stream
 
     frames = np.stack(list(synthetic_stream(w, h, args.frames).teacher_frames()))
     print(f"{args.frames} frames of {w}x{h}, teacher form uint8 (5, {h}, {w}, 3)")

@@ -38,9 +38,9 @@ class _Inline:
 def main(argv=None) -> int:
     import numpy as np
 
-    from alaya_flash.streaming import sinks
-    from alaya_flash.streaming.commands.world import parse_size
-    from alaya_flash.streaming.preview import recorder
+    from alaya_flash.streaming.files import sinks
+    from alaya_flash.streaming.cli.commands.world import parse_size
+    from alaya_flash.streaming.live import recorder
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", type=parse_size, default=(256, 256), metavar="N|WxH")

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
 
     pipeline = TintPipeline
     if args.flash:
-        from alaya_flash.streaming.preview.pipeline import pipeline_factory
+        from alaya_flash.streaming.live.pipeline import pipeline_factory
 
         pipeline = pipeline_factory(random_model=True, chunk_latents=1, fps=args.fps)
     server = start_server(pipeline=pipeline, width=args.size, height=args.size, fps=args.fps)

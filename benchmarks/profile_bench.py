@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     from alaya_flash.streaming.cli import main as cli
 
     bench = ["--quiet", "bench", "--device", args.device, "--precision", "bf16", "--format", "png", "--json", *rest]
-    from alaya_flash.streaming.commands import bench as bench_command
+    from alaya_flash.streaming.cli.commands import bench as bench_command
 
     cuda = args.device == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

@@ -3,7 +3,7 @@ steps the same stage chunk by chunk (docs/runner.md). A node class sets CATEGORY
 `open_stream` (sources) or `start_stream` (stages and sinks)."""
 from __future__ import annotations
 
-from ..streaming.runner import run_source_whole, run_stage_whole
+from ..streaming.engine.runner import run_source_whole, run_stage_whole
 
 
 class SourceNode:

@@ -137,7 +137,7 @@ class Progress:
         if preview is not None:
             from PIL import Image
 
-            from ..streaming.pipelines import to_uint8
+            from ..streaming.files.sinks import to_uint8
 
             image = ("JPEG", Image.fromarray(to_uint8(preview)), 512)
         self.bar.update_absolute(self.done, self.total, image)

@@ -1,6 +1,6 @@
 """G-buffer nodes: Load G-Buffers, Physics World (sources), G-Buffers From / To Images (stages).
 
-The G-buffer stream type is ALAYA_GBUFFERS: streaming.pipelines.GBuffers, teacher-form uint8
+The G-buffer stream type is ALAYA_GBUFFERS: streaming.engine.pipelines.GBuffers, teacher-form uint8
 (T, 5, H, W, 3) in MODALITIES order (albedo sRGB, inverse depth, metallic, normal, roughness).
 """
 from __future__ import annotations
@@ -59,14 +59,14 @@ class LoadGBuffers(SourceNode):
         return p.stat().st_mtime if p.exists() else float("nan")
 
     def _stream(self, path, layout, start, frames, stride, resize, width, height):
-        from ..streaming.readers import open_gbuffers
+        from ..streaming.files.readers import open_gbuffers
 
         size = (height, width) if width and height else None
         return open_gbuffers(comfy.input_path(path), None if layout == "auto" else layout, start=start,
                              stop=start + frames if frames else None, stride=stride, size=size, resize=resize)
 
     def open_stream(self, path, layout, start, frames, stride, resize, width, height, chunk):
-        from ..streaming.pipelines import gbuffer_chunks
+        from ..streaming.engine.pipelines import gbuffer_chunks
 
         stream = self._stream(path, layout, start, frames, stride, resize, width, height)
         count = stream.info.num_frames or 0
@@ -97,7 +97,7 @@ class PhysicsWorld(SourceNode):
         }}
 
     def open_stream(self, seed, width, height, frames, objects, camera, fps, chunk):
-        from ..streaming.pipelines import gbuffer_chunks
+        from ..streaming.engine.pipelines import gbuffer_chunks
         from ..streaming.world import WorldConfig, world_stream
 
         cfg = WorldConfig(seed=seed, width=width, height=height, num_frames=frames, num_objects=objects,
@@ -140,7 +140,7 @@ class _FromImages:
 
     def step(self, **images):
         from ..streaming.gbuffer import MODALITIES
-        from ..streaming.pipelines import GBuffers, gbuffers_from_images
+        from ..streaming.engine.pipelines import GBuffers, gbuffers_from_images
 
         for name, value in images.items():
             if value is not None:

@@ -263,7 +263,7 @@ class EncodePrompt:
     @classmethod
     def VALIDATE_INPUTS(cls, text):
         from ..model_zoo.errors import AlayaError
-        from ..streaming.pipelines import parse_schedule
+        from ..streaming.engine.pipelines import parse_schedule
 
         try:
             parse_schedule(text)
@@ -273,7 +273,7 @@ class EncodePrompt:
 
     def encode(self, text_encoder, text, conditioning=None):
         from ..model_zoo.errors import AlayaError
-        from ..streaming.pipelines import PromptSchedule
+        from ..streaming.engine.pipelines import PromptSchedule
 
         if conditioning is not None:
             emb = conditioning[0][0]

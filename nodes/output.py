@@ -1,4 +1,4 @@
-"""Output nodes: Save (mp4 / png / exr / npy through streaming/sinks.py) and Stream Preview.
+"""Output nodes: Save (mp4 / png / exr / npy through streaming/files/sinks.py) and Stream Preview.
 
 Both are sink stages: they write as frames come (the runner's memory stays flat), into
 `name.tmp`, and move the result into place when the stream ends; an error or interruption
@@ -61,10 +61,10 @@ def destination(filename: str, format: str) -> Path:
 
 
 class _Saving:
-    """streaming.sinks.FrameWriter with ComfyUI's interruption check and the node's UI result."""
+    """streaming.files.sinks.FrameWriter with ComfyUI's interruption check and the node's UI result."""
 
     def __init__(self, path: Path, format: str, fps: float, overwrite: bool):
-        from ..streaming.sinks import FrameWriter
+        from ..streaming.files.sinks import FrameWriter
 
         self.inner = FrameWriter(path, format, fps, overwrite)
 
@@ -112,7 +112,7 @@ class _Previewing:
         if self.path is not None:
             from PIL import Image
 
-            from ..streaming.pipelines import to_uint8
+            from ..streaming.files.sinks import to_uint8
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + ".tmp")

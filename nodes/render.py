@@ -2,7 +2,7 @@
 
 All five are stream stages (docs/runner.md): the runner steps them chunk by chunk, ComfyUI calls
 them once over the whole sequence (run_stage_whole). Each wraps one stage of
-streaming/pipelines.py; inside ComfyUI they drive a progress bar per chunk (the Flash Sampler's
+streaming/engine/pipelines.py; inside ComfyUI they drive a progress bar per chunk (the Flash Sampler's
 and Decode's carry a preview frame) and check for interruption every chunk.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ class EncodeGBuffers(StageNode):
         }}
 
     def start_stream(self, gbuffer_encoder):
-        from ..streaming.pipelines import GBufferEncode, TeacherEncode
+        from ..streaming.engine.pipelines import GBufferEncode, TeacherEncode
 
         if gbuffer_encoder.kind == "flash":
             return _Wrap(GBufferEncode(gbuffer_encoder.module))
@@ -55,20 +55,29 @@ class _Wrap:
         return (self.inner.flush(),)
 
 
-class FlashSampler(StageNode):
-    DESCRIPTION = ("Few-step autoregressive sampling with a rolling KV cache, chunk by chunk; the prompt schedule "
-                   "is applied by pixel frame (a change keeps the cache).")
+class _SamplerNode(StageNode):
+    """Flash Sampler and Teacher Sampler: conditioning latents in, clean latents out."""
+
     CATEGORY = CATEGORY
     STREAM_INPUTS = ("cond",)
     RETURN_TYPES = (LATENTS,)
     RETURN_NAMES = ("latents",)
 
+    @staticmethod
+    def _inputs(model: str, model_tip: str, cond_tip: str, prompt_tip: str) -> dict:
+        return {"model": (model, {"tooltip": model_tip}), "cond": (LATENTS, {"tooltip": cond_tip}),
+                "prompt": ("ALAYA_PROMPT", {"tooltip": prompt_tip})}
+
+
+class FlashSampler(_SamplerNode):
+    DESCRIPTION = ("Few-step autoregressive sampling with a rolling KV cache, chunk by chunk; the prompt schedule "
+                   "is applied by pixel frame (a change keeps the cache).")
+
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {
-            "model": ("ALAYA_FLASH", {"tooltip": "From Load Flash Model."}),
-            "cond": (LATENTS, {"tooltip": "Conditioning latents from Encode G-Buffers (Flash encoder)."}),
-            "prompt": ("ALAYA_PROMPT", {"tooltip": "From Encode Prompt (a prompt or a schedule keyed by frame)."}),
+            **cls._inputs("ALAYA_FLASH", "From Load Flash Model.", "Conditioning latents from Encode G-Buffers (Flash encoder).",
+                          "From Encode Prompt (a prompt or a schedule keyed by frame)."),
             "seed": SEED,
             "steps": ("INT", {"default": 4, "min": 1, "max": 50, "tooltip": "Denoising passes per chunk (the model was distilled for 4)."}),
             "chunk_frames": ("INT", {"default": 3, "min": 1, "max": 21, "tooltip": "Latent frames per autoregressive chunk (1 latent = 4 pixel frames)."}),
@@ -83,26 +92,27 @@ class FlashSampler(StageNode):
         return True
 
     def start_stream(self, model, prompt, seed, steps, chunk_frames, window_frames, sink_frames):
-        from ..streaming.pipelines import FlashSample
+        from ..streaming.engine.pipelines import FlashSample
 
         return _Sampling(FlashSample(model, prompt, seed=seed, steps=steps, chunk_frames=chunk_frames,
-                                     window_frames=window_frames, sink_frames=sink_frames), chunk_frames,
-                         preview_decoder=model.decoder)
+                                     window_frames=window_frames, sink_frames=sink_frames),
+                         lambda cond: math.ceil(len(cond) / chunk_frames), preview_decoder=model.decoder)
 
 
 class _Sampling:
-    """Progress per AR chunk (a fresh bar per step call: ComfyUI makes one call over everything).
+    """A sampler stage with a ComfyUI progress bar per step call (ComfyUI makes one call over
+    everything): one tick per AR chunk (Flash) or per Euler step of each window (teacher).
 
-    Inside ComfyUI each chunk's progress update carries a preview: the chunk's last frame from the
-    model's own tiny decoder (a fresh decoder memory per chunk: cheap, approximate at the chunk's
+    Inside ComfyUI each Flash chunk's progress update carries a preview: the chunk's last frame from
+    the model's own tiny decoder (a fresh decoder memory per chunk: cheap, approximate at the chunk's
     first frames, which is fine for a preview). Outside ComfyUI nothing extra is decoded.
     """
 
-    def __init__(self, inner, chunk_frames: int, preview_decoder=None):
-        self.inner, self.chunk, self.preview_decoder = inner, chunk_frames, preview_decoder
+    def __init__(self, inner, ticks, preview_decoder=None):
+        self.inner, self.ticks, self.preview_decoder = inner, ticks, preview_decoder
 
     def _preview(self, latents):
-        from ..streaming.pipelines import TinyDecoder
+        from ..streaming.engine.pipelines import TinyDecoder
 
         decoder = TinyDecoder(self.preview_decoder)
         frames = decoder.decode(latents.to(next(self.preview_decoder.parameters()).dtype))
@@ -111,32 +121,29 @@ class _Sampling:
     def step(self, cond):
         if cond is None:
             return (None,)
-        bar = comfy.Progress(math.ceil(len(cond) / self.chunk))
-        if bar.bar is not None and self.preview_decoder is not None:
-            self.inner.on_chunk = lambda latents: bar.update(1, preview=self._preview(latents))
+        bar = comfy.Progress(self.ticks(cond))
+        if hasattr(self.inner, "on_chunk"):  # Flash: a tick per AR chunk
+            preview = bar.bar is not None and self.preview_decoder is not None
+            self.inner.on_chunk = lambda latents: bar.update(1, preview=self._preview(latents) if preview else None)
         else:
-            self.inner.on_chunk = lambda _latents: bar.update(1)
+            self.inner.callback = lambda _i, _n: bar.update(1)
         return (self.inner.step(cond),)
 
     def flush(self):
-        self.inner.on_chunk = None
+        if hasattr(self.inner, "on_chunk"):
+            self.inner.on_chunk = None
         return (self.inner.flush(),)
 
 
-class TeacherSampler(StageNode):
+class TeacherSampler(_SamplerNode):
     DESCRIPTION = ("The teacher: bidirectional flow-matching Euler over each window with classifier-free guidance "
                    "(negative prompt) and time shift. Slow (50 steps x 2 passes); the reference for Flash.")
-    CATEGORY = CATEGORY
-    STREAM_INPUTS = ("cond",)
-    RETURN_TYPES = (LATENTS,)
-    RETURN_NAMES = ("latents",)
 
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {
-            "model": ("ALAYA_TEACHER", {"tooltip": "From Load Teacher Model."}),
-            "cond": (LATENTS, {"tooltip": "Conditioning latents from Encode G-Buffers (teacher VAE)."}),
-            "prompt": ("ALAYA_PROMPT", {"tooltip": "From Encode Prompt; a schedule switches per window."}),
+            **cls._inputs("ALAYA_TEACHER", "From Load Teacher Model.", "Conditioning latents from Encode G-Buffers (teacher VAE).",
+                          "From Encode Prompt; a schedule switches per window."),
             "negative_prompt": ("STRING", {"default": "", "multiline": True, "tooltip": "What to steer away from (the unconditional branch of CFG)."}),
             "seed": SEED,
             "steps": ("INT", {"default": 50, "min": 1, "max": 200, "tooltip": "Euler steps per window."}),
@@ -145,25 +152,11 @@ class TeacherSampler(StageNode):
         }}
 
     def start_stream(self, model, prompt, negative_prompt, seed, steps, cfg, shift):
-        from ..streaming.pipelines import TeacherSample
+        from ..streaming.engine.pipelines import TeacherSample
 
         negative = model.text_encoder()([negative_prompt]) if cfg != 1.0 else None
-        return _TeacherSampling(TeacherSample(model, prompt, negative, seed=seed, steps=steps, cfg=cfg, shift=shift), steps)
-
-
-class _TeacherSampling:
-    def __init__(self, inner, steps: int):
-        self.inner, self.steps = inner, steps
-
-    def step(self, cond):
-        if cond is None:
-            return (None,)
-        bar = comfy.Progress(self.steps * max(1, len(cond.split())))
-        self.inner.callback = lambda i, n: bar.update(1)
-        return (self.inner.step(cond),)
-
-    def flush(self):
-        return (self.inner.flush(),)
+        return _Sampling(TeacherSample(model, prompt, negative, seed=seed, steps=steps, cfg=cfg, shift=shift),
+                         lambda cond: steps * max(1, len(cond.split())))
 
 
 class Decode(StageNode):
@@ -182,7 +175,7 @@ class Decode(StageNode):
         }}
 
     def start_stream(self, decoder):
-        from ..streaming.pipelines import Decode as DecodeStage, TinyDecoder, VAEDecoder
+        from ..streaming.engine.pipelines import Decode as DecodeStage, TinyDecoder, VAEDecoder
 
         inner = TinyDecoder(decoder.module) if decoder.kind == "tiny" else VAEDecoder(decoder.module)
         return _Decoding(DecodeStage(inner))
@@ -240,7 +233,7 @@ class Refine(StageNode):
 
     def start_stream(self, refiner, prompt=None):
         from ..model_zoo.errors import AlayaError
-        from ..streaming.pipelines import Refine as RefineStage
+        from ..streaming.engine.pipelines import Refine as RefineStage
 
         if refiner.module is None:
             return _Refining(None)

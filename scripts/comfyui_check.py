@@ -42,8 +42,8 @@ def post(server: str, path: str, body: dict):
 def make_clip(comfy: Path) -> Path:
     sys.path.insert(0, str(ROOT / "tests"))
     import conftest  # noqa: F401  (imports this checkout as alaya_flash)
-    from alaya_flash.streaming.sinks import NpyWindowSink, write_stream
-    from alaya_flash.streaming.synthetic import synthetic_stream
+    from alaya_flash.streaming.files.sinks import NpyWindowSink, write_stream
+    from alaya_flash.streaming.files.synthetic import synthetic_stream
 
     out = comfy / "input" / "gbuffers" / "clip"
     write_stream(synthetic_stream(64, 64, FRAMES, seed=3), NpyWindowSink(out, window=16, overwrite=True))

@@ -85,7 +85,7 @@ def to_api(graph: dict) -> dict:
 
 
 def to_ui(graph: dict, classes: dict) -> dict:
-    from alaya_flash.streaming.workflow import _has_control_value, widget_inputs
+    from alaya_flash.streaming.engine.workflow import _has_control_value, widget_inputs
 
     depth: dict[str, int] = {}
 

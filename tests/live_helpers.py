@@ -8,8 +8,8 @@ import socket
 
 import numpy as np
 
-from alaya_flash.streaming.preview.engine import LiveConfig, LiveEngine
-from alaya_flash.streaming.preview.server import LiveServer
+from alaya_flash.streaming.live.engine import LiveConfig, LiveEngine
+from alaya_flash.streaming.live.server import LiveServer
 
 
 class TintPipeline:

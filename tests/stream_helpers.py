@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from alaya_flash.streaming import pipelines as pl
-from alaya_flash.streaming import runner as rn
+from alaya_flash.streaming.engine import pipelines as pl
+from alaya_flash.streaming.engine import runner as rn
 
 
 def random_gbuffers(n: int, h: int = 16, w: int = 16, seed: int = 0) -> pl.GBuffers:

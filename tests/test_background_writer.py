@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming import sinks
+from alaya_flash.streaming.files import sinks
 
 
 def frames(n, h=16, w=24, seed=0):
@@ -97,8 +97,8 @@ def test_abort_drops_the_queued_chunks_and_the_output(tmp_path):
 def test_live_recorder_writes_beside_the_loop_and_reports_a_bad_frame(tmp_path):
     """The live Recorder encodes through a BackgroundWriter: a good recording is whole on close; a
     frame of another size fails the recording with the sink's message and leaves no folder."""
-    from alaya_flash.streaming.preview.recorder import Recorder
-    from alaya_flash.streaming.readers import open_gbuffers
+    from alaya_flash.streaming.live.recorder import Recorder
+    from alaya_flash.streaming.files.readers import open_gbuffers
 
     teacher = np.random.default_rng(1).integers(0, 256, (5, 16, 24, 3), dtype=np.uint8)
     rec = Recorder(tmp_path / "good", fps=10, gbuffers=True)

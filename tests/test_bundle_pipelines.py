@@ -6,7 +6,7 @@ import torch
 
 from alaya_flash.model_zoo import bundle
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
-from alaya_flash.streaming import pipelines as pl
+from alaya_flash.streaming.engine import pipelines as pl
 from stream_helpers import random_gbuffers as _gbuffers
 from stream_helpers import render_all as _render
 

@@ -106,7 +106,7 @@ def test_eval_refuses_unknown_presets(tiny_models, capsys):
 
 
 def test_report_names_a_model_inside_the_working_directory_relative_to_it(tmp_path, monkeypatch):
-    from alaya_flash.streaming.commands.eval import _shown_path
+    from alaya_flash.streaming.cli.commands.eval import _shown_path
 
     (tmp_path / "repo" / "model_zoo" / "default").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "repo")

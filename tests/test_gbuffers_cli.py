@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from alaya_flash.streaming.cli import main
-from alaya_flash.streaming.readers import open_gbuffers
-from alaya_flash.streaming.synthetic import synthetic_stream
+from alaya_flash.streaming.files.readers import open_gbuffers
+from alaya_flash.streaming.files.synthetic import synthetic_stream
 
 
 def npy_windows(folder, n=2, t=16, h=64, w=64):
@@ -25,7 +25,7 @@ def test_info_on_two_npy_windows(tmp_path, capsys):
 
 
 def test_info_on_float_exr(tmp_path, capsys):
-    from alaya_flash.streaming import sinks
+    from alaya_flash.streaming.files import sinks
 
     sinks.write_stream(synthetic_stream(32, 16, 3), sinks.open_sink(tmp_path / "e", "exr"))
     assert main(["gbuffers", "info", str(tmp_path / "e"), "--size", "16x8"]) == 0
@@ -69,7 +69,7 @@ def test_convert_bad_input_one_line_nothing_written(tmp_path, capsys, damage, ma
 
 
 def test_convert_failure_mid_stream_leaves_nothing(tmp_path, capsys):
-    from alaya_flash.streaming import sinks
+    from alaya_flash.streaming.files import sinks
 
     src = tmp_path / "png"
     sinks.write_stream(synthetic_stream(16, 8, 4), sinks.open_sink(src, "png"))
@@ -91,8 +91,8 @@ def test_convert_refuses_existing_destination(tmp_path, capsys):
 
 
 def test_nan_policy_flag(tmp_path, capsys):
-    from alaya_flash.streaming import sinks
-    from alaya_flash.streaming.image_files import read_exr, write_exr
+    from alaya_flash.streaming.files import sinks
+    from alaya_flash.streaming.files.image_files import read_exr, write_exr
 
     src = tmp_path / "e"
     sinks.write_stream(synthetic_stream(16, 8, 2), sinks.open_sink(src, "exr"))

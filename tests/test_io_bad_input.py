@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming import sinks
+from alaya_flash.streaming.files import sinks
 from alaya_flash.streaming.gbuffer import MODALITIES
-from alaya_flash.streaming.image_files import read_exr, write_exr, write_png
-from alaya_flash.streaming.readers import open_gbuffers
-from alaya_flash.streaming.synthetic import synthetic_stream
+from alaya_flash.streaming.files.image_files import read_exr, write_exr, write_png
+from alaya_flash.streaming.files.readers import open_gbuffers
+from alaya_flash.streaming.files.synthetic import synthetic_stream
 
 H, W, N = 16, 24, 4
 

@@ -1,9 +1,9 @@
 """Bounded memory: the Python-side peak of reader -> writer does not grow with stream length."""
 import tracemalloc
 
-from alaya_flash.streaming import sinks
-from alaya_flash.streaming.readers import open_gbuffers
-from alaya_flash.streaming.synthetic import synthetic_stream
+from alaya_flash.streaming.files import sinks
+from alaya_flash.streaming.files.readers import open_gbuffers
+from alaya_flash.streaming.files.synthetic import synthetic_stream
 
 
 def peak_bytes(tmp_path, n):

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming import sinks
+from alaya_flash.streaming.files import sinks
 from alaya_flash.streaming.gbuffer import MODALITIES, teacher_to_frame
-from alaya_flash.streaming.readers import GBufferStream, detect_layout, open_gbuffers
-from alaya_flash.streaming.synthetic import SyntheticScene, synthetic_stream
+from alaya_flash.streaming.files.readers import GBufferStream, detect_layout, open_gbuffers
+from alaya_flash.streaming.files.synthetic import SyntheticScene, synthetic_stream
 
 H, W, N = 24, 32, 6
 
@@ -142,7 +142,7 @@ def test_name_pattern_sequences(tmp_path, source, teacher):
 
 def test_per_modality_exr_folders(tmp_path, source):
     """User EXRs: depth as a single Z channel in scene units, normals as float RGB."""
-    from alaya_flash.streaming.image_files import write_exr
+    from alaya_flash.streaming.files.image_files import write_exr
 
     frames = list(source)
     for mod in MODALITIES:
@@ -191,7 +191,7 @@ def test_sink_refuses_mixed_parts_and_cleans_up(tmp_path, teacher):
 def test_sinks_take_canonical_frames_and_float_rgb(tmp_path, source):
     """What the physics world and the renderers hand over: GBufferFrame objects and float RGB."""
     from alaya_flash.streaming.gbuffer import frame_to_teacher, srgb_to_linear
-    from alaya_flash.streaming.image_files import read_exr
+    from alaya_flash.streaming.files.image_files import read_exr
 
     frames = list(source)
     rgb = np.random.default_rng(1).uniform(0, 1, (H, W, 3)).astype(np.float32)

@@ -50,7 +50,7 @@ def flash_pipeline():
     import torch
 
     from alaya_flash.model_zoo import bundle
-    from alaya_flash.streaming.preview.pipeline import FlashLive
+    from alaya_flash.streaming.live.pipeline import FlashLive
 
     model = bundle.make_random_flash(seed=0)
     with torch.no_grad():

@@ -9,7 +9,7 @@ import torch
 
 from alaya_flash.model_zoo import bundle
 from alaya_flash.nodes.render import FlashSampler, _Sampling
-from alaya_flash.streaming import pipelines as pl
+from alaya_flash.streaming.engine import pipelines as pl
 
 
 def _stand_in_comfy(monkeypatch, updates):

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from alaya_flash.model_zoo import bundle
-from alaya_flash.streaming import pipelines as pl
-from alaya_flash.streaming.preview.pipeline import FlashLive
+from alaya_flash.streaming.engine import pipelines as pl
+from alaya_flash.streaming.files.sinks import to_uint8
+from alaya_flash.streaming.live.pipeline import FlashLive
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def test_live_equals_the_flash_pipeline_and_reset_repeats(model):
     got = _live(live, frames)
     emb = model.text_encoder()(["a sunny street"])
     ref = pl.FlashPipeline(model, pl.PromptSchedule.constant(emb), seed=5, chunk_frames=1)
-    want = pl.to_uint8(ref.step(pl.GBuffers(frames, fps=30)))
+    want = to_uint8(ref.step(pl.GBuffers(frames, fps=30)))
     assert got.shape == (9, 32, 32, 3) and np.array_equal(got, want)
     live.reset()
     assert live.chunk_frames == 1 and np.array_equal(_live(live, frames), got)
@@ -62,7 +63,7 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
 
     from alaya_flash.model_zoo.errors import AlayaError
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS
-    from alaya_flash.streaming.preview.pipeline import WorkflowLive
+    from alaya_flash.streaming.live.pipeline import WorkflowLive
 
     path = Path(__file__).resolve().parents[1] / "workflows" / "live-preview.api.json"
     live = WorkflowLive(path, NODE_CLASS_MAPPINGS, fps=30)
@@ -75,7 +76,7 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
     ref = pl.FlashPipeline(flash, pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street"),
                            seed=sampler["seed"], steps=sampler["steps"], chunk_frames=sampler["chunk_frames"],
                            window_frames=sampler["window_frames"], sink_frames=sampler["sink_frames"])
-    assert np.array_equal(got, pl.to_uint8(ref.step(pl.GBuffers(frames, fps=30))))
+    assert np.array_equal(got, to_uint8(ref.step(pl.GBuffers(frames, fps=30))))
     live.reset()
     assert np.array_equal(_live(live, frames), got)
     live.set_prompt("a rainy night")
@@ -91,7 +92,7 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
 def test_live_page_renders_with_the_models_refiner_unless_told_not_to(tmp_path):
     """`serve` keeps a model folder's G-buffer refiner (the Flash pipeline's refine stage); `--no-refiner`
     leaves it out, and the frames are then the decoder's."""
-    from alaya_flash.streaming.preview.pipeline import pipeline_factory
+    from alaya_flash.streaming.live.pipeline import pipeline_factory
 
     flash = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16")
     with torch.no_grad():

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from alaya_flash.streaming.preview.protocol import (
+from alaya_flash.streaming.live.protocol import (
     MAX_MESSAGE_BYTES,
     ProtocolError,
     RateLimiter,
     parse_message,
 )
-from alaya_flash.streaming.preview.transport import MAX_REPLIES, Hub
+from alaya_flash.streaming.live.transport import MAX_REPLIES, Hub
 
 CTX = {"presets": ["bright_sunny", "overcast"], "sources": ("world", "file")}
 

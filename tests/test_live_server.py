@@ -7,8 +7,8 @@ import aiohttp
 import numpy as np
 import pytest
 
-from alaya_flash.streaming.preview.engine import unpack_frame
-from alaya_flash.streaming.preview.protocol import MAX_STRIKES, WS_MAX_BYTES
+from alaya_flash.streaming.live.engine import unpack_frame
+from alaya_flash.streaming.live.protocol import MAX_STRIKES, WS_MAX_BYTES
 
 from live_helpers import stalled_client, start_server
 
@@ -196,7 +196,7 @@ def test_a_client_that_reads_nothing_does_not_slow_the_others():
 
 
 def test_record_writes_rgb_gbuffers_and_controls(tmp_path):
-    from alaya_flash.streaming.readers import open_gbuffers
+    from alaya_flash.streaming.files.readers import open_gbuffers
 
     server = start_server(record_dir=tmp_path / "rec", record_gbuffers=True)
     try:
@@ -230,7 +230,7 @@ def test_record_writes_rgb_gbuffers_and_controls(tmp_path):
 
 def test_file_source_loops_and_serve_cli_refuses_bad_options(tmp_path, capsys):
     from alaya_flash.streaming.cli import main
-    from alaya_flash.streaming.sinks import NpyWindowSink
+    from alaya_flash.streaming.files.sinks import NpyWindowSink
 
     clip = tmp_path / "clip"
     with NpyWindowSink(clip, window=3) as sink:

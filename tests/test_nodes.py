@@ -9,12 +9,12 @@ import torch
 from alaya_flash.model_zoo import bundle
 from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
 from alaya_flash.nodes import comfy
-from alaya_flash.streaming import runner as rn
-from alaya_flash.streaming import workflow as wfm
+from alaya_flash.streaming.engine import runner as rn
+from alaya_flash.streaming.engine import workflow as wfm
 from alaya_flash.streaming.cli import main
-from alaya_flash.streaming.pipelines import GBuffers
-from alaya_flash.streaming.sinks import NpyWindowSink, write_stream
-from alaya_flash.streaming.synthetic import synthetic_stream
+from alaya_flash.streaming.engine.pipelines import GBuffers
+from alaya_flash.streaming.files.sinks import NpyWindowSink, write_stream
+from alaya_flash.streaming.files.synthetic import synthetic_stream
 from stream_helpers import Collect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def test_inputs_glob_skips_finished_and_loads_models_once(clip, tmp_path, monkey
 
 
 def test_interruption_leaves_no_partial_output(clip, tmp_path, monkeypatch):
-    from alaya_flash.streaming import pipelines
+    from alaya_flash.streaming.engine import pipelines
 
     calls = []
     real = pipelines.Decode.step
@@ -233,7 +233,7 @@ def test_save_sequences_with_gbuffers(clip, tmp_path, fmt):
     g["8"] = {"class_type": "AlayaFlash_Save", "inputs": {"images": ["7", 0], "gbuffers": ["1", 0], "filename": str(tmp_path / "seq"),
                                                           "format": fmt, "fps": 16.0, "overwrite": False}}
     rn.StreamRunner(wfm.parse_workflow(g, NODES), NODES).run()
-    from alaya_flash.streaming.readers import open_gbuffers
+    from alaya_flash.streaming.files.readers import open_gbuffers
 
     back = open_gbuffers(tmp_path / "seq")  # the passes come back through the readers
     assert back.info.num_frames == 5

@@ -21,7 +21,7 @@ def test_wheel_installs_only_alaya_flash(tmp_path):
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"alaya_flash"}
     assert "alaya_flash/nodes/__init__.py" in names
-    assert "alaya_flash/streaming/cli.py" in names
+    assert "alaya_flash/streaming/cli/__init__.py" in names
     assert not any(n.startswith("alaya_flash/tests/") for n in names)
 
 

@@ -9,9 +9,9 @@ from alaya_flash.model_zoo import bundle
 from alaya_flash.model_zoo.codecs import refiner as rf
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
 from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
-from alaya_flash.streaming import pipelines as pl
-from alaya_flash.streaming import runner as rn
-from alaya_flash.streaming import workflow as wfm
+from alaya_flash.streaming.engine import pipelines as pl
+from alaya_flash.streaming.engine import runner as rn
+from alaya_flash.streaming.engine import workflow as wfm
 from stream_helpers import Collect
 from stream_helpers import random_gbuffers as _gbuffers
 from stream_helpers import render_all as _render
@@ -223,8 +223,8 @@ def _graph(clip, refine_input="7"):
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
-    from alaya_flash.streaming.sinks import NpyWindowSink, write_stream
-    from alaya_flash.streaming.synthetic import synthetic_stream
+    from alaya_flash.streaming.files.sinks import NpyWindowSink, write_stream
+    from alaya_flash.streaming.files.synthetic import synthetic_stream
 
     out = tmp_path_factory.mktemp("clip") / "clip"
     write_stream(synthetic_stream(32, 32, 10), NpyWindowSink(out, window=16))

@@ -4,8 +4,8 @@ import pytest
 from PIL import Image
 
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming.resize import crop_box, resize_frame, resize_teacher
-from alaya_flash.streaming.synthetic import SyntheticScene, synthetic_stream
+from alaya_flash.streaming.files.resize import crop_box, resize_frame, resize_teacher
+from alaya_flash.streaming.files.synthetic import SyntheticScene, synthetic_stream
 
 
 def teacher_images(h=36, w=64, seed=0):
@@ -50,8 +50,8 @@ def test_canonical_resize_keeps_passes_meaningful():
 
 
 def test_stream_resizes_8bit_sources_in_teacher_form(tmp_path):
-    from alaya_flash.streaming import sinks
-    from alaya_flash.streaming.readers import open_gbuffers
+    from alaya_flash.streaming.files import sinks
+    from alaya_flash.streaming.files.readers import open_gbuffers
 
     sinks.write_stream(synthetic_stream(48, 32, 2), sinks.open_sink(tmp_path / "n", "npy"))
     native = list(open_gbuffers(tmp_path / "n").teacher_frames())

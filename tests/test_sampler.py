@@ -6,8 +6,8 @@ import torch
 
 from alaya_flash.model_zoo import dit
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming import sampler
-from alaya_flash.streaming.session import FlashSession, SessionConfig, teacher_sample
+from alaya_flash.streaming.engine import sampler
+from alaya_flash.streaming.engine.session import FlashSession, SessionConfig, teacher_sample
 
 TINY = dit.CONFIGS["dit-tiny"]
 

@@ -136,7 +136,7 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
     from pathlib import Path
 
     from alaya_flash.model_zoo.training import stage
-    from alaya_flash.streaming.commands.train import parse_overrides
+    from alaya_flash.streaming.cli.commands.train import parse_overrides
 
     root = Path(__file__).resolve().parents[1]
     script = (root / "model_zoo/training/train_default.sh").read_text().replace("\\\n", " ")

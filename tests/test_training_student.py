@@ -80,7 +80,7 @@ def test_training_rollout_equals_the_inference_session(monkeypatch):
     from alaya_flash.model_zoo.training.student import rollout
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
-    from alaya_flash.streaming.session import FlashSession, SessionConfig
+    from alaya_flash.streaming.engine.session import FlashSession, SessionConfig
 
     torch.manual_seed(0)
     model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
@@ -103,7 +103,7 @@ def test_finished_rollout_with_a_sink_equals_the_inference_session(monkeypatch):
     from alaya_flash.model_zoo import dit
     from alaya_flash.model_zoo.training import student
     from alaya_flash.model_zoo.training.student import rollout
-    from alaya_flash.streaming.session import FlashSession, SessionConfig
+    from alaya_flash.streaming.engine.session import FlashSession, SessionConfig
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
     torch.manual_seed(0)
@@ -270,7 +270,7 @@ def test_teacher_trajectory_keeps_the_student_sigmas(monkeypatch):
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
     from alaya_flash.model_zoo.training.student import teacher_trajectory
-    from alaya_flash.streaming import sampler
+    from alaya_flash.streaming.engine import sampler
 
     torch.manual_seed(0)
     model = dit.build(dit.CONFIGS["dit-tiny"]).eval()

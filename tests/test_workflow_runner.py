@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming import runner as rn
-from alaya_flash.streaming import workflow as wfm
+from alaya_flash.streaming.engine import runner as rn
+from alaya_flash.streaming.engine import workflow as wfm
 
 
 # --- toy nodes following the pack's node protocol --------------------------------------------

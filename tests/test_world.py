@@ -242,8 +242,8 @@ def test_shadow_map_agrees_with_shadow_rays(scene):
 
 
 def test_world_is_a_demo_source_and_a_reader_stream():
-    from alaya_flash.streaming.demo import DEMO_SOURCES
-    from alaya_flash.streaming.readers import GBufferStream
+    from alaya_flash.streaming.cli.demo import DEMO_SOURCES
+    from alaya_flash.streaming.files.readers import GBufferStream
 
     stream = DEMO_SOURCES["world"](width=32, height=24, num_frames=3, seed=1)
     assert isinstance(stream, GBufferStream) and stream.info.num_frames == 3

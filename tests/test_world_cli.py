@@ -8,7 +8,7 @@ import pytest
 
 from alaya_flash.streaming.cli import main
 from alaya_flash.streaming.gbuffer import MODALITIES, frame_to_teacher
-from alaya_flash.streaming.readers import open_gbuffers
+from alaya_flash.streaming.files.readers import open_gbuffers
 from alaya_flash.streaming.world import WorldConfig, WorldSource
 from alaya_flash.streaming.world import clip as clip_module
 
@@ -93,7 +93,7 @@ def test_failure_mid_clip_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_size_argument_forms():
-    from alaya_flash.streaming.commands.world import parse_presets, parse_size
+    from alaya_flash.streaming.cli.commands.world import parse_presets, parse_size
 
     assert parse_size("128") == (128, 128) and parse_size("320x192") == (192, 320)
     for bad, message in (("big", "is not N or WIDTHxHEIGHT"), ("0x16", "must be positive"), ("1x2x3", "is not N")):

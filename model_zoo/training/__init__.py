@@ -1,6 +1,6 @@
 """Training and distillation recipes: physics-world data -> codecs -> teacher DiT -> few-step student -> bundle.
 
-Each stage is `alaya-flash train STAGE --config FILE.json` (streaming/commands/train.py); the
+Each stage is `alaya-flash train STAGE --config FILE.json` (streaming/cli/commands/train.py); the
 config is the stage's dataclass below, written as JSON (unknown keys are refused). Stages in
 order, each reading the previous stages' output folders:
 

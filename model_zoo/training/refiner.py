@@ -107,7 +107,8 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     """The model's frames of the first `cfg.clips` training clips under every preset, uint8 (N, P, T, H, W, 3),
     each clip and preset prompted with a random wording of the prompt split `split` (prompts.py), and
     those wordings, [clip][preset]. The 'train' renders live in out/renders/, others in out/renders-SPLIT/."""
-    from ...streaming.pipelines import FlashPipeline, GBuffers, PromptSchedule, to_uint8
+    from ...streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
+    from ...streaming.files.sinks import to_uint8
     from .. import bundle
     from ..loading import read_metadata, read_state_dict, save_safetensors
     from .prompts import prompts as wordings

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from .. import dit
 from ..errors import AlayaError
-from ...streaming import sampler, session
+from ...streaming.engine import sampler, session
 from .common import StageConfig, autocast, check_pair_weight, descend, step_generator, train_loop
 from .latent_data import LatentSet, nearest_presets, perturb_prompts
 from .teacher import flow_loss, load_dit

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...model_zoo.errors import AlayaError
 from ..gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
-from ..sinks import AtomicOutput, ExrSequenceSink, Mp4Sink, NpyWindowSink, TeacherMp4Sink
+from ..files.sinks import AtomicOutput, ExrSequenceSink, Mp4Sink, NpyWindowSink, TeacherMp4Sink
 from .shading import get_preset
 from .world import World, WorldConfig
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...model_zoo.errors import AlayaError
 from ..gbuffer import GBufferFrame, StreamInfo
-from ..readers import GBufferStream
+from ..files.readers import GBufferStream
 from .camera import CAMERA_PATHS, Camera, CameraPath
 from .raster import check_size, make_renderer
 from .scene import MAX_OBJECTS, Scene, SceneConfig, build_scene

@@ -1,0 +1,167 @@
+"""Benchmark the Flash pipeline (and optionally the teacher) on generated G-buffers.
+
+  alaya-flash bench --size 128 --frames 48 --json
+  alaya-flash bench --size 832x448 --dit alayarenderer-teacher --compare-teacher --json   # on a GPU
+
+Drives the Flash stage list (pipelines.flash_steps: encode, sample, decode, refine when the model
+has a G-buffer refiner) between a generated npy clip read chunk by chunk and an mp4 (or png) writer,
+on the one chunk loop (streaming/engine/driver.py), and reports from its per-step timings: steady-state FPS
+(after the first chunk), first-frame latency (from the end of setup to the first frames reaching
+the writer), peak resident memory and per-stage milliseconds per frame (read, encode, sample,
+decode, refine, write; the writer encodes on a worker thread, so write is only what the loop still
+waits for). --compare-teacher runs the teacher on the same input and size (bidirectional, 50
+steps, CFG, full Wan VAE) and prints the speed-up. Without --model the networks have RANDOM
+weights (said in the output): speed does not depend on the weights' values.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .world import parse_size
+
+HELP = "measure FPS, latency, memory and per-stage time of the Flash pipeline (vs the teacher)"
+PROMPT = "a sunny street"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", type=parse_size, default=(128, 128), metavar="N|WxH", help="frame size (multiples of 16)")
+    parser.add_argument("--frames", type=int, default=48, help="frames to render")
+    parser.add_argument("--chunk", type=int, default=12, help="frames per runner tick (one AR chunk = 12 frames)")
+    parser.add_argument("--model", type=Path, help="Flash model folder (default: random weights, configs below)")
+    parser.add_argument("--dit", default="dit-small", help="DiT config for random weights (alayarenderer-teacher = full 1.3B)")
+    parser.add_argument("--encoder", default="gbuffer-encoder-slim", help="G-buffer encoder config for random weights")
+    parser.add_argument("--decoder", default="taew-slim", help="tiny decoder config for random weights")
+    parser.add_argument("--refiner", default="gbuffer-refiner-16-prompt",
+                        help="G-buffer refiner config for random weights, or 'none' (with --model the model's own "
+                             "refiner, if it has one; 'none' leaves it out)")
+    parser.add_argument("--steps", type=int, default=4, help="Flash denoising passes per chunk")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device")
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="weights' dtype")
+    parser.add_argument("--compare-teacher", action="store_true", help="also run the teacher (50 steps, CFG 5, full VAE)")
+    parser.add_argument("--teacher-steps", type=int, default=50, help="teacher Euler steps")
+    parser.add_argument("--format", choices=("mp4", "png"), default="mp4",
+                        help="what the Save node writes (png: no video encoder needed, e.g. where PyAV is missing)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def _clip(folder: Path, size, frames: int) -> Path:
+    """A generated G-buffer clip (npy windows) of the synthetic scene."""
+    from ...files.sinks import NpyWindowSink, write_stream
+    from ...files.synthetic import synthetic_stream
+
+    h, w = size
+    out = folder / "clip"
+    write_stream(synthetic_stream(w, h, frames), NpyWindowSink(out, window=16))
+    return out
+
+
+def _out(folder: Path, name: str, fmt: str) -> Path:
+    """Where the frames go: an mp4 file, or a folder of frames."""
+    return folder / (f"{name}.mp4" if fmt == "mp4" else name)
+
+
+def measure(make_steps, clip: Path, size, frames: int, chunk: int, out: Path, fmt: str = "mp4", sync=None) -> dict:
+    """Drive read -> make_steps(feed="read") -> write over the clip on the one chunk loop; figures
+    from its per-step timings (sync: called after each step, so asynchronous GPU work is billed to
+    its own step). Setup (prompt encoding, starting the stages, opening the clip) is timed apart."""
+    from ...engine.driver import RunStats, StageGraph, Step, drive
+    from ...engine.pipelines import gbuffer_chunks
+    from ...files.readers import open_gbuffers
+    from ...files.sinks import FrameWriter
+
+    start = time.perf_counter()
+    steps = make_steps(feed="read")
+    writer = FrameWriter(out, fmt, fps=16.0, overwrite=True)
+    steps.append(Step("write", writer, {"images": (steps[-1].name, 0)}, outputs=0))
+    stream = open_gbuffers(clip, "npy-windows", stop=frames, size=size, resize="stretch")
+    source = ((g,) for g in gbuffer_chunks(stream, chunk))
+    stats = drive(StageGraph(["read"], steps, sync=sync), {"read": source}, stats=RunStats(), start=start)
+    loop = stats.seconds - stats.setup_seconds
+    first_tick = (stats.first_chunk_seconds or stats.seconds) - stats.setup_seconds
+    steady_frames = stats.frames - min(chunk, stats.frames)
+    steady = steady_frames / (loop - first_tick) if steady_frames and loop > first_tick else stats.frames / loop
+    return {
+        "frames": stats.frames,
+        "fps_steady": round(steady, 3),
+        "fps_overall": round(stats.frames / loop, 3),
+        "first_frame_latency_s": round(stats.first_output_seconds or 0.0, 3),
+        "ms_per_frame": {k: round(1000 * v / max(1, stats.frames), 2) for k, v in stats.node_seconds.items()},
+        "seconds": round(loop, 2),
+    }
+
+
+def run(args) -> int:
+    import dataclasses
+
+    import torch
+
+    from ....model_zoo import bundle, precision
+    from ....model_zoo.errors import AlayaError
+    from ...engine import pipelines
+    from ...engine.pipelines import PromptSchedule
+
+    h, w = args.size
+    if h % 16 or w % 16:
+        raise AlayaError(f"--size {w}x{h}: width and height must be multiples of 16 (8 for the codecs x 2 for the DiT's patches)")
+    if args.frames < 1 or args.chunk < 1:
+        raise AlayaError("--frames and --chunk must be at least 1")
+    dev = precision.choose_device(args.device)
+    dtype = precision.choose_dtype(args.precision, dev)
+    if args.model:
+        flash = bundle.load_flash(args.model, dev, dtype)
+        if args.refiner == "none":
+            flash.refiner = None
+    else:
+        flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype,
+                                         refiner=None if args.refiner == "none" else args.refiner)
+    result = {"size": [w, h], "frames": args.frames, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
+              "weights": str(args.model) if args.model else f"RANDOM ({args.dit}, {args.encoder}, {args.decoder}, {args.refiner})",
+              "torch_threads": torch.get_num_threads()}
+    sync = torch.cuda.synchronize if dev.type == "cuda" else None
+    with tempfile.TemporaryDirectory(prefix="alaya-bench-") as tmp:
+        tmp = Path(tmp)
+        clip = _clip(tmp, args.size, args.frames)
+        s = flash.settings
+
+        def flash_steps(feed):
+            prompts = PromptSchedule.encode(flash.text_encoder(), PROMPT)
+            return pipelines.flash_steps(flash, prompts, seed=0, feed=feed, steps=args.steps, chunk_frames=s.chunk_frames,
+                                         window_frames=s.window_frames, sink_frames=s.sink_frames)
+
+        result["flash"] = measure(flash_steps, clip, args.size, args.frames, args.chunk, _out(tmp, "flash", args.format),
+                                  args.format, sync)
+        if args.compare_teacher:
+            teacher = bundle.make_random_teacher(args.dit, "wan2.1-vae", device=dev, dtype=dtype)
+            teacher.dit = flash.dit  # same DiT architecture as the student (the paper's setting)
+            teacher._text = flash._text
+            teacher.settings = dataclasses.replace(teacher.settings, steps=args.teacher_steps)
+
+            def teacher_steps(feed):
+                text = teacher.text_encoder()
+                return pipelines.teacher_steps(teacher, PromptSchedule.encode(text, PROMPT), text(["blurry"]), seed=0,
+                                               feed=feed, steps=args.teacher_steps, cfg=5.0, shift=5.0)
+
+            result["teacher"] = measure(teacher_steps, clip, args.size, args.frames, args.chunk,
+                                        _out(tmp, "teacher", args.format), args.format, sync)
+            result["speedup"] = round(result["flash"]["fps_overall"] / max(1e-9, result["teacher"]["fps_overall"]), 2)
+    result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if dev.type == "cuda":  # weights, activations and KV cache live on the GPU: its peak is the figure that matters
+        result["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(dev) / 2**20, 1)
+        result["gpu"] = torch.cuda.get_device_name(dev)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        f = result["flash"]
+        print(f"Flash {w}x{h}, {args.frames} frames, {result['weights']}: {f['fps_steady']} FPS steady, "
+              f"first frames after {f['first_frame_latency_s']} s, ms/frame {f['ms_per_frame']}, peak RSS {result['peak_rss_mib']} MiB")
+        if "teacher" in result:
+            print(f"teacher: {result['teacher']['fps_overall']} FPS; speed-up {result['speedup']}x")
+    if result["weights"].startswith("RANDOM") and not args.quiet:
+        print("alaya-flash: note: random weights (no model given): the frames are noise, the timings are real", file=sys.stderr)
+    return 0

@@ -1,0 +1,275 @@
+"""Evaluate a Flash model and its teacher side by side on held-out physics-world clips.
+
+  alaya-flash eval --json                                   # the embedded default and its teacher
+  alaya-flash eval --model runs/model --data runs/data --clips 2 --teacher-steps 20 --json
+
+Held-out clips (scene seeds never trained on) come from a dataset folder's held-out split
+(--data, made by `alaya-flash train data`) or are rendered now (--size, --frames). Every clip is
+rendered by both models under every lighting preset's prompt, once with a training wording and
+once with each held-out paraphrase (2 per preset; --heldout-wordings 1 scores the first only, as
+reports made before 2026-12-04 did), and scored on the five axes:
+
+  content       PSNR / SSIM against the ground truth of the prompted preset (training wordings),
+                and the student's against the teacher's render
+  temporal      error of frame-to-frame differences against the ground truth's, and the ratio of
+                their magnitudes (1.0 = as much change as the ground truth)
+  cross_window  change across chunk (student) / window (teacher) boundaries over change inside
+                them, and the same ratio for the ground truth at the same frames
+  control       how often a render is nearest (PSNR) to the ground truth of its prompted preset
+                among all presets, and the mean margin in dB; for training and held-out wordings
+                (pooled over the paraphrases, and each paraphrase's rate), with each miss as
+                "clip K: prompted -> nearest preset (margin) [paraphrase N]"
+  runtime       frames per second and first-frame latency of the streaming render, peak memory
+
+Speed figures come from this machine as it is (say whether it was shared when quoting them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+
+from .world import parse_size
+
+HELP = "evaluate student vs teacher on held-out clips (content, temporal, cross-window, control, runtime)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", type=Path, help="Flash model folder (default: the embedded model_zoo/default)")
+    parser.add_argument("--teacher", type=Path, help="teacher model folder (default: MODEL/teacher when present)")
+    parser.add_argument("--no-teacher", action="store_true", help="evaluate the student only")
+    parser.add_argument("--no-refiner", action="store_true",
+                        help="score the tiny decoder's frames, leaving out the model's G-buffer refiner (what it buys)")
+    parser.add_argument("--data", type=Path, help="dataset folder whose held-out split to use (default: render clips now)")
+    parser.add_argument("--clips", type=int, default=2, help="held-out clips to evaluate")
+    parser.add_argument("--size", type=parse_size, default=None, metavar="N|WxH",
+                        help="frame size of rendered clips (default: the model's trained size)")
+    parser.add_argument("--frames", type=int, default=25, help="frames per rendered clip")
+    parser.add_argument("--presets", default="all", help="comma-separated lighting presets, or 'all'")
+    parser.add_argument("--teacher-steps", type=int, help="teacher Euler steps (default: the teacher's, 50)")
+    parser.add_argument("--heldout-wordings", type=int, default=0, metavar="N",
+                        help="held-out paraphrases per preset to score control with (0: all of them, 2 each)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weights' dtype for inference")
+    parser.add_argument("--runtime-size", type=parse_size, default=(256, 256), metavar="N|WxH",
+                        help="frame size of the student runtime measurement")
+    parser.add_argument("--runtime-frames", type=int, default=33, help="frames of the runtime measurement")
+    parser.add_argument("--out", type=Path, help="also write the JSON report here (atomically)")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
+
+
+def _clips(args, size):
+    """[(gbuffers uint8 (T,5,H,W,3), rgb uint8 (P,T,H,W,3))], preset names, prompt wordings per preset."""
+    from ....model_zoo.errors import AlayaError
+    from ....model_zoo.training.data import ClipSet, DataConfig, render_clip
+    from ....model_zoo.training.prompts import prompts as wordings
+    from ...world.shading import PRESETS
+
+    names = list(PRESETS) if args.presets == "all" else [p.strip() for p in args.presets.split(",") if p.strip()]
+    for n in names:
+        if n not in PRESETS:
+            raise AlayaError(f"--presets: {n!r} is unknown; choose from {', '.join(PRESETS)}")
+    if len(names) < 2:
+        raise AlayaError("--presets: prompt controllability needs at least two presets")
+    if args.data is not None:
+        held = ClipSet(args.data, "heldout")
+        idx = [held.presets.index(n) for n in names if n in held.presets]
+        if len(idx) != len(names):
+            raise AlayaError(f"{args.data}: the dataset lacks some of the presets {', '.join(names)}")
+        clips = [(held.gbuffers[c], held.rgb[c][idx]) for c in range(min(args.clips, len(held)))]
+    else:
+        h, w = size
+        cfg = DataConfig(width=w, height=h, frames=args.frames, presets=tuple(names), train_clips=1,
+                         heldout_clips=args.clips).validate()
+        clips = []
+        for k in range(args.clips):
+            d = render_clip(cfg, cfg.heldout_seed + k)
+            clips.append((d["gbuffers"], d["rgb"]))
+    keep = getattr(args, "heldout_wordings", 0) or None
+    if keep is not None and keep < 0:
+        raise AlayaError(f"--heldout-wordings {keep}: give a count >= 1, or 0 for all")
+    # "heldout": the first paraphrase (scripts/compare_refiners.py's); "heldout_all": those eval scores
+    return clips, names, {n: {"train": wordings(n, "train")[0], "heldout": wordings(n, "heldout")[0],
+                              "heldout_all": wordings(n, "heldout")[:keep]} for n in names}
+
+
+def _render(pipeline, gbuffers, chunk: int = 4):
+    """Stream G-buffers through a pipeline in chunks of `chunk` frames: (frames (T,H,W,3), seconds, first-frame s)."""
+    import torch
+
+    from ...engine.pipelines import GBuffers
+
+    outs, first = [], None
+    t0 = time.perf_counter()
+    for out in pipeline.run(GBuffers(torch.from_numpy(gbuffers[a:a + chunk])) for a in range(0, len(gbuffers), chunk)):
+        outs.append(out)
+        first = first if first is not None else time.perf_counter() - t0
+    return torch.cat(outs), time.perf_counter() - t0, first
+
+
+def _shown_path(path) -> str:
+    """A model folder as a report names it: relative to the working directory when inside it, so a
+    report made in the repository does not carry this machine's path."""
+    from pathlib import Path
+
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def control_record(out, gt: list, p: int, names: list[str], clip: int) -> tuple[float, float, str | None]:
+    """Prompt control of one render prompted with preset p: hit (1.0 / 0.0), margin in dB, and the
+    miss as the report writes it (None on a hit)."""
+    from ... import metrics
+
+    near = metrics.nearest(out, gt, p)
+    miss = None if near["hit"] else f"clip {clip}: {names[p]} -> {names[near['nearest']]} ({near['margin_db']:+.2f} dB)"
+    return float(near["hit"]), near["margin_db"], miss
+
+
+def _mean(values):
+    values = [v for v in values if v is not None and not math.isinf(v)]
+    return sum(values) / len(values) if values else None
+
+
+def evaluate(args) -> dict:
+    import torch
+
+    from ....model_zoo import bundle
+    from ... import metrics
+    from ...engine.pipelines import FlashPipeline, PromptSchedule, TeacherPipeline, latent_start_pixel
+
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    flash = bundle.load_flash(args.model, dtype=dtype)
+    teacher = None
+    if not args.no_teacher:
+        tdir = args.teacher or (flash.path / "teacher" if flash.path else None)
+        if tdir is not None and (args.teacher is not None or tdir.is_dir()):
+            teacher = bundle.load_teacher(tdir, dtype=dtype)
+    size = args.size or flash.trained_size or (128, 128)
+    clips, names, prompts = _clips(args, size)
+    text = flash.text_encoder()
+    negative = text([teacher.settings.negative_prompt if teacher else ""])
+    models = {"student": flash, **({"teacher": teacher} if teacher else {})}
+    scores = {m: {"psnr": [], "psnr_by_latent": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
+                  "gt_boundary_ratio": [], "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
+                  "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {},
+                  "fps": [], "first_frame_s": []} for m in models}
+    vs_teacher = {"psnr": [], "ssim": []}
+    from tqdm import tqdm
+
+    # one tick per render: clips x presets x (training wording, held-out paraphrases) x models
+    per_preset = 1 + len(prompts[names[0]]["heldout_all"])
+    bar = tqdm(total=len(clips) * len(names) * per_preset * len(models), desc="eval", unit="render", file=sys.stderr,
+               disable=getattr(args, "quiet", False) or not sys.stderr.isatty())
+    for c, (gb, rgb) in enumerate(clips):
+        gt = [torch.from_numpy(rgb[p]).float() / 255 for p in range(len(names))]
+        frames = gb.shape[0]
+        cf = flash.settings.chunk_frames
+        bounds = {"student": sorted({latent_start_pixel(k) for k in range(cf, frames, cf)} - {0}),
+                  "teacher": list(range(teacher.settings.window_frames, frames, teacher.settings.window_frames)) if teacher else []}
+        for p, name in enumerate(names):
+            wordings = [("train", 0, prompts[name]["train"])]
+            wordings += [("heldout", i, w) for i, w in enumerate(prompts[name]["heldout_all"])]
+            for kind, index, wording in wordings:
+                sched = PromptSchedule.encode(text, wording)
+                renders = {}
+                for m, model in models.items():
+                    if m == "student":
+                        pipe = FlashPipeline(model, sched, seed=args.seed, refine=not args.no_refiner)
+                    else:
+                        pipe = TeacherPipeline(model, sched, negative, seed=args.seed, steps=args.teacher_steps)
+                    out, secs, first = _render(pipe, gb)
+                    bar.set_postfix_str(f"clip {c}, {name}, {m}")
+                    bar.update()
+                    renders[m] = out
+                    s = scores[m]
+                    s["fps"].append(frames / secs)
+                    s["first_frame_s"].append(first)
+                    hit, margin, miss = control_record(out, gt, p, names, c)
+                    s[f"hit_{kind}"].append(hit)
+                    s[f"margin_{kind}"].append(margin)
+                    if kind == "heldout":
+                        s["hit_by_paraphrase"].setdefault(index, []).append(hit)
+                    if miss:
+                        s[f"miss_{kind}"].append(miss if kind == "train" else f"{miss} [paraphrase {index + 1}]")
+                    if kind == "train":
+                        s["psnr"].append(metrics.psnr(out, gt[p]))
+                        s["psnr_by_latent"].append(metrics.psnr_by_latent(out, gt[p]))
+                        s["ssim"].append(metrics.ssim(out, gt[p]))
+                        t = metrics.temporal(out, gt[p])
+                        s["diff_error"].append(t["diff_error"])
+                        s["temporal_ratio"].append(t["ratio"])
+                        s["boundary_ratio"].append(metrics.boundary_ratio(out, bounds[m]))
+                        s["gt_boundary_ratio"].append(metrics.boundary_ratio(gt[p], bounds[m]))
+                if kind == "train" and "teacher" in renders:
+                    vs_teacher["psnr"].append(metrics.psnr(renders["student"], renders["teacher"]))
+                    vs_teacher["ssim"].append(metrics.ssim(renders["student"], renders["teacher"]))
+    bar.close()
+    report = {"setup": {"clips": len(clips), "frames": int(clips[0][0].shape[0]), "size": list(clips[0][0].shape[2:4]),
+                        "presets": names, "source": str(args.data) if args.data else "rendered held-out seeds",
+                        "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
+                        "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
+                        "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
+                        "model": _shown_path(flash.path), "refiner": flash.refiner is not None and not args.no_refiner,
+                        "torch_threads": torch.get_num_threads()}}
+    for m, s in scores.items():
+        report[m] = {
+            "content": {"psnr_db": _mean(s["psnr"]), "ssim": _mean(s["ssim"]),
+                        "psnr_db_by_latent": [_mean(column) for column in zip(*s["psnr_by_latent"])]},
+            "temporal": {"diff_error": _mean(s["diff_error"]), "ratio": _mean(s["temporal_ratio"])},
+            "cross_window": {"ratio": _mean(s["boundary_ratio"]), "gt_ratio": _mean(s["gt_boundary_ratio"])},
+            "control": {f"{kind}_wordings": {"nearest_rate": _mean(s[f"hit_{kind}"]), "margin_db": _mean(s[f"margin_{kind}"]),
+                                             "misses": s[f"miss_{kind}"]} for kind in ("train", "heldout")},
+            "runtime_eval_size": {"fps": _mean(s["fps"]), "first_frame_s": _mean(s["first_frame_s"])},
+        }
+        report[m]["control"]["heldout_wordings"]["nearest_rate_by_paraphrase"] = [
+            _mean(h) for _, h in sorted(s["hit_by_paraphrase"].items())]
+    if vs_teacher["psnr"]:
+        report["student"]["content"]["vs_teacher"] = {"psnr_db": _mean(vs_teacher["psnr"]), "ssim": _mean(vs_teacher["ssim"])}
+    report["student"]["runtime"] = _runtime(flash, text, args)
+    report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return report
+
+
+def _runtime(flash, text, args) -> dict:
+    """Student streaming speed at --runtime-size on a fresh world clip (G-buffers only)."""
+    from ...engine.pipelines import FlashPipeline, PromptSchedule
+    from ...world import WorldConfig, WorldSource
+
+    h, w = args.runtime_size
+    src = WorldSource(WorldConfig(seed=200000, width=w, height=h, num_frames=args.runtime_frames, presets=()))
+    gb = next(iter(src.teacher_chunks(args.runtime_frames)))
+    sched = PromptSchedule.encode(text, "colourful toys in a courtyard at sunset")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out, secs, first = _render(FlashPipeline(flash, sched, seed=args.seed, refine=not args.no_refiner), gb)
+    return {"size": [h, w], "frames": int(out.shape[0]), "fps": out.shape[0] / secs, "first_frame_s": first,
+            "seconds": secs, "peak_rss_mb": max(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024,
+            "goal_fps": 30}
+
+
+def run(args) -> int:
+    import os
+
+    report = evaluate(args)
+    text = json.dumps(report, indent=1, default=lambda v: None)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(text + "\n")
+        os.replace(tmp, args.out)
+    if args.json:
+        print(text)
+    elif not args.quiet:
+        for m in ("student", "teacher"):
+            if m in report:
+                r = report[m]
+                print(f"{m}: PSNR {r['content']['psnr_db']:.2f} dB, SSIM {r['content']['ssim']:.3f}, "
+                      f"temporal ratio {r['temporal']['ratio']:.2f}, control (held-out wordings) "
+                      f"{r['control']['heldout_wordings']['nearest_rate']:.0%}", file=sys.stderr)
+    return 0

@@ -1,0 +1,158 @@
+"""Run a saved workflow (ComfyUI API or UI format) headless, chunk by chunk.
+
+  alaya-flash run workflows/render-gbuffer-sequence.api.json --set "Load G-Buffers.path=clip/" \\
+      --set "Save.filename=out/render.mp4"
+  alaya-flash run workflows/render-gbuffer-sequence.json --inputs 'clips/*' --set Save.filename=out/{name}.mp4
+  alaya-flash run my-workflow.json --validate-only
+
+Sources yield chunks, stateful nodes keep their state between chunks, sinks write as frames come,
+so memory stays flat however long the input. --set NODE.INPUT=VALUE overrides a widget (NODE is a
+node id, a unique title or a unique node type). --inputs GLOB renders every match in one process
+(models loaded once): each match replaces the G-buffer source's path, '{name}' in a Save filename
+becomes the match's name (without one, '-{name}' is added), and inputs whose outputs all exist
+already are skipped (outputs appear only when complete, so an existing one is finished).
+An interruption (Ctrl-C) removes the output being written; nothing partial is left.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import sys
+from pathlib import Path
+
+HELP = "run a saved workflow headless, chunk by chunk (API or UI format)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workflow", type=Path, help="workflow JSON (API format, UI format, or a /prompt body)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="NODE.INPUT=VALUE",
+                        help="override a widget value (repeatable)")
+    parser.add_argument("--inputs", metavar="GLOB", help="render every G-buffer folder/file matching GLOB")
+    parser.add_argument("--input-node", metavar="NODE", help="with --inputs: the source node whose 'path' is replaced "
+                        "(default: the only node with a 'path' input)")
+    parser.add_argument("--force", action="store_true", help="with --inputs: render inputs whose outputs already exist")
+    parser.add_argument("--validate-only", action="store_true", help="check the workflow and exit")
+
+
+def node_classes() -> dict:
+    from ....nodes import NODE_CLASS_MAPPINGS
+
+    return NODE_CLASS_MAPPINGS
+
+
+def load(path: Path, sets: list[str], check: bool = True):
+    """Read, override and (unless check=False) validate a workflow; returns (workflow, classes)."""
+    from ...engine.workflow import apply_overrides, load_workflow, validate
+
+    classes = node_classes()
+    wf = load_workflow(path, classes)
+    apply_overrides(wf, sets, classes)
+    if check:
+        validate(wf, classes)
+    return wf, classes
+
+
+def _source_node(wf, ref: str | None) -> str:
+    from ....model_zoo.errors import AlayaError
+
+    if ref is not None:
+        hits = [n for n, s in wf.nodes.items() if ref in (n, s.title, s.class_type)]
+    else:
+        hits = [n for n, s in wf.nodes.items() if "path" in s.inputs]
+    if len(hits) != 1:
+        raise AlayaError(f"{wf.source}: --inputs needs exactly one source node with a 'path' input; found "
+                         f"{len(hits)} ({', '.join(hits) or 'none'}); name one with --input-node")
+    return hits[0]
+
+
+def _save_nodes(wf) -> list[str]:
+    return [n for n, s in wf.nodes.items() if s.class_type == "AlayaFlash_Save"]
+
+
+def _outputs(wf) -> list[Path]:
+    from ....nodes.output import destination
+
+    return [destination(wf.nodes[n].inputs["filename"], wf.nodes[n].inputs.get("format", "mp4")) for n in _save_nodes(wf)]
+
+
+def _per_input(wf, source: str, path: str, name: str):
+    import copy
+
+    one = copy.deepcopy(wf)
+    one.nodes[source].inputs["path"] = path
+    for n in _save_nodes(one):
+        fn = one.nodes[n].inputs["filename"]
+        if "{name}" not in fn:
+            p = Path(fn)
+            fn = str(p.with_name(f"{p.stem}-{{name}}{p.suffix}"))
+        one.nodes[n].inputs["filename"] = fn.replace("{name}", name)
+    return one
+
+
+def execute(wf, classes, quiet: bool, label: str = "", static_cache: dict | None = None):
+    """Run one workflow with a tqdm bar (frames, FPS) on stderr; returns RunStats."""
+    from tqdm import tqdm
+
+    from ...engine.runner import StreamRunner
+
+    bar = tqdm(desc=label or "run", unit="frame", file=sys.stderr, disable=quiet or not sys.stderr.isatty())
+
+    def progress(stats):
+        bar.update(stats.frames - bar.n)
+        bar.set_postfix(fps=f"{stats.fps:.2f}")
+
+    try:
+        stats = StreamRunner(wf, classes, progress=progress, static_cache=static_cache).run()
+    finally:
+        bar.close()
+    return stats
+
+
+def run(args) -> int:
+    from ...engine.runner import StreamRunner
+
+    wf, classes = load(args.workflow, args.sets, check=not args.inputs)  # with --inputs: checked per input
+    if args.validate_only:
+        for one in ([_per_input(wf, _source_node(wf, args.input_node), p, "x") for p in sorted(glob.glob(args.inputs))[:1]]
+                    if args.inputs else [wf]):
+            StreamRunner(one, classes)  # also checks the stream roles (a run-once node fed a stream, no source)
+        if not args.quiet:
+            print(f"{args.workflow}: ok ({len(wf.nodes)} nodes, {wf.format} format)", file=sys.stderr)
+        return 0
+    if not args.inputs:
+        stats = execute(wf, classes, args.quiet)
+        _report(stats, [p for p in _outputs(wf)], args.quiet)
+        return 0
+    source = _source_node(wf, args.input_node)
+    matches = sorted(glob.glob(args.inputs))
+    if not matches:
+        from ....model_zoo.errors import AlayaError
+
+        raise AlayaError(f"--inputs {args.inputs!r}: no files or folders match")
+    cache: dict = {}  # run-once outputs (models, prompts) shared by every input
+    done = skipped = 0
+    for path in matches:
+        name = Path(path).stem if Path(path).is_file() else Path(path).name
+        one = _per_input(wf, source, path, name)
+        outs = _outputs(one)
+        if outs and all(p.exists() for p in outs) and not args.force:
+            skipped += 1
+            if not args.quiet:
+                print(f"{name}: skipped, {', '.join(map(str, outs))} already exist(s)", file=sys.stderr)
+            continue
+        for n in _save_nodes(one):
+            one.nodes[n].inputs["overwrite"] = True  # a stale output of an unfinished set is replaced
+        stats = execute(one, classes, args.quiet, label=name, static_cache=cache)
+        _report(stats, outs, args.quiet, name)
+        done += 1
+    if not args.quiet:
+        print(f"{done} rendered, {skipped} skipped", file=sys.stderr)
+    return 0
+
+
+def _report(stats, outputs, quiet: bool, name: str = "") -> None:
+    if quiet:
+        return
+    where = ", ".join(str(p) for p in outputs) or "(no Save node)"
+    head = f"{name}: " if name else ""
+    print(f"{head}{stats.frames} frames in {stats.seconds:.1f} s ({stats.fps:.2f} FPS) -> {where}", file=sys.stderr)

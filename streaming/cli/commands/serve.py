@@ -1,0 +1,97 @@
+"""Serve the live preview page: watch and steer a stream as it renders, in the browser.
+
+  alaya-flash serve                                  # playable physics world, http://127.0.0.1:8765/
+  alaya-flash serve --gbuffers clips/seed3 --source file --prompt "a rainy street"
+  alaya-flash serve --workflow workflows/live-preview.api.json
+  alaya-flash serve --record --record-gbuffers       # record from the start
+
+The page shows the rendered stream (and, on request, the G-buffer passes), a prompt box, the
+lighting presets, FPS / latency / dropped-frame readouts, start / pause / reset, the source
+choice and a record button. In the physics world the keyboard moves the player and the camera
+(WASD, arrows, Q/E, Space, F). The server binds 127.0.0.1 unless --host says otherwise.
+docs/live.md describes the page, the protocol and the limits.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .world import parse_size
+
+HELP = "serve the live preview page (playable physics world or a looped G-buffer file)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ...world.shading import PRESETS
+
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind; anything but 127.0.0.1 exposes the page to your network")
+    parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    parser.add_argument("--source", choices=("world", "file"), default="world",
+                        help="initial source: the playable physics world or the --gbuffers file stream")
+    parser.add_argument("--gbuffers", type=Path, help="G-buffer stream for the 'file' source (any layout "
+                        "`alaya-flash gbuffers info` reads); looped")
+    parser.add_argument("--size", type=parse_size, default=(256, 256), metavar="N|WxH",
+                        help="render size: N for NxN or WIDTHxHEIGHT, multiples of 16")
+    parser.add_argument("--fps", type=float, default=30.0, help="stream frame rate (physics steps 1/fps per frame)")
+    parser.add_argument("--seed", type=int, default=0, help="world seed and sampler seed")
+    parser.add_argument("--preset", choices=tuple(PRESETS), default="bright_sunny",
+                        help="initial lighting preset (its prompt is the initial prompt)")
+    parser.add_argument("--prompt", default="", help="initial prompt (overrides the preset's)")
+    parser.add_argument("--model", type=Path, help="Flash model folder (default: the embedded default model)")
+    parser.add_argument("--random-model", action="store_true",
+                        help="use tiny random weights (no model needed; shows the plumbing, not pictures)")
+    parser.add_argument("--workflow", type=Path, help="API-format workflow to render with instead of the "
+                        "standard Flash pipeline (its G-buffer source is fed from the page's source)")
+    parser.add_argument("--chunk-latents", type=int, default=None,
+                        help="latent frames per autoregressive chunk (default: the model's; 1 = 4 frames, lowest latency)")
+    parser.add_argument("--steps", type=int, default=None, help="sampling steps per chunk (default: the model's)")
+    parser.add_argument("--no-refiner", action="store_true",
+                        help="leave out the model's G-buffer refiner: faster, softer frames (the tiny decoder's)")
+    parser.add_argument("--device", default="cpu", help="torch device for the model, e.g. cpu or cuda")
+    parser.add_argument("--jpeg-quality", type=int, default=85, help="JPEG quality of the streamed frames (10..100)")
+    parser.add_argument("--record", action="store_true", help="record from the start (the page can start/stop it)")
+    parser.add_argument("--record-dir", type=Path, default=Path("recordings"),
+                        help="folder that receives one live-YYYYmmdd-HHMMSS folder per recording")
+    parser.add_argument("--record-gbuffers", action="store_true",
+                        help="record the G-buffers too (the teacher's lossless {mod}.mp4 layout) besides RGB")
+    parser.add_argument("--paused", action="store_true", help="start paused (press Start on the page)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from ....model_zoo.errors import AlayaError
+    from ...live.engine import LiveConfig, LiveEngine
+    from ...live.pipeline import pipeline_factory
+    from ...live.server import LiveServer
+
+    height, width = args.size
+    if args.workflow is not None and args.no_refiner:
+        raise AlayaError("--no-refiner: a --workflow renders with its own nodes; take its Refine node out instead")
+    if args.gbuffers is not None:
+        from ...files.readers import open_gbuffers
+
+        open_gbuffers(args.gbuffers)  # fail now, with the reader's message, not inside the renderer
+    if not 0 <= args.port <= 65535:
+        raise AlayaError(f"--port {args.port} is out of range 0..65535")
+    config = LiveConfig(width=width, height=height, fps=args.fps, seed=args.seed, prompt=args.prompt,
+                        preset=args.preset, source=args.source, gbuffers=args.gbuffers,
+                        jpeg_quality=args.jpeg_quality, record_dir=args.record_dir, record=args.record,
+                        record_gbuffers=args.record_gbuffers, autostart=not args.paused).validate()
+    node_classes = None
+    if args.workflow is not None:
+        from .run import node_classes as lookup
+
+        node_classes = lookup()
+    make_pipeline = pipeline_factory(model=args.model, workflow=args.workflow, random_model=args.random_model,
+                                     seed=args.seed, fps=args.fps, device=args.device,
+                                     chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes,
+                                     refine=not args.no_refiner)
+    server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port)
+
+    def ready(url: str) -> None:
+        print(f"alaya-flash live: {url}  (Ctrl-C stops)", file=sys.stderr, flush=True)
+
+    server.serve_forever(on_ready=ready)
+    return 0

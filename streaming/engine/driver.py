@@ -1,0 +1,231 @@
+"""The one chunk loop: sources -> stages -> sinks, written once.
+
+Every way of rendering builds a `StageGraph` and drives it: the fixed Flash and teacher pipelines
+(streaming/engine/pipelines.py: `flash_steps`, `teacher_steps`), a saved workflow (streaming/engine/runner.py
+turns its stream nodes into steps), ComfyUI's one call per node (`run_stage_whole`), the live
+page, `bench`, `eval` and the training renders.
+
+A step is a stage object placed in the graph:
+
+    stage.step(**inputs) -> tuple | None    # one output per slot; None: nothing ready yet
+    stage.flush()        -> tuple | None    # at the end of the stream: what it still holds
+    stage.abort()                           # optional: on error or interruption (sinks drop partial files)
+
+`Step.inputs` names, for each keyword, the (producer, output slot) it reads; a producer is an
+earlier step or one of the graph's `feeds` (what the caller pushes each tick: a source's chunk).
+A step whose inputs are all None this tick is not called. Stages that take and return one plain
+value (the pipelines' stages) are wrapped with `single=True`.
+
+    graph = StageGraph(["gbuffers"], flash_steps(model, prompts))
+    for chunk in chunks:
+        out = graph.tick({"gbuffers": (chunk,)})      # {step name: outputs or None}
+    out = graph.finish()                               # step + flush, joined per slot
+    for values, frames, final in ticks(graph, {"gbuffers": iter_of_tuples}):  # the loop that pulls
+        ...
+    stats = drive(graph, {"gbuffers": iter_of_tuples}) # ticks() to the end, with timings and progress
+
+Chunk values are torch tensors (joined along dim 0, like IMAGE) or objects with a `concat(list)`
+classmethod. Consumers must not modify chunk values in place: one output can feed several steps.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+Ref = tuple[str, int]  # (producer name, output slot)
+
+
+def concat_chunks(values: list) -> Any:
+    """Join the chunks of one output (None entries skipped); None when there are none."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    first = values[0]
+    if hasattr(type(first), "concat"):
+        return type(first).concat(values)
+    import torch
+
+    if isinstance(first, torch.Tensor):
+        return torch.cat(values, dim=0)
+    raise TypeError(f"cannot join chunks of type {type(first).__name__}")
+
+
+def chunk_length(value: Any) -> int:
+    """Frames in a chunk value (len() of tensors along dim 0, or of chunk objects)."""
+    try:
+        return len(value)
+    except TypeError:
+        return 0
+
+
+@dataclass
+class Step:
+    """A stage in the graph: its name, the stage object, where each keyword input comes from, how
+    many output slots it has (0: a sink), and whether step/flush return one plain value."""
+
+    name: str
+    stage: Any
+    inputs: dict[str, Ref]
+    outputs: int = 1
+    single: bool = False
+    flushed: Any = field(default=None, init=False)  # what flush() returned (a ComfyUI sink's {"ui": ...})
+
+    def call(self, inputs: dict, final: bool) -> tuple | None:
+        """One tick of this step: step when any input is there, then flush at the end."""
+        first = self._tuple(self.stage.step(**inputs)) if any(v is not None for v in inputs.values()) else None
+        if not final:
+            return first
+        last = self.stage.flush()
+        self.flushed = last
+        if not self.outputs:
+            return None
+        last = self._tuple(last) if self.single or isinstance(last, tuple) else None
+        empty = (None,) * self.outputs
+        return tuple(concat_chunks([a, b]) for a, b in zip(first or empty, last or empty))
+
+    def _tuple(self, out):
+        if self.single:
+            return None if out is None else (out,)
+        return out
+
+
+class StageGraph:
+    """Steps in dependency order over the values the caller feeds each tick (see the module docstring).
+
+    seconds: time spent in each step, summed over the stream (sync, e.g. torch.cuda.synchronize,
+    runs after every step so asynchronous GPU work is billed to its own step).
+    """
+
+    def __init__(self, feeds: list[str], steps: list[Step], sync: Callable[[], None] | None = None):
+        known = set(feeds)
+        for s in steps:
+            for name, (producer, _) in s.inputs.items():
+                if producer not in known:
+                    raise ValueError(f"step {s.name!r}: input {name!r} reads {producer!r}, which comes later or not at all")
+            known.add(s.name)
+        self.feeds, self.steps = list(feeds), list(steps)
+        self.seconds: dict[str, float] = {s.name: 0.0 for s in steps}
+        self.source_seconds: dict[str, float] = {}  # filled by ticks()
+        self._sync = sync or (lambda: None)
+
+    def __getitem__(self, name: str) -> Step:
+        return next(s for s in self.steps if s.name == name)
+
+    def _run(self, fed: Mapping[str, tuple | None], final: bool) -> dict[str, tuple | None]:
+        values: dict[str, tuple | None] = dict(fed)
+        for s in self.steps:
+            inputs = {k: None if values.get(p) is None else values[p][i] for k, (p, i) in s.inputs.items()}
+            t0 = time.perf_counter()
+            values[s.name] = s.call(inputs, final)
+            self._sync()
+            self.seconds[s.name] += time.perf_counter() - t0
+        return values
+
+    def tick(self, fed: Mapping[str, tuple | None]) -> dict[str, tuple | None]:
+        """Push one chunk per feed (None: that feed has nothing this tick) through every step."""
+        return self._run(fed, final=False)
+
+    def finish(self, fed: Mapping[str, tuple | None] | None = None) -> dict[str, tuple | None]:
+        """The last tick: each step gets what is left upstream, then flushes; outputs joined per slot."""
+        return self._run(fed or {}, final=True)
+
+    def abort(self) -> None:
+        for s in reversed(self.steps):
+            if hasattr(s.stage, "abort"):
+                s.stage.abort()
+
+    def received(self, name: str, values: Mapping[str, tuple | None]) -> bool:
+        """Whether a step got any input this tick."""
+        return any(values.get(p) is not None and values[p][i] is not None for p, i in self[name].inputs.values())
+
+
+@dataclass
+class RunStats:
+    ticks: int = 0
+    frames: int = 0  # frames produced by the sources
+    seconds: float = 0.0
+    first_chunk_seconds: float | None = None
+    setup_seconds: float = 0.0  # loading models, opening sources and starting stages (the caller's)
+    first_output_seconds: float | None = None  # from the end of setup to the first tick a sink got frames
+    node_seconds: dict[str, float] = field(default_factory=dict)  # step or node name -> time in it
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+def ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]],
+          should_stop: Callable[[], bool] | None = None) -> Iterator[tuple[dict[str, tuple | None], int, bool]]:
+    """The chunk loop itself: pull one chunk from every source and tick the graph, until the sources
+    end (or should_stop() after a tick); then the finishing tick. Yields (values of every step, frames
+    pulled, final). On any error, or when the consumer stops early, the stages are aborted. The time
+    spent pulling from each source (reading is work too) adds up in graph.source_seconds."""
+    finished = False
+    try:
+        while sources:
+            fed, frames = {}, 0
+            for name, it in sources.items():
+                t0 = time.perf_counter()
+                chunk = next(it, None)
+                graph.source_seconds[name] = graph.source_seconds.get(name, 0.0) + time.perf_counter() - t0
+                fed[name] = chunk
+                if chunk is not None:
+                    frames += max(chunk_length(c) for c in chunk)
+            if all(chunk is None for chunk in fed.values()):
+                break
+            yield graph.tick(fed), frames, False
+            if should_stop and should_stop():
+                break
+        values = graph.finish({name: None for name in sources})
+        finished = True
+        yield values, 0, True
+    finally:
+        if not finished:
+            graph.abort()
+
+
+def drive(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], sinks: list[str] | None = None,
+          progress: Callable[[RunStats], None] | None = None, should_stop: Callable[[], bool] | None = None,
+          stats: RunStats | None = None, start: float | None = None) -> RunStats:
+    """Run `ticks` to the end with figures: frames, ticks, time to the first chunk and to the first
+    output, per-step and per-source seconds.
+
+    sinks: the steps whose first input marks the first output (default: steps with no outputs).
+    stats/start: the caller's, when it timed a setup before (RunStats.seconds counts from `start`).
+    """
+    stats = stats or RunStats()
+    start = time.perf_counter() if start is None else start
+    stats.setup_seconds = stats.setup_seconds or (time.perf_counter() - start)
+    sinks = [s.name for s in graph.steps if not s.outputs] if sinks is None else sinks
+    for values, frames, final in ticks(graph, sources, should_stop):
+        if stats.first_output_seconds is None and any(graph.received(n, values) for n in sinks):
+            stats.first_output_seconds = time.perf_counter() - start - stats.setup_seconds
+        if final:
+            break
+        stats.frames += frames
+        stats.ticks += 1
+        stats.seconds = time.perf_counter() - start
+        if stats.first_chunk_seconds is None:
+            stats.first_chunk_seconds = stats.seconds
+        if progress:
+            progress(stats)
+    stats.seconds = time.perf_counter() - start
+    for name, sec in {**graph.source_seconds, **graph.seconds}.items():
+        stats.node_seconds[name] = stats.node_seconds.get(name, 0.0) + sec
+    return stats
+
+
+def run_once(stage: Any, stream_inputs: dict, outputs: int) -> tuple[tuple | None, Any]:
+    """One stage over whole sequences (ComfyUI's single call): one tick, then flush.
+
+    Returns (outputs joined per slot, or None for a sink; what flush returned). Aborts on error."""
+    graph = StageGraph(["whole"], [Step("stage", stage, {k: ("whole", i) for i, k in enumerate(stream_inputs)}, outputs)])
+    try:
+        values = graph.finish({"whole": tuple(stream_inputs.values())})
+    except BaseException:
+        graph.abort()
+        raise
+    return values["stage"], graph["stage"].flushed

@@ -1,0 +1,655 @@
+"""G-buffer readers: every on-disk layout users bring, read lazily, one frame at a time.
+
+    stream = open_gbuffers("clips/clip_0052", size=(448, 832))   # layout auto-detected
+    print(stream.info)                                         # StreamInfo(layout=..., num_frames=...)
+    for frame in stream:                                       # canonical GBufferFrame, float passes
+        ...
+    for chunk in stream.teacher_chunks(16):                    # uint8 (T, 5, H, W, 3), what models eat
+        ...
+
+Layouts (docs/gbuffers.md has the details):
+  teacher-mp4     a folder with `{mod}.mp4` or `{clip}_{mod}.mp4` per modality (the teacher's clip
+                  layout), plus `rgb.mp4` / `{clip}_rgb.mp4` ground truth when present (extras["rgb"])
+  image-sequence  a folder with one sub-folder per modality (`albedo/0000.png` ...), or files whose
+                  names carry the modality (`albedo_0000.png`, `0000.depth.exr`), or multi-layer
+                  EXR frames (channels `albedo.R`, `depth.Z`, ..., as the EXR sink writes them).
+                  PNG 8-bit = teacher encoding; PNG 16-bit = the same encoding at 16 bits;
+                  EXR = canonical float (depth in scene units, +inf background, float normals)
+  npy-windows     uint8 arrays (T, 5, H, W, 3) in MODALITIES order, one .npy per window
+                  (the Flash model card's samples); a stream is the sorted list of windows
+
+8-bit sources (MP4, npy, 8-bit PNG) reach teacher form bit-exactly: no canonical round trip.
+Memory is bounded: MP4s decode frame by frame, npy windows are memory-mapped one at a time,
+images are opened when their frame is read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ...model_zoo.errors import AlayaError
+from ..gbuffer import (
+    DEFAULT_DEPTH_NEAR,
+    MODALITIES,
+    PASS_CHANNELS,
+    GBufferFrame,
+    StreamInfo,
+    frame_to_teacher,
+    linear_to_srgb,
+    srgb_to_linear,
+    teacher_to_frame,
+)
+from .image_files import png_header, read_exr, read_png
+from .resize import RESIZE_MODES, resize_frame, resize_rgb, resize_teacher
+
+log = logging.getLogger(__name__)
+
+LAYOUTS = ("teacher-mp4", "image-sequence", "npy-windows")
+NAN_POLICIES = ("error", "fix")
+"""What to do with NaN/-Inf in float depth (and any non-finite value in other float passes):
+"error" raises naming the file, the count and the first pixel; "fix" logs the same line and
+replaces them with background (depth +inf, normal (0, 0, 1), albedo/metallic/roughness 0)."""
+
+DEFAULT_FPS = 16.0
+IMAGE_EXTS = (".png", ".exr")
+_EXTRA_NAMES = ("rgb",)
+_TOKEN = re.compile(r"(?:^|[_.\-])(" + "|".join(MODALITIES + _EXTRA_NAMES) + r")(?=$|[_.\-])", re.IGNORECASE)
+
+
+def natural_key(path: Path):
+    """Sort key that orders frame_2 before frame_10."""
+    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", path.name)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The stream: slicing, resizing and form conversion over any source.
+
+
+class GBufferStream:
+    """A lazily read G-buffer stream. Re-iterable; each iteration re-opens its files.
+
+    info describes what iteration yields (after start/stop/stride and resizing): frame index i is
+    the i-th yielded frame, timestamp i / info.fps. Sources yield either teacher form (8-bit) or
+    canonical frames (float); each is converted only when the other form is asked for.
+    """
+
+    def __init__(self, source, start: int = 0, stop: int | None = None, stride: int = 1,
+                 size: tuple[int, int] | None = None, resize: str = "stretch"):
+        if start < 0 or (stop is not None and stop < 0) or stride < 1:
+            raise AlayaError(f"{source.info.source}: bad frame range start={start} stop={stop} stride={stride}")
+        if resize not in RESIZE_MODES:
+            raise AlayaError(f"resize mode {resize!r} is not one of {', '.join(RESIZE_MODES)}")
+        if size is not None and (len(size) != 2 or min(size) < 1):
+            raise AlayaError(f"bad size {size!r}: expected (height, width) with both >= 1")
+        self.source, self.start, self.stop, self.stride = source, start, stop, stride
+        self.size = tuple(size) if size is not None else None
+        self.resize = resize
+        native = source.info
+        n = native.num_frames
+        if n is not None:
+            count = len(range(start, n if stop is None else min(stop, n), stride))
+        else:  # unknown length (e.g. an MP4 without a frame count): only an empty range is known
+            count = 0 if stop is not None and stop <= start else None
+        if count == 0:
+            raise AlayaError(f"{native.source}: empty stream (no frames in range start={start} stop={stop}"
+                             f" of {n} frames)")
+        h, w = self.size or native.size
+        self.info = native.replace(height=h, width=w, num_frames=count, fps=native.fps / stride)
+
+    def __repr__(self) -> str:
+        return f"GBufferStream({self.info})"
+
+    def _native(self) -> Iterator[tuple[object, dict]]:
+        yield from self.source.frames(self.start, self.stop, self.stride)
+
+    def __iter__(self) -> Iterator[GBufferFrame]:
+        depth_near = self.info.depth_near
+        for i, (payload, extras) in enumerate(self._native()):
+            ts = i / self.info.fps
+            if self.source.kind == "teacher":
+                images, extras = self._resize_teacher(payload, extras)
+                frame = teacher_to_frame(images, index=i, timestamp=ts, depth_near=depth_near)
+                frame.extras.update(extras)
+            else:  # a shallow copy: never mutate frames a caller's generator handed us
+                frame = dataclasses.replace(payload, index=i, timestamp=ts, extras={**payload.extras, **extras})
+                frame = resize_frame(frame, self.size, self.resize) if self.size else frame
+            yield frame
+
+    def teacher_frames(self, extras: bool = False) -> Iterator:
+        """Yield teacher form uint8 (5, H, W, 3) per frame, or (images, extras) with extras=True."""
+        for payload, ext in self._native():
+            if self.source.kind == "teacher":
+                images, ext = self._resize_teacher(payload, ext)
+            else:
+                frame = dataclasses.replace(payload, extras={**payload.extras, **ext})
+                frame = resize_frame(frame, self.size, self.resize) if self.size else frame
+                images, ext = frame_to_teacher(frame, self.info.depth_near), frame.extras
+            yield (images, ext) if extras else images
+
+    def teacher_chunks(self, length: int, drop_last: bool = False) -> Iterator[np.ndarray]:
+        """Yield uint8 (T, 5, H, W, 3) chunks of `length` frames; the last may be shorter unless drop_last."""
+        if length < 1:
+            raise AlayaError(f"chunk length must be >= 1, got {length}")
+        buf = []
+        for images in self.teacher_frames():
+            buf.append(images)
+            if len(buf) == length:
+                yield np.stack(buf)
+                buf = []
+        if buf and not drop_last:
+            yield np.stack(buf)
+
+    def _resize_teacher(self, images: np.ndarray, extras: dict) -> tuple[np.ndarray, dict]:
+        if not self.size:
+            return images, extras
+        out = {k: (resize_rgb(v, self.size, self.resize) if v.dtype == np.uint8 and v.ndim == 3 else v)
+               for k, v in extras.items()}
+        return resize_teacher(images, self.size, self.resize), out
+
+    # Context-manager sugar: sources hold no open files between iterations.
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "GBufferStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @classmethod
+    def from_frames(cls, info: StreamInfo, make_frames: Callable[[], Iterator[GBufferFrame]], **kwargs) -> "GBufferStream":
+        """A stream over canonical frames from a callable (each call starts the sequence afresh)."""
+        return cls(_CallableSource(info, make_frames), **kwargs)
+
+
+class _CallableSource:
+    kind = "canonical"
+
+    def __init__(self, info: StreamInfo, make_frames):
+        self.info, self.make_frames = info, make_frames
+
+    def frames(self, start, stop, stride):
+        for i, frame in enumerate(self.make_frames()):
+            if stop is not None and i >= stop:
+                break
+            if i >= start and (i - start) % stride == 0:
+                yield frame, {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point and detection.
+
+
+def open_gbuffers(
+    path,
+    layout: str | None = None,
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    stride: int = 1,
+    size: tuple[int, int] | None = None,
+    resize: str = "stretch",
+    nan_policy: str = "error",
+    fps: float | None = None,
+    depth_near: float = DEFAULT_DEPTH_NEAR,
+) -> GBufferStream:
+    """Open a G-buffer stream from a folder or .npy file; layout=None auto-detects (see LAYOUTS).
+
+    size is the output (height, width); resize picks "stretch" (teacher: LANCZOS, no crop) or
+    "crop" (aspect-preserving centre crop). fps overrides the source's rate (npy and images carry
+    none and default to 16). nan_policy applies to float EXR passes (see NAN_POLICIES).
+    """
+    path = Path(path)
+    if nan_policy not in NAN_POLICIES:
+        raise AlayaError(f"nan_policy {nan_policy!r} is not one of {', '.join(NAN_POLICIES)}")
+    if not path.exists():
+        raise AlayaError(f"{path}: no such file or folder")
+    layout = layout or detect_layout(path)
+    if layout == "teacher-mp4":
+        source = TeacherMp4Source(path, depth_near)
+    elif layout == "npy-windows":
+        source = NpyWindowsSource(path, depth_near)
+    elif layout == "image-sequence":
+        source = ImageSequenceSource(path, depth_near, nan_policy)
+    else:
+        raise AlayaError(f"{path}: unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    if fps is not None:
+        source.info = source.info.replace(fps=float(fps))
+    log.debug("%s: %s", path, source.description)
+    return GBufferStream(source, start=start, stop=stop, stride=stride, size=size, resize=resize)
+
+
+def detect_layout(path: Path) -> str:
+    """Name the layout of path (one of LAYOUTS) or raise AlayaError saying what was found."""
+    path = Path(path)
+    if path.is_file():
+        if path.suffix.lower() == ".npy":
+            return "npy-windows"
+        raise AlayaError(f"{path}: unknown layout: a G-buffer stream is a folder (teacher MP4s or image "
+                         f"sequences) or .npy window files, not a single {path.suffix or 'extension-less'} file")
+    if not path.is_dir():
+        raise AlayaError(f"{path}: no such file or folder")
+    names = {p.name.lower(): p for p in path.iterdir()}
+    if any(n.endswith(".mp4") and _modality_of(Path(n)) for n in names):
+        return "teacher-mp4"
+    if any(n.endswith(".npy") for n in names):
+        return "npy-windows"
+    if any(m in names and names[m].is_dir() for m in MODALITIES) or any(
+        n.endswith(IMAGE_EXTS) for n in names
+    ):
+        return "image-sequence"
+    raise AlayaError(
+        f"{path}: unknown layout: found no {{mod}}.mp4 files, no .npy windows, no modality folders "
+        f"({', '.join(MODALITIES)}) and no PNG/EXR images"
+    )
+
+
+def _modality_of(p: Path) -> str | None:
+    """The modality (or 'rgb') a file name carries, e.g. 'clip_0052_depth.mp4' -> 'depth'."""
+    found = _TOKEN.findall(p.stem) or ([p.stem.lower()] if p.stem.lower() in MODALITIES + _EXTRA_NAMES else [])
+    return found[-1].lower() if found else None
+
+
+def _missing(path: Path, missing: list[str], found: dict) -> AlayaError:
+    have = ", ".join(sorted(found)) or "none"
+    return AlayaError(f"{path}: missing modality {', '.join(missing)} (found: {have})")
+
+
+# ---------------------------------------------------------------------------------------------
+# teacher-mp4
+
+
+class TeacherMp4Source:
+    """The teacher's clip folder: one 8-bit RGB MP4 per modality, decoded frame by frame with PyAV."""
+
+    kind = "teacher"
+
+    def __init__(self, folder: Path, depth_near: float = DEFAULT_DEPTH_NEAR):
+        self.folder = folder
+        self.files = self._find(folder)
+        missing = [m for m in MODALITIES if m not in self.files]
+        if missing:
+            raise _missing(folder, missing, self.files)
+        probes = {name: _probe_mp4(p) for name, p in self.files.items()}
+        sizes = {name: (w, h) for name, (w, h, _, _) in probes.items()}
+        if len(set(sizes.values())) > 1:
+            desc = ", ".join(f"{self.files[n].name} is {w}x{h}" for n, (w, h) in sizes.items())
+            raise AlayaError(f"{folder}: modalities disagree in size: {desc}")
+        counts = {name: n for name, (_, _, n, _) in probes.items()}
+        if all(counts.values()) and len(set(counts.values())) > 1:
+            desc = ", ".join(f"{self.files[n].name} has {c}" for n, c in counts.items())
+            raise AlayaError(f"{folder}: modalities disagree in frame count: {desc}")
+        w, h, n, fps = probes["albedo"]
+        self.info = StreamInfo(w, h, fps or DEFAULT_FPS, n or None, depth_near, "srgb", layout="teacher-mp4",
+                               source=str(folder))
+        naming = "{mod}.mp4" if self.files["albedo"].name == "albedo.mp4" else "{clip}_{mod}.mp4"
+        self.description = f"teacher-mp4 ({naming}{', with rgb ground truth' if 'rgb' in self.files else ''})"
+
+    @staticmethod
+    def _find(folder: Path) -> dict[str, Path]:
+        files = {}
+        mp4s = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".mp4")
+        for name in MODALITIES + _EXTRA_NAMES:
+            exact = [p for p in mp4s if p.stem == name or p.stem == f"{folder.name}_{name}"]
+            loose = [p for p in mp4s if _modality_of(p) == name]
+            pick = exact or loose
+            if len(pick) > 1:
+                raise AlayaError(f"{folder}: several MP4s for {name}: {', '.join(p.name for p in pick)}")
+            if pick:
+                files[name] = pick[0]
+        return files
+
+    def frames(self, start: int, stop: int | None, stride: int):
+        import av
+
+        names = list(self.files)
+        containers = [_open_mp4(self.files[n]) for n in names]
+        try:
+            decoders = [c.decode(video=0) for c in containers]
+            i = 0
+            while stop is None or i < stop:
+                got = {}
+                for name, dec in zip(names, decoders):
+                    try:
+                        got[name] = next(dec, None)
+                    except (av.error.FFmpegError, ValueError) as err:
+                        raise AlayaError(f"{self.files[name]}: corrupt or truncated MP4 at frame {i} ({err})") from None
+                ended = [n for n, f in got.items() if f is None]
+                if len(ended) == len(names):
+                    return
+                if ended:
+                    longer = [self.files[n].name for n in names if n not in ended]
+                    raise AlayaError(f"{self.folder}: modalities disagree in frame count: "
+                                     f"{', '.join(self.files[n].name for n in ended)} ended after {i} frames, "
+                                     f"{', '.join(longer)} {'has' if len(longer) == 1 else 'have'} more")
+                if i >= start and (i - start) % stride == 0:
+                    arrays = {}
+                    for name, fr in got.items():
+                        if (fr.width, fr.height) != (self.info.width, self.info.height):
+                            raise AlayaError(f"{self.files[name]}: frame {i} is {fr.width}x{fr.height}, "
+                                             f"expected {self.info.width}x{self.info.height}")
+                        arrays[name] = fr.to_ndarray(format="rgb24")
+                    images = np.stack([arrays[m] for m in MODALITIES])
+                    extras = {n: arrays[n] for n in _EXTRA_NAMES if n in arrays}
+                    yield images, extras
+                i += 1
+        finally:
+            for c in containers:
+                c.close()
+
+
+def _open_mp4(path: Path):
+    import av
+
+    try:
+        return av.open(str(path))
+    except (av.error.FFmpegError, OSError, ValueError) as err:
+        raise AlayaError(f"{path}: not a readable MP4, corrupt or truncated ({err})") from None
+
+
+def _probe_mp4(path: Path) -> tuple[int, int, int, float]:
+    """(width, height, frame count or 0 if unknown, fps or 0) from the container header."""
+    container = _open_mp4(path)
+    try:
+        if not container.streams.video:
+            raise AlayaError(f"{path}: MP4 has no video stream")
+        s = container.streams.video[0]
+        rate = s.average_rate or s.guessed_rate
+        return s.codec_context.width, s.codec_context.height, int(s.frames or 0), float(rate or 0)
+    finally:
+        container.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# npy-windows
+
+
+class NpyWindowsSource:
+    """Sorted .npy windows, uint8 (T, 5, H, W, 3) each; headers checked on open, data memory-mapped."""
+
+    kind = "teacher"
+
+    def __init__(self, path: Path, depth_near: float = DEFAULT_DEPTH_NEAR):
+        if path.is_file():
+            files = [path]
+        else:
+            files = sorted((p for p in path.iterdir() if p.suffix.lower() == ".npy" and not p.name.startswith("rgb")),
+                           key=natural_key)
+        if not files:
+            raise AlayaError(f"{path}: empty stream (no .npy windows)")
+        self.files = files
+        self.lengths = []
+        hw = None
+        for f in files:
+            shape = _npy_window_shape(f)
+            if hw is None:
+                hw = shape[2:4]
+            elif shape[2:4] != hw:
+                raise AlayaError(f"{f}: window is {shape[3]}x{shape[2]}, {files[0].name} is {hw[1]}x{hw[0]}")
+            self.lengths.append(shape[0])
+        total = sum(self.lengths)
+        if total == 0:
+            raise AlayaError(f"{path}: empty stream (all windows have 0 frames)")
+        folder = path if path.is_dir() else path.parent
+        rgb = sorted(folder.glob("rgb*.npy"), key=natural_key) if path.is_dir() else []
+        self.rgb_files = rgb if rgb else None
+        if rgb and len(rgb) != len(files):
+            raise AlayaError(f"{path}: {len(rgb)} rgb windows for {len(files)} G-buffer windows")
+        self.info = StreamInfo(hw[1], hw[0], DEFAULT_FPS, total, depth_near, "srgb", layout="npy-windows",
+                               source=str(path))
+        self.description = f"npy-windows ({len(files)} window{'s' * (len(files) != 1)}, {total} frames)"
+
+    def frames(self, start: int, stop: int | None, stride: int):
+        stop = self.info.num_frames if stop is None else min(stop, self.info.num_frames)
+        offset = 0
+        for k, (f, n) in enumerate(zip(self.files, self.lengths)):
+            wanted = [i for i in range(max(start, offset), min(stop, offset + n)) if (i - start) % stride == 0]
+            if wanted:
+                arr = _load_npy(f)
+                rgb = _load_npy(self.rgb_files[k]) if self.rgb_files else None
+                for i in wanted:
+                    extras = {"rgb": np.array(rgb[i - offset])} if rgb is not None else {}
+                    yield np.array(arr[i - offset]), extras  # copy: detach from the memory map
+                del arr, rgb
+            offset += n
+
+
+def _npy_window_shape(path: Path) -> tuple[int, ...]:
+    """Shape of a G-buffer window from its header; checks dtype, layout and file length."""
+    from numpy.lib import format as npf
+
+    try:
+        with open(path, "rb") as f:
+            major, _ = npf.read_magic(f)
+            read_header = npf.read_array_header_1_0 if major == 1 else npf.read_array_header_2_0
+            shape, _, dtype = read_header(f)
+            data_start = f.tell()
+    except (ValueError, OSError, EOFError) as err:
+        raise AlayaError(f"{path}: not a readable .npy file, corrupt or truncated ({err})") from None
+    if dtype != np.uint8 or len(shape) != 5 or shape[1] != 5 or shape[4] != 3:
+        raise AlayaError(f"{path}: window is {dtype} {tuple(shape)}, expected uint8 (T, 5, H, W, 3) "
+                         f"in order {', '.join(MODALITIES)}")
+    expected = data_start + int(np.prod(shape))
+    actual = path.stat().st_size
+    if actual < expected:
+        raise AlayaError(f"{path}: truncated .npy ({actual} bytes, header promises {expected})")
+    return tuple(shape)
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise AlayaError(f"{path}: not a readable .npy file ({err})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# image-sequence
+
+
+class ImageSequenceSource:
+    """PNG/EXR frames: per-modality folders, modality-named files, or multi-layer EXRs."""
+
+    def __init__(self, folder: Path, depth_near: float = DEFAULT_DEPTH_NEAR, nan_policy: str = "error"):
+        self.folder, self.depth_near, self.nan_policy = folder, depth_near, nan_policy
+        self.files, style = self._find(folder)  # name -> [paths] (multilayer: name "frames")
+        self.multilayer = style == "multi-layer EXR"
+        if self.multilayer:
+            first = self.files["frames"][0]
+            chans = read_exr(first)
+            missing = [m for m in MODALITIES if not any(c.lower().startswith(m + ".") for c in chans)]
+            if missing:
+                raise AlayaError(f"{first}: multi-layer EXR lacks modality {', '.join(missing)} "
+                                 f"(channels: {', '.join(sorted(chans))})")
+            h, w = next(iter(chans.values())).shape
+            self.has_rgb = all(c in chans for c in "RGB")
+            self.kind = "canonical"
+        else:
+            missing = [m for m in MODALITIES if m not in self.files]
+            if missing:
+                raise _missing(folder, missing, self.files)
+            counts = {n: len(v) for n, v in self.files.items()}
+            if len(set(counts.values())) > 1:
+                desc = ", ".join(f"{n} has {c}" for n, c in counts.items())
+                raise AlayaError(f"{folder}: modalities disagree in frame count: {desc} files")
+            if not counts["albedo"]:
+                raise AlayaError(f"{folder}: empty stream (no frames)")
+            sizes, eight_bit = {}, True
+            for name, paths in self.files.items():
+                p = paths[0]
+                if p.suffix.lower() == ".png":
+                    w_, h_, bits, _ = png_header(p)
+                    eight_bit &= bits <= 8
+                else:
+                    h_, w_ = next(iter(read_exr(p).values())).shape
+                    eight_bit = False
+                sizes[name] = (w_, h_)
+            if len(set(sizes.values())) > 1:
+                desc = ", ".join(f"{self.files[n][0].name} is {w_}x{h_}" for n, (w_, h_) in sizes.items())
+                raise AlayaError(f"{folder}: modalities disagree in size: {desc}")
+            w, h = sizes["albedo"]
+            self.kind = "teacher" if eight_bit else "canonical"
+        n = len(next(iter(self.files.values())))
+        if n == 0:
+            raise AlayaError(f"{folder}: empty stream (no frames)")
+        self.info = StreamInfo(w, h, DEFAULT_FPS, n, depth_near, "srgb" if self.kind == "teacher" else "linear",
+                               layout="image-sequence", source=str(folder))
+        exts = sorted({p.suffix.lower().lstrip(".") for v in self.files.values() for p in v[:1]})
+        self.description = f"image-sequence ({style}, {'/'.join(exts)})"
+
+    @staticmethod
+    def _find(folder: Path) -> tuple[dict[str, list[Path]], str]:
+        def images(d: Path) -> list[Path]:
+            return sorted((p for p in d.iterdir() if p.suffix.lower() in IMAGE_EXTS and p.is_file()), key=natural_key)
+
+        subdirs = {m: folder / m for m in MODALITIES + _EXTRA_NAMES if (folder / m).is_dir()}
+        if subdirs:
+            found = {m: images(d) for m, d in subdirs.items()}
+            root = images(folder)  # RGB frames next to the pass folders (as PngSequenceSink writes them)
+            if root and "rgb" not in found:
+                found["rgb"] = root
+            return found, "one folder per modality"
+        flat = images(folder)
+        if not flat:
+            raise AlayaError(f"{folder}: empty stream (no PNG or EXR images)")
+        grouped: dict[str, list[Path]] = {}
+        for p in flat:
+            mod = _modality_of(p)
+            if mod:
+                grouped.setdefault(mod, []).append(p)
+        if grouped:
+            return grouped, "modality in file names"
+        if all(p.suffix.lower() == ".exr" for p in flat):
+            return {"frames": flat}, "multi-layer EXR"
+        raise AlayaError(f"{folder}: unknown layout: images carry no modality in their names "
+                         f"(expected e.g. albedo_0000.png or albedo/0000.png)")
+
+    def frames(self, start: int, stop: int | None, stride: int):
+        n = self.info.num_frames
+        for i in range(start, n if stop is None else min(stop, n), stride):
+            yield self._read(i)
+
+    def _read(self, i: int):
+        if self.multilayer:
+            return self._read_multilayer(self.files["frames"][i])
+        passes, extras = {}, {}
+        for name, paths in self.files.items():
+            p = paths[i]
+            arr = read_png(p) if p.suffix.lower() == ".png" else read_exr(p)
+            if isinstance(arr, dict):
+                hw = next(iter(arr.values())).shape
+            else:
+                hw = arr.shape[:2]
+            if hw != self.info.size:
+                raise AlayaError(f"{p}: image is {hw[1]}x{hw[0]}, expected {self.info.width}x{self.info.height}")
+            (extras if name in _EXTRA_NAMES else passes)[name] = (p, arr)
+        if self.kind == "teacher":
+            images = np.stack([_as_teacher_pass(m, *passes[m]) for m in MODALITIES])
+            return images, {n: _as_teacher_pass("albedo", *v) for n, v in extras.items()}
+        frame = GBufferFrame(0, 0.0, **{m: _decode_pass(m, *passes[m], self.depth_near) for m in MODALITIES})
+        self._check_finite(frame, {m: passes[m][0] for m in MODALITIES})
+        ext = {}
+        for n, (p, arr) in extras.items():
+            ext[n] = _as_teacher_pass("albedo", p, arr) if not isinstance(arr, dict) else _exr_rgb_u8(p, arr)
+        return frame, ext
+
+    def _read_multilayer(self, p: Path):
+        chans = read_exr(p)
+        hw = next(iter(chans.values())).shape
+        if hw != self.info.size:
+            raise AlayaError(f"{p}: image is {hw[1]}x{hw[0]}, expected {self.info.width}x{self.info.height}")
+        passes = {}
+        for m in MODALITIES:
+            layer = {c.split(".", 1)[1]: v for c, v in chans.items() if c.lower().startswith(m + ".")}
+            passes[m] = _decode_exr_pass(m, p, layer, prefix=f"{m}.")
+        frame = GBufferFrame(0, 0.0, **passes)
+        self._check_finite(frame, {m: p for m in MODALITIES})
+        extras = {"rgb": _exr_rgb_u8(p, {c: chans[c] for c in "RGB"})} if self.has_rgb else {}
+        return frame, extras
+
+    def _check_finite(self, frame: GBufferFrame, paths: dict[str, Path]) -> None:
+        for name in MODALITIES:
+            arr = getattr(frame, name)
+            bad = (np.isnan(arr) | (arr == -np.inf)) if name == "depth" else ~np.isfinite(arr)
+            if bad.ndim == 3:
+                bad = bad.any(-1)
+            count = int(bad.sum())
+            if not count:
+                continue
+            y, x = (int(v) for v in np.argwhere(bad)[0])
+            what = "NaN/-Inf" if name == "depth" else "NaN/Inf"
+            msg = f"{paths[name]}: {name} has {count} {what} pixel{'s' * (count != 1)}, first at (x={x}, y={y})"
+            if self.nan_policy == "error":
+                raise AlayaError(msg + "; use nan_policy='fix' (--nan-policy fix) to replace them with background")
+            log.warning("%s; replaced with background (nan_policy=fix)", msg)
+            fill = {"depth": np.inf, "normal": np.float32([0, 0, 1])}.get(name, 0.0)
+            arr[bad] = fill
+
+
+def _as_teacher_pass(name: str, path: Path, arr: np.ndarray) -> np.ndarray:
+    """8-bit PNG pass -> (H, W, 3) uint8 exactly as the teacher reads it (gray replicated)."""
+    if arr.ndim == 2:
+        if name in ("albedo", "normal"):
+            raise AlayaError(f"{path}: {name} has 1 channel, expected 3 (RGB)")
+        return np.repeat(arr[..., None], 3, axis=-1)
+    return arr
+
+
+def _decode_pass(name: str, path: Path, arr, depth_near: float) -> np.ndarray:
+    """One pass from a PNG (teacher encoding, 8 or 16 bit) or an EXR (canonical float)."""
+    if isinstance(arr, dict):
+        return _decode_exr_pass(name, path, arr)
+    if arr.ndim == 2 and name in ("albedo", "normal"):
+        raise AlayaError(f"{path}: {name} has 1 channel, expected 3 (RGB)")
+    x = arr.astype(np.float32) / (65535.0 if arr.dtype == np.uint16 else 255.0)
+    if name == "albedo":
+        return srgb_to_linear(x)
+    if name == "normal":
+        n = x * 2.0 - 1.0
+        norm = np.linalg.norm(n, axis=-1, keepdims=True)
+        return np.where(norm > 1e-6, n / np.maximum(norm, 1e-6), np.float32([0, 0, 1])).astype(np.float32)
+    x = x[..., 0] if x.ndim == 3 else x
+    if name == "depth":
+        with np.errstate(divide="ignore"):
+            return np.where(x > 0, depth_near / x, np.inf).astype(np.float32)
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+_EXR_NAMES = {
+    "albedo": (("R", "G", "B"),),
+    "normal": (("X", "Y", "Z"), ("R", "G", "B"), ("x", "y", "z")),
+    "depth": (("Z",), ("depth",), ("Y",), ("R",), ("z",)),
+    "metallic": (("Y",), ("metallic",), ("R",)),
+    "roughness": (("Y",), ("roughness",), ("R",)),
+}
+
+
+def _decode_exr_pass(name: str, path: Path, chans: dict[str, np.ndarray], prefix: str = "") -> np.ndarray:
+    """Pick a pass's channels from an EXR: albedo RGB, normal XYZ or RGB, single passes Z/Y/R or the only one."""
+    for option in _EXR_NAMES[name]:
+        if all(c in chans for c in option):
+            picked = [chans[c] for c in option]
+            break
+    else:
+        if PASS_CHANNELS[name] == 1 and len(chans) == 1:
+            picked = list(chans.values())
+        else:
+            want = " or ".join("/".join(prefix + c for c in o) for o in _EXR_NAMES[name])
+            have = ", ".join(prefix + c for c in sorted(chans)) or "none"
+            raise AlayaError(f"{path}: {name} EXR needs channels {want} (has {have})")
+    arr = picked[0] if len(picked) == 1 else np.stack(picked, axis=-1)
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+
+def _exr_rgb_u8(path: Path, chans: dict[str, np.ndarray]) -> np.ndarray:
+    """Linear float RGB from an EXR -> sRGB uint8 (H, W, 3), the form extras["rgb"] takes."""
+    if not all(c in chans for c in "RGB"):
+        raise AlayaError(f"{path}: rgb EXR needs channels R, G, B (has {', '.join(sorted(chans))})")
+    rgb = np.stack([np.nan_to_num(chans[c], nan=0.0) for c in "RGB"], -1)
+    return np.clip(np.rint(linear_to_srgb(rgb) * 255), 0, 255).astype(np.uint8)

@@ -1,0 +1,384 @@
+"""The live render loop: source -> pipeline -> JPEG frames for the clients, paced at the stream's fps.
+
+    engine = LiveEngine(make_pipeline, LiveConfig(width=256, height=256), hub)
+    engine.start()                      # the render thread; returns at once
+    engine.command(Command("prompt", {"text": "a snowy street"}))   # any thread
+    engine.status()                     # fps, latency, frames, state, ...
+    engine.stop()                       # joins the thread, finishes a recording
+
+One render thread owns the source, the pipeline and the recorder (the world's GL context and the
+model's state never cross threads). Per chunk it: 1. applies pending commands (reset, prompt,
+source, recording) at the chunk boundary; 2. captures `pipeline.chunk_frames` G-buffer frames,
+stepping the playable world with the held controls; 3. renders them; 4. emits each frame at
+its due time (1 / fps apart; when rendering is slower it emits as soon as ready), JPEG-encoded
+once and handed to `publish(kind, payload)` (transport.Hub.publish: never blocks). So clients
+cannot slow the renderer: the only waits in the loop are the pacing sleep and the pipeline.
+
+latency_ms of a frame = time from capturing its G-buffers to handing out its JPEG (network excluded).
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import struct
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from ...model_zoo.errors import AlayaError
+from ..world.play import Controls
+from .protocol import Command
+from .recorder import Recorder
+from .sources import FileLiveSource, LiveFrame, WorldLiveSource
+
+log = logging.getLogger(__name__)
+
+MAX_INFLIGHT = 256  # captured G-buffer frames awaiting their rendered frame; beyond: a pipeline bug
+
+
+class LivePipeline(Protocol):
+    """What the engine renders with (streaming/live/pipeline.py has the real ones).
+
+    render(chunk uint8 (T, 5, H, W, 3), MODALITIES order) -> uint8 (T', H, W, 3) RGB; T' may
+    differ from T per call (a pipeline may hold frames back), but over the stream every input
+    frame gives exactly one output frame, in order.
+    """
+
+    chunk_frames: int
+
+    def reset(self) -> None: ...
+
+    def set_prompt(self, text: str) -> None: ...
+
+    def render(self, chunk: np.ndarray) -> np.ndarray: ...
+
+
+class Publisher(Protocol):
+    def publish(self, kind: str, payload: bytes) -> None: ...
+
+    def wants(self, kind: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    width: int = 256
+    height: int = 256
+    fps: float = 30.0
+    seed: int = 0
+    prompt: str = ""  # "" -> the first preset's prompt
+    preset: str = "bright_sunny"
+    source: str = "world"  # "world" | "file"
+    gbuffers: Path | None = None  # the file source (looped), when given
+    jpeg_quality: int = 85
+    record_dir: Path = Path("recordings")
+    record: bool = False  # record from the start
+    record_gbuffers: bool = False
+    autostart: bool = True
+
+    def validate(self) -> "LiveConfig":
+        if self.width % 16 or self.height % 16 or not 16 <= self.width <= 2048 or not 16 <= self.height <= 2048:
+            raise AlayaError(f"live: size {self.width}x{self.height} must be multiples of 16 in 16..2048")
+        if not 1.0 <= self.fps <= 120.0:
+            raise AlayaError(f"live: fps={self.fps} is out of range 1..120")
+        if not 10 <= self.jpeg_quality <= 100:
+            raise AlayaError(f"live: jpeg quality {self.jpeg_quality} is out of range 10..100")
+        if self.source not in ("world", "file"):
+            raise AlayaError(f"live: source {self.source!r} is not one of world, file")
+        if self.source == "file" and self.gbuffers is None:
+            raise AlayaError("live: source 'file' needs a G-buffer path (--gbuffers)")
+        from ..world.shading import PRESETS
+
+        if self.preset not in PRESETS:
+            raise AlayaError(f"live: preset {self.preset!r} is unknown; choose one of {', '.join(PRESETS)}")
+        return self
+
+
+def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
+    """uint8 (H, W, 3) -> JPEG bytes (deterministic for the same pixels and quality)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image)).save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def pack_frame(header: dict, jpeg: bytes) -> bytes:
+    """Binary frame message: uint32 big-endian header length, JSON header, JPEG bytes."""
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack(">I", len(head)) + head + jpeg
+
+
+def unpack_frame(message: bytes) -> tuple[dict, bytes]:
+    (n,) = struct.unpack(">I", message[:4])
+    return json.loads(message[4:4 + n]), message[4 + n:]
+
+
+def passes_mosaic(teacher: np.ndarray) -> np.ndarray:
+    """uint8 (5, H, W, 3) -> one (H, 5W, 3) strip: albedo, depth, metallic, normal, roughness."""
+    return np.concatenate(list(teacher), axis=1)
+
+
+@dataclass
+class _Captured:
+    index: int
+    time: float
+    frame: LiveFrame
+
+
+@dataclass
+class _Requests:
+    """Commands waiting for the next chunk boundary (written by any thread under the lock)."""
+
+    reset: bool = False
+    prompt: str | None = None
+    source: str | None = None
+    record: bool | None = None
+    events: list = field(default_factory=list)
+
+
+class LiveEngine:
+    def __init__(self, make_pipeline: Callable[[], LivePipeline], config: LiveConfig, publisher: Publisher):
+        self.config = config.validate()
+        from ..world.shading import PRESETS
+
+        self.presets = PRESETS
+        self.make_pipeline, self.publisher = make_pipeline, publisher
+        self.sources = ("world", "file") if config.gbuffers is not None else ("world",)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._requests = _Requests(record=True if config.record else None)
+        self._controls = Controls()
+        self._one_shot = {"jump": False, "push": False}
+        # Shown in status(); written by the render thread.
+        self.running = config.autostart
+        self.prompt = config.prompt or PRESETS[config.preset].prompt
+        self.preset = config.preset if not config.prompt else None
+        self.source_name = config.source
+        self.epoch = 0
+        self.index = 0  # next G-buffer frame index in this epoch
+        self.emitted = 0
+        self.error: str | None = None
+        self.recording: Path | None = None
+        self.last_recording: Path | None = None
+        self.player = None
+        self.render_ms = 0.0
+        self.ready = threading.Event()  # set once the source and pipeline are up
+        self._emit_times: deque[float] = deque(maxlen=256)
+        self._latencies: deque[float] = deque(maxlen=64)
+
+    # ---- any thread -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="alaya-live-render", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def command(self, cmd: Command) -> str | None:
+        """Queue a validated client command; returns an error line when it cannot apply."""
+        a = cmd.args
+        with self._lock:
+            if cmd.type == "control":
+                if a["action"] == "start":
+                    self.running = True
+                elif a["action"] == "pause":
+                    self.running = False
+                else:
+                    self._requests.reset = True
+            elif cmd.type == "prompt":
+                self._requests.prompt, self.preset = a["text"], None
+                self._requests.events.append({"event": "prompt", "text": a["text"]})
+            elif cmd.type == "preset":
+                self._requests.prompt, self.preset = self.presets[a["name"]].prompt, a["name"]
+                self._requests.events.append({"event": "preset", "name": a["name"]})
+            elif cmd.type == "source":
+                if a["name"] not in self.sources:
+                    return f"source {a['name']!r} is not available (start the server with --gbuffers PATH)"
+                self._requests.source = a["name"]
+            elif cmd.type == "record":
+                self._requests.record = a["on"]
+            elif cmd.type == "input":
+                self._controls = Controls(move=a["move"], yaw=a["yaw"], pitch=a["pitch"], zoom=a["zoom"])
+                self._one_shot["jump"] |= a["jump"]
+                self._one_shot["push"] |= a["push"]
+            else:
+                return f"{cmd.type}: not an engine command"
+        self._wake.set()
+        return None
+
+    def status(self) -> dict:
+        # frames/s over the last 64 frames (at most 10 s), measured up to now: steady for bursty
+        # pipelines (a chunk of frames every few seconds) and falling to 0 when frames stop
+        now = time.perf_counter()
+        recent = [t for t in list(self._emit_times)[-64:] if now - t <= 10.0]
+        fps = (len(recent) - 1) / (now - recent[0]) if len(recent) >= 2 and now > recent[0] else 0.0
+        lat = sorted(self._latencies)
+        return {
+            "state": "error" if self.error else ("running" if self.running else "paused"),
+            "ready": self.ready.is_set(),
+            "fps": round(fps, 2),
+            "target_fps": self.config.fps,
+            "latency_ms": round(lat[len(lat) // 2], 1) if lat else None,
+            "render_ms": round(self.render_ms, 1),
+            "frames": self.emitted,
+            "epoch": self.epoch,
+            "index": self.index,
+            "prompt": self.prompt,
+            "preset": self.preset,
+            "source": self.source_name,
+            "sources": list(self.sources),
+            "recording": str(self.recording) if self.recording else None,
+            "last_recording": str(self.last_recording) if self.last_recording else None,
+            "player": self.player,
+            "error": self.error,
+            "size": [self.config.width, self.config.height],
+        }
+
+    # ---- render thread ----------------------------------------------------------------------
+
+    def _open_source(self, name: str):
+        c = self.config
+        if name == "file":
+            return FileLiveSource(c.gbuffers, c.width, c.height)
+        return WorldLiveSource(c.seed, c.width, c.height, c.fps)
+
+    def _run(self) -> None:
+        self.source = self.pipeline = self.recorder = None
+        try:
+            self.source = self._open_source(self.source_name)
+            self.pipeline = self.make_pipeline()
+            self.pipeline.set_prompt(self.prompt)
+            self._inflight: deque[_Captured] = deque()
+            self.ready.set()
+            self._clock0, self._paced = time.perf_counter(), 0
+            while not self._stop.is_set():
+                self._apply_requests()
+                if not self.running:
+                    self._wake.wait(0.1)
+                    self._wake.clear()
+                    self._clock0, self._paced = time.perf_counter(), 0
+                    continue
+                self._render_chunk()
+        except Exception as err:  # shown on the page; the server stays up
+            self.error = str(err) if isinstance(err, AlayaError) else f"{type(err).__name__}: {err}"
+            log.error("live renderer stopped: %s", self.error, exc_info=not isinstance(err, AlayaError))
+        finally:
+            self._finish_recording()
+            if self.source is not None:
+                self.source.close()
+
+    def _apply_requests(self) -> None:
+        with self._lock:
+            req, self._requests = self._requests, _Requests()
+        for event in req.events:
+            if self.recorder:
+                self.recorder.event(self.index, event)
+        if req.source is not None and req.source != self.source_name:
+            self.source.close()
+            self.source = None
+            self.source = self._open_source(req.source)
+            self.source_name = req.source
+            if self.recorder:
+                self.recorder.event(self.index, {"event": "source", "name": req.source})
+            req.reset = True
+        if req.prompt is not None and req.prompt != self.prompt:
+            self.pipeline.set_prompt(req.prompt)
+            self.prompt = req.prompt
+            if getattr(self.pipeline, "prompt_restarts", False):  # its stream restarted: held frames are gone
+                self._inflight.clear()
+        if req.reset:
+            self.source.reset()
+            self.pipeline.reset()
+            self._inflight.clear()
+            self.epoch += 1
+            self.index = 0
+            self.player = None
+            if self.recorder:
+                self.recorder.event(self.index, {"event": "reset", "epoch": self.epoch})
+        if req.record is True and self.recorder is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            folder = self.config.record_dir / f"live-{stamp}"
+            n = 1
+            while folder.exists() or folder.with_name(folder.name + ".tmp").exists():
+                folder, n = self.config.record_dir / f"live-{stamp}-{n}", n + 1
+            self.recorder = Recorder(folder, self.config.fps, gbuffers=self.config.record_gbuffers)
+            self.recording = folder
+            self.recorder.event(self.index, {"event": "start", "prompt": self.prompt, "source": self.source_name,
+                                             "epoch": self.epoch})
+        elif req.record is False:
+            self._finish_recording()
+
+    def _finish_recording(self) -> None:
+        if self.recorder is not None:
+            rec, self.recorder, self.recording = self.recorder, None, None
+            try:
+                self.last_recording = rec.close()
+            except Exception:
+                rec.abort()
+                raise
+
+    def _take_controls(self) -> Controls:
+        with self._lock:
+            c = replace(self._controls, **self._one_shot)
+            self._one_shot = {"jump": False, "push": False}
+        return c
+
+    def _render_chunk(self) -> None:
+        chunk = []
+        for _ in range(self.pipeline.chunk_frames):
+            controls = self._take_controls()
+            frame = self.source.next(controls)
+            self._inflight.append(_Captured(self.index, time.perf_counter(), frame))
+            if self.recorder and self.source.playable:
+                self.recorder.controls(self.index, controls)
+            self.index += 1
+            chunk.append(frame.teacher)
+        if len(self._inflight) > MAX_INFLIGHT:
+            raise AlayaError(f"live: the pipeline holds back {len(self._inflight)} frames (bound {MAX_INFLIGHT})")
+        t0 = time.perf_counter()
+        rgb = self.pipeline.render(np.stack(chunk))
+        self.render_ms = 1000 * (time.perf_counter() - t0)
+        for image in rgb:
+            if self._stop.is_set():
+                return
+            self._pace()
+            self._emit(self._inflight.popleft(), image)
+
+    def _pace(self) -> None:
+        due = self._clock0 + self._paced / self.config.fps
+        now = time.perf_counter()
+        if now < due:
+            self._stop.wait(due - now)
+        elif now - due > 2.0 / self.config.fps:  # behind: emit at once and restart the schedule
+            self._clock0, self._paced = now, 0
+        self._paced += 1
+
+    def _emit(self, cap: _Captured, image: np.ndarray) -> None:
+        q = self.config.jpeg_quality
+        image = np.asarray(image, dtype=np.uint8)
+        now = time.perf_counter()
+        latency = 1000 * (now - cap.time)
+        header = {"kind": "rgb", "epoch": self.epoch, "index": cap.index, "latency_ms": round(latency, 1),
+                  "player": cap.frame.player, "source": self.source_name}
+        self.publisher.publish("rgb", pack_frame(header, encode_jpeg(image, q)))
+        if self.publisher.wants("passes"):
+            self.publisher.publish("passes", pack_frame({**header, "kind": "passes"},
+                                                        encode_jpeg(passes_mosaic(cap.frame.teacher), q)))
+        if self.recorder:
+            self.recorder.write(image, cap.frame.teacher)
+        self.player = cap.frame.player
+        self.emitted += 1
+        self._emit_times.append(now)
+        self._latencies.append(latency)

@@ -1,0 +1,193 @@
+"""What the live engine renders with: the standard Flash pipeline, or a saved workflow.
+
+`pipeline_factory(...)` returns a zero-argument callable that the render thread calls once, so the
+model loads on the thread that uses it. Every pipeline follows engine.LivePipeline:
+chunk_frames, reset(), set_prompt(text), render(uint8 (T, 5, H, W, 3)) -> uint8 (T', H, W, 3).
+
+FlashLive drives streaming/engine/pipelines.py's Flash stages (G-buffer encoder -> few-step AR sampler
+-> tiny streaming decoder) on an endless stream: it never flushes. It asks the engine for exactly
+the frames that complete the next autoregressive chunk (Wan's arithmetic: the first chunk of c
+latent frames covers 1 + 4(c - 1) pixel frames, every later one 4c), so each render call returns
+the frames it was given. A prompt change recomputes the text keys/values and keeps the KV cache
+(FlashSession.set_prompt), so the style changes mid-stream without a cut; reset() starts the
+stream over with the same seed and the current prompt.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ...model_zoo.errors import AlayaError
+from ...model_zoo.latents import TIME_COMPRESSION
+
+log = logging.getLogger(__name__)
+
+
+class FlashLive:
+    """engine.LivePipeline over a Flash model (model_zoo.bundle.FlashModel)."""
+
+    def __init__(self, model, seed: int = 0, fps: float = 30.0, chunk_latents: int | None = None,
+                 steps: int | None = None):
+        self.model, self.seed, self.fps = model, seed, fps
+        self.chunk_latents = chunk_latents or model.settings.chunk_frames
+        self.steps = steps
+        self.encode_text = model.text_encoder()
+        self._emb = None
+        self.text = None
+        self.set_prompt("")
+
+    @property
+    def chunk_frames(self) -> int:
+        """Pixel frames that complete the next AR chunk (first chunk: 1 + 4(c - 1), then 4c)."""
+        c = self.chunk_latents
+        return TIME_COMPRESSION * c - (TIME_COMPRESSION - 1 if self._frames == 0 else 0)
+
+    def reset(self) -> None:
+        from ..engine.pipelines import FlashPipeline, PromptSchedule
+
+        self.pipe = FlashPipeline(self.model, PromptSchedule.constant(self._emb, self.text), seed=self.seed,
+                                  steps=self.steps, chunk_frames=self.chunk_latents)
+        self._frames = 0
+
+    def set_prompt(self, text: str) -> None:
+        import torch
+
+        from ..engine.pipelines import PromptSchedule
+
+        with torch.no_grad():
+            emb = self.encode_text([text]).to(self.model.device)
+        self._emb, self.text = emb, text
+        if getattr(self, "pipe", None) is None:
+            self.reset()
+        else:
+            self.pipe.set_prompts(PromptSchedule.constant(emb, text))
+
+    def render(self, chunk: np.ndarray) -> np.ndarray:
+        from ..engine.pipelines import GBuffers
+        from ..files.sinks import to_uint8
+
+        self._frames += len(chunk)
+        frames = self.pipe.step(GBuffers(chunk, fps=self.fps))
+        if frames is None:
+            return np.zeros((0, *chunk.shape[2:4], 3), np.uint8)
+        return to_uint8(frames)
+
+
+def load_flash_model(model: Path | None, random_model: bool, device: str):
+    """The Flash model the page renders with: --random-model, a folder, or the embedded default."""
+    from ...model_zoo import bundle
+
+    if random_model:
+        log.warning("live: rendering with tiny RANDOM weights (the pictures are noise; the plumbing is real)")
+        return bundle.make_random_flash(seed=0, device=device)
+    if model is None and not bundle.has_default_flash():
+        raise AlayaError("no default Flash model is installed yet; pass --model FOLDER, or --random-model to try "
+                         "the page with tiny random weights")
+    return bundle.load_flash(model, device=device)
+
+
+def pipeline_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
+                     seed: int = 0, fps: float = 30.0, device: str = "cpu", chunk_latents: int | None = None,
+                     steps: int | None = None, node_classes: dict | None = None, refine: bool = True) -> Callable:
+    """A callable that builds the live pipeline on the render thread (see the module docstring).
+
+    workflow: a saved workflow run by WorkflowLive; node_classes (the CLI looks them up) is then required.
+    refine=False leaves out the model's G-buffer refiner (faster frames, the decoder's own).
+    """
+    if workflow is not None:
+        if node_classes is None:
+            raise AlayaError("a workflow pipeline needs the node classes")
+        from ..engine.workflow import load_workflow, validate
+
+        validate(load_workflow(workflow, node_classes), node_classes)  # report problems now, not in the thread
+        return lambda: WorkflowLive(workflow, node_classes, fps=fps)
+    if model is not None and not Path(model).is_dir():
+        raise AlayaError(f"{model}: no such model folder")
+    if model is None and not random_model:
+        from ...model_zoo import bundle
+
+        if not bundle.has_default_flash():  # say so now, not later inside the render thread
+            load_flash_model(None, False, device)
+
+    def make():
+        flash = load_flash_model(model, random_model, device)
+        if not refine:
+            flash.refiner = None
+        return FlashLive(flash, seed=seed, fps=fps, chunk_latents=chunk_latents, steps=steps)
+
+    return make
+
+
+class WorkflowLive:
+    """engine.LivePipeline over a saved workflow (API or UI format).
+
+    The workflow's one G-buffer source node (Load G-Buffers, Physics World, ...) is replaced by the
+    page's source: each render() is one tick of the workflow's stage graph (the runner's, on the one
+    driver loop) with the live chunk as that node's output. The frames shown are those feeding the
+    first output node's `images` input (Stream Preview, Save, ...); output nodes themselves do not
+    run (nothing is written). Static nodes (model loading, prompt encoding) run once. A prompt change
+    re-runs the Encode Prompt nodes with the new text and restarts the stream stages (a cut:
+    `prompt_restarts`), since a generic graph has no handle on its sampler's cache; reset() restarts
+    the stages too.
+    """
+
+    prompt_restarts = True
+
+    def __init__(self, path: Path, node_classes: dict, fps: float = 30.0):
+        from ..engine.runner import StreamRunner
+        from ..engine.workflow import Link, load_workflow, validate
+
+        self.fps = fps
+        wf = load_workflow(path, node_classes)
+        order = validate(wf, node_classes)
+        shown = [spec.inputs["images"] for nid in order for spec in [wf.nodes[nid]]
+                 if getattr(node_classes[spec.class_type], "OUTPUT_NODE", False) and isinstance(spec.inputs.get("images"), Link)]
+        if not shown:
+            raise AlayaError(f"{path}: no output node shows frames (an 'images' input, e.g. Stream Preview or Save)")
+        self.display = shown[0]
+        self.runner = StreamRunner(wf, node_classes, targets=[self.display.node], static_cache={})
+        if len(self.runner.sources) != 1:
+            raise AlayaError(f"{path}: the live page feeds exactly one G-buffer source node; the shown frames depend "
+                             f"on {len(self.runner.sources)} ({', '.join(self.runner.sources) or 'none'})")
+        self.source = self.runner.sources[0]
+        self.prompt_nodes = [n for n in self.runner.order if wf.nodes[n].class_type == "AlayaFlash_EncodePrompt"]
+        self.text = None
+        self.reset()
+
+    @property
+    def values(self) -> dict[str, tuple]:
+        """The run-once nodes' outputs (the loaded models, the encoded prompt), by node id."""
+        return self.runner.values
+
+    @property
+    def chunk_frames(self) -> int:
+        return 1 if self._frames == 0 else TIME_COMPRESSION  # Wan: one frame, then one latent's four
+
+    def reset(self) -> None:
+        self.runner.run_static()  # cached: only nodes whose inputs changed (the prompt) run again
+        self.graph = self.runner.start()
+        self._frames = 0
+
+    def set_prompt(self, text: str) -> None:
+        if not self.prompt_nodes:
+            raise AlayaError(f"{self.runner.wf.source}: the workflow has no Encode Prompt node to take the page's prompt")
+        for nid in self.prompt_nodes:
+            self.runner.wf.nodes[nid].inputs["text"] = text
+        self.text = text
+        self.reset()
+
+    def render(self, chunk: np.ndarray) -> np.ndarray:
+        from ..engine.pipelines import GBuffers
+        from ..files.sinks import to_uint8
+
+        self._frames += len(chunk)
+        n_out = len(self.runner.classes[self.runner.wf.nodes[self.source].class_type].RETURN_TYPES)
+        values = self.graph.tick({self.source: (GBuffers(chunk, fps=self.fps),) + (None,) * (n_out - 1)})
+        result = values.get(self.display.node)
+        frames = None if result is None else result[self.display.output]
+        if frames is None:
+            return np.zeros((0, *chunk.shape[2:4], 3), np.uint8)
+        return to_uint8(frames)

@@ -1,0 +1,100 @@
+"""Imports point one way (docs/architecture.md, "Layers"): no module imports a layer above its own.
+
+Every import of the package is read from the source (relative imports and `alaya_flash.*`, also
+those inside functions), so a lazy import cannot hide a wrong direction.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Lowest first. A module may import its own layer and the layers below it, never one above.
+LAYERS = [
+    ("model", ["model_zoo"]),                                   # networks, configs, loading
+    ("conventions", ["streaming.gbuffer", "streaming.metrics"]),  # what every part shares
+    ("sources and sinks", ["streaming.files", "streaming.world"]),
+    ("engine", ["streaming.engine"]),                           # the chunk loop, sessions, pipelines, runner
+    ("front ends", ["nodes", "streaming.live"]),                # ComfyUI nodes; the live server
+    ("training", ["model_zoo.training"]),                       # a client of the networks and the engine
+    ("cli", ["streaming.cli", "streaming"]),
+]
+# Front ends are siblings: neither looks at the other. Only the CLI, which starts the runner,
+# looks node classes up (a workflow is a graph of nodes).
+SIBLINGS_APART = [("nodes", "streaming.live")]
+
+
+def layer_of(module: str) -> int:
+    best, rank = -1, None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best:
+                best, rank = len(p), i
+    assert rank is not None, f"{module}: in no layer; add its package to LAYERS"
+    return rank
+
+
+def package_modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] not in ("model_zoo", "streaming", "nodes"):
+            continue
+        name = ".".join(rel.with_suffix("").parts)
+        is_pkg = name.endswith(".__init__")
+        yield path, name.removesuffix(".__init__"), is_pkg
+
+
+def imports(path: Path, module: str, is_pkg: bool):
+    here = module.split(".") if is_pkg else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+                names = [f"{target}.{a.name}" if target else a.name for a in node.names]
+            elif node.module and node.module.startswith("alaya_flash."):
+                names = [f"{node.module.removeprefix('alaya_flash.')}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in names:
+                yield node.lineno, target
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("alaya_flash."):
+                    yield node.lineno, a.name.removeprefix("alaya_flash.")
+
+
+def resolved(target: str) -> str:
+    """`from ..streaming import sampler` names a module; `from .x import Y` names x."""
+    parts = target.split(".")
+    while parts and not ((ROOT / Path(*parts)).with_suffix(".py").exists() or (ROOT / Path(*parts)).is_dir()):
+        parts.pop()
+    return ".".join(parts)
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    wrong = []
+    for path, module, is_pkg in package_modules():
+        mine = layer_of(module)
+        for line, target in imports(path, module, is_pkg):
+            target = resolved(target)
+            if not target:
+                continue
+            theirs = layer_of(target)
+            if theirs > mine:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {module} ({LAYERS[mine][0]}) imports {target} ({LAYERS[theirs][0]})")
+            for a, b in SIBLINGS_APART:
+                if module.startswith(a) and target.startswith(b) or module.startswith(b) and target.startswith(a):
+                    wrong.append(f"{path.relative_to(ROOT)}:{line}: {module} imports its sibling {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_checker_sees_an_upward_import_even_inside_a_function(tmp_path):
+    """An engine module that lazily imports the CLI, and one that imports a sibling front end, are caught."""
+    f = tmp_path / "driver.py"
+    f.write_text("def later():\n    from ..cli import main\n    from ...nodes import comfy\n")
+    found = [resolved(t) for _, t in imports(f, "streaming.engine.driver", is_pkg=False)]
+    assert found == ["streaming.cli", "nodes.comfy"]
+    assert all(layer_of(t) > layer_of("streaming.engine.driver") for t in found)
+    assert layer_of("streaming.files.readers") < layer_of("streaming.engine.pipelines") < layer_of("model_zoo.training.student")
