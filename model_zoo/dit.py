@@ -36,6 +36,9 @@ from .loading import load_strict, read_metadata, read_shapes, save_safetensors
 from .precision import preferred_dtype
 
 
+UMT5_DIM, WAN_TEXT_LEN = 4096, 512  # Wan2.1's prompt: umT5-XXL output, zero-padded to 512 tokens
+
+
 @dataclass(frozen=True)
 class DiTConfig:
     """Size of a Wan2.1 DiT. Defaults are the AlayaRenderer teacher (Wan2.1-T2V-1.3B, 96 in)."""
@@ -46,6 +49,9 @@ class DiTConfig:
     ffn_dim: int = 8960
     freq_dim: int = 256  # width of the sinusoidal timestep embedding
     text_dim: int = 4096  # width of the text encoder's output (umT5-XXL: 4096)
+    # Context length the prompt is zero-padded to before text_embedding (Wan: umT5's 512 tokens,
+    # padding attended to, no mask); 0: the tokens as given (the MiniLM models' one pooled token).
+    text_len: int = 0
     num_heads: int = 12
     num_layers: int = 30
     patch_size: tuple[int, int, int] = (1, 2, 2)
@@ -68,14 +74,16 @@ class DiTConfig:
         d = self.head_dim
         if d % 2 or (d - 4 * (d // 6)) % 2:
             raise AlayaError(f"DiTConfig: head dim {d} cannot be split into 3 even RoPE axes")
+        if self.text_len < 0:
+            raise AlayaError(f"DiTConfig: text_len {self.text_len} must be >= 0 (0: the tokens as given)")
         return self
 
 
 CONFIGS: dict[str, DiTConfig] = {
     # The released AlayaRenderer checkpoint (model.md §1.5): 825 tensors, 1,419,488,320 params.
-    "alayarenderer-teacher": DiTConfig(),
+    "alayarenderer-teacher": DiTConfig(text_len=512),
     # Stock Wan2.1-T2V-1.3B (text-to-video, no conditioning channels).
-    "wan2.1-t2v-1.3b": DiTConfig(in_dim=16),
+    "wan2.1-t2v-1.3b": DiTConfig(in_dim=16, text_len=512),
     # Small enough to run 256x256 (256 tokens per latent frame) on a 2-core CPU; MiniLM-sized text.
     "dit-small": DiTConfig(dim=384, ffn_dim=1536, freq_dim=256, text_dim=384, num_heads=6, num_layers=6),
     # For tests: every code path, milliseconds per pass.
@@ -113,7 +121,8 @@ def infer_config(shapes: Mapping[str, tuple[int, ...]]) -> DiTConfig:
     except (KeyError, IndexError) as err:
         raise AlayaError(f"not a Wan DiT state dict: key {err} is missing or mis-shaped") from None
     heads = [c.num_heads for c in CONFIGS.values() if c.dim == dim]
-    return DiTConfig(num_heads=heads[0] if heads else max(1, dim // 128), **cfg)
+    text_len = WAN_TEXT_LEN if cfg["text_dim"] == UMT5_DIM else 0  # umT5 context: Wan pads it to 512
+    return DiTConfig(num_heads=heads[0] if heads else max(1, dim // 128), text_len=text_len, **cfg)
 
 
 def save(model: "WanDiT", path, name: str | None = None) -> Path:
@@ -412,11 +421,18 @@ class WanDiT(nn.Module):
         )
 
     def prepare_prompt(self, prompt_emb: torch.Tensor) -> PromptContext:
-        """Text-encoder output (B, L, text_dim) -> per-block cross-attention K/V (computed once per prompt)."""
+        """Text-encoder output (B, L, text_dim) -> per-block cross-attention K/V (computed once per prompt).
+
+        With config.text_len the tokens are zero-padded to that length first, as Wan does."""
         if prompt_emb.ndim != 3 or prompt_emb.shape[-1] != self.config.text_dim:
             raise AlayaError(
                 f"prompt embedding has shape {tuple(prompt_emb.shape)}, expected (batch, tokens, {self.config.text_dim})"
             )
+        n, limit = prompt_emb.shape[1], self.config.text_len
+        if limit and n > limit:
+            raise AlayaError(f"prompt embedding has {n} tokens; this model reads at most {limit} (text_len)")
+        if limit and n < limit:  # Wan zero-pads the context and attends to the padding (no mask)
+            prompt_emb = F.pad(prompt_emb, (0, 0, 0, limit - n))
         p = next(self.parameters())
         text = prompt_emb.to(p.device)
         text = _linear(self.text_embedding[2], self.text_embedding[1](_linear(self.text_embedding[0], text)))

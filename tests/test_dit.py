@@ -225,3 +225,34 @@ def test_half_precisions_run(dtype):
     with torch.no_grad():
         out = model(x, torch.full((1,), 500.0), prompt, cache=cache, start_frame=0)
     assert out.dtype == torch.float32 and out.isfinite().all()
+
+
+def test_a_umt5_context_is_zero_padded_to_text_len_as_wan_does():
+    """Wan pads the prompt's tokens with zeros to 512 and attends to the padding (no mask): a model with
+    text_len pads what it is given, and equals the same weights fed the zero-padded context by hand;
+    unpadded, the output differs (what every umT5 checkpoint rendered before text_len)."""
+    torch.manual_seed(0)
+    padded_cfg = replace(dit.CONFIGS["dit-tiny"], text_len=12)
+    model = dit.build(padded_cfg).eval()
+    plain = dit.build(dit.CONFIGS["dit-tiny"]).eval()
+    plain.load_state_dict(model.state_dict())
+    x, t = torch.randn(1, padded_cfg.in_dim, 2, 4, 4), torch.tensor([500.0])
+    emb = torch.randn(1, 7, padded_cfg.text_dim)
+    by_hand = torch.cat([emb, torch.zeros(1, 5, padded_cfg.text_dim)], 1)
+    with torch.no_grad():
+        ours = model(x, t, emb)
+        reference = plain(x, t, by_hand)
+        unpadded = plain(x, t, emb)
+    torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-6)
+    assert (ours - unpadded).abs().max() > 1e-3
+    with pytest.raises(AlayaError, match="13 tokens; this model reads at most 12"):
+        model.prepare_prompt(torch.randn(1, 13, padded_cfg.text_dim))
+
+
+def test_the_published_teacher_config_reads_512_padded_umt5_tokens():
+    assert dit.CONFIGS["alayarenderer-teacher"].text_len == 512
+    assert dit.CONFIGS["dit-small"].text_len == 0  # the MiniLM default keeps its one pooled token
+    from alaya_flash.model_zoo import registry
+
+    meta = registry.build("alayarenderer-teacher", device="meta")
+    assert dit.infer_config({k: tuple(v.shape) for k, v in meta.state_dict().items()}).text_len == 512
