@@ -193,17 +193,17 @@ class LoadTeacherModel:
         return {"required": {
             "model": (_teacher_choices(), {"tooltip": "A teacher model folder, a teacher DiT .safetensors (Wan-native or diffusers keys), or random:tiny / random:small."}),
             "vae": ([FROM_MODEL] + comfy.list_entries("vae"), {"default": FROM_MODEL, "tooltip": "A Wan2.1 VAE .safetensors from the vae folder (needed with a bare DiT file), or the model folder's."}),
-            "window_frames": ("INT", {"default": 81, "min": 1, "max": 1001, "step": 4, "tooltip": "Pixel frames per bidirectional window (4k+1; the teacher was trained on 81)."}),
+            "window_frames": ("INT", {"default": -1, "min": -1, "max": 1001, "step": 4, "tooltip": "Pixel frames per bidirectional window (4k+1; Wan: 81). -1: the model's trained value."}),
             **_common_inputs(),
         }}
 
     @classmethod
-    def VALIDATE_INPUTS(cls, model, vae=FROM_MODEL, text_encoder=FROM_MODEL, window_frames=81):
+    def VALIDATE_INPUTS(cls, model, vae=FROM_MODEL, text_encoder=FROM_MODEL, window_frames=-1):
         problems = [_check_entry("diffusion_models", model, "teacher model", tuple(RANDOM_TEACHER)),
                     _check_entry("vae", vae, "VAE", (FROM_MODEL,)),
                     _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
-        if not isinstance(window_frames, int) or window_frames < 1 or (window_frames - 1) % 4:
-            problems.append(f"window_frames must be 4k+1 (e.g. 81), got {window_frames}")
+        if window_frames != -1 and (not isinstance(window_frames, int) or window_frames < 1 or (window_frames - 1) % 4):
+            problems.append(f"window_frames must be 4k+1 (e.g. 81) or -1 (the model's), got {window_frames}")
         path = comfy.resolve("diffusion_models", model) if model not in RANDOM_TEACHER else None
         if path is not None and path.is_file() and vae == FROM_MODEL:
             problems.append(f"teacher DiT file {model!r} needs a VAE: pick one from the vae folder")
@@ -235,7 +235,9 @@ class LoadTeacherModel:
         if vae != FROM_MODEL:
             module = wan_vae.build(wan_vae.CONFIGS["wan2.1-vae"]).to(dtype)
             teacher.vae = load_strict(module, comfy.resolve("vae", vae)).to(dev).eval().requires_grad_(False)
-        teacher.settings = dataclasses.replace(teacher.settings, window_frames=window_frames)
+        if window_frames != -1:
+            teacher.settings = dataclasses.replace(teacher.settings, window_frames=window_frames)
+        window_frames = teacher.settings.window_frames
         _text_override(teacher, text_encoder, dev)
         return (teacher, EncoderHandle("teacher", teacher.vae, window_frames), DecoderHandle("vae", teacher.vae), TextHandle(teacher))
 

@@ -14,6 +14,31 @@ from .base import StageNode
 
 CATEGORY = "alaya-flash/render"
 LATENTS = "ALAYA_LATENTS"
+MODEL = -1  # a sampler widget at -1 takes the loaded model's trained value (config.json "session")
+
+
+def _model_int(high: int, tip: str):
+    return ("INT", {"default": MODEL, "min": MODEL, "max": high, "tooltip": f"{tip} -1: the model's trained value."})
+
+
+def _model_float(high: float, tip: str):
+    return ("FLOAT", {"default": float(MODEL), "min": float(MODEL), "max": high, "step": 0.1,
+                      "tooltip": f"{tip} -1: the model's trained value."})
+
+
+def _outside(bounds: dict[str, tuple[float, float]], values: dict) -> list[str]:
+    """Widget values that are neither -1 (the model's) nor in [low, high]. (ComfyUI leaves the range
+    check of an input that VALIDATE_INPUTS takes to the node.)"""
+    return [f"{name} is {values[name]}: use -1 for the model's value or a value in [{low}, {high}]"
+            for name, (low, high) in bounds.items()
+            if name in values and values[name] != MODEL and not low <= values[name] <= high]
+
+
+def _own(value):
+    """A widget value, or None (the model's setting) for -1."""
+    return None if value == MODEL else value
+
+
 SEED = ("INT", {"default": 0, "min": 0, "max": 2**63 - 1, "tooltip": "Noise seed: the same seed gives the same frames in ComfyUI and in the runner."})
 
 
@@ -79,24 +104,27 @@ class FlashSampler(_SamplerNode):
             **cls._inputs("ALAYA_FLASH", "From Load Flash Model.", "Conditioning latents from Encode G-Buffers (Flash encoder).",
                           "From Encode Prompt (a prompt or a schedule keyed by frame)."),
             "seed": SEED,
-            "steps": ("INT", {"default": 4, "min": 1, "max": 50, "tooltip": "Denoising passes per chunk (the model was distilled for 4)."}),
-            "chunk_frames": ("INT", {"default": 3, "min": 1, "max": 21, "tooltip": "Latent frames per autoregressive chunk (1 latent = 4 pixel frames)."}),
-            "window_frames": ("INT", {"default": 12, "min": 1, "max": 240, "tooltip": "Latent frames the KV cache attends to, current chunk included (memory is fixed by this)."}),
-            "sink_frames": ("INT", {"default": 3, "min": 0, "max": 21, "tooltip": "First latent frames of the stream kept in the cache forever (attention sink)."}),
+            "steps": _model_int(50, "Denoising passes per chunk (the models are distilled for 4)."),
+            "chunk_frames": _model_int(21, "Latent frames per autoregressive chunk (1 latent = 4 pixel frames)."),
+            "window_frames": _model_int(240, "Latent frames the KV cache attends to, current chunk included (memory is fixed by this)."),
+            "sink_frames": _model_int(21, "First latent frames of the stream kept in the cache forever (attention sink); 0: none."),
         }}
 
     @classmethod
-    def VALIDATE_INPUTS(cls, chunk_frames=3, window_frames=12):
-        if window_frames < chunk_frames:
-            return f"window_frames ({window_frames}) must be at least chunk_frames ({chunk_frames})"
-        return True
+    def VALIDATE_INPUTS(cls, steps=MODEL, chunk_frames=MODEL, window_frames=MODEL, sink_frames=MODEL):
+        values = dict(steps=steps, chunk_frames=chunk_frames, window_frames=window_frames, sink_frames=sink_frames)
+        problems = _outside({"steps": (1, 50), "chunk_frames": (1, 21), "window_frames": (1, 240), "sink_frames": (0, 21)},
+                            values)
+        if MODEL not in (chunk_frames, window_frames) and window_frames < chunk_frames:
+            problems.append(f"window_frames ({window_frames}) must be at least chunk_frames ({chunk_frames})")
+        return "; ".join(problems) or True
 
     def start_stream(self, model, prompt, seed, steps, chunk_frames, window_frames, sink_frames):
         from ..streaming.engine.pipelines import FlashSample
 
-        return _Sampling(FlashSample(model, prompt, seed=seed, steps=steps, chunk_frames=chunk_frames,
-                                     window_frames=window_frames, sink_frames=sink_frames),
-                         lambda cond: math.ceil(len(cond) / chunk_frames), preview_decoder=model.decoder)
+        inner = FlashSample(model, prompt, seed=seed, steps=_own(steps), chunk_frames=_own(chunk_frames),
+                            window_frames=_own(window_frames), sink_frames=_own(sink_frames))
+        return _Sampling(inner, lambda cond: math.ceil(len(cond) / inner.chunk_frames), preview_decoder=model.decoder)
 
 
 class _Sampling:
@@ -144,19 +172,27 @@ class TeacherSampler(_SamplerNode):
         return {"required": {
             **cls._inputs("ALAYA_TEACHER", "From Load Teacher Model.", "Conditioning latents from Encode G-Buffers (teacher VAE).",
                           "From Encode Prompt; a schedule switches per window."),
-            "negative_prompt": ("STRING", {"default": "", "multiline": True, "tooltip": "What to steer away from (the unconditional branch of CFG)."}),
+            "negative_prompt": ("STRING", {"default": "", "multiline": True, "tooltip": "What to steer away from (the unconditional branch of CFG); empty: the model's own negative prompt."}),
             "seed": SEED,
-            "steps": ("INT", {"default": 50, "min": 1, "max": 200, "tooltip": "Euler steps per window."}),
-            "cfg": ("FLOAT", {"default": 5.0, "min": 1.0, "max": 30.0, "step": 0.1, "tooltip": "Guidance scale; 1 disables CFG (one pass per step)."}),
-            "shift": ("FLOAT", {"default": 5.0, "min": 0.1, "max": 20.0, "step": 0.1, "tooltip": "Time shift of the sigma schedule (Wan: 5)."}),
+            "steps": _model_int(200, "Euler steps per window (Wan: 50)."),
+            "cfg": _model_float(30.0, "Guidance scale; 1 disables CFG (one pass per step)."),
+            "shift": _model_float(20.0, "Time shift of the sigma schedule (Wan: 5)."),
         }}
 
+    @classmethod
+    def VALIDATE_INPUTS(cls, steps=MODEL, cfg=MODEL, shift=MODEL):
+        values = dict(steps=steps, cfg=cfg, shift=shift)
+        return "; ".join(_outside({"steps": (1, 200), "cfg": (1.0, 30.0), "shift": (0.1, 20.0)}, values)) or True
+
     def start_stream(self, model, prompt, negative_prompt, seed, steps, cfg, shift):
+        s = model.settings
+        cfg = s.cfg if cfg == MODEL else cfg
+        negative_prompt = negative_prompt or s.negative_prompt
         from ..streaming.engine.pipelines import TeacherSample
 
         negative = model.text_encoder()([negative_prompt]) if cfg != 1.0 else None
-        return _Sampling(TeacherSample(model, prompt, negative, seed=seed, steps=steps, cfg=cfg, shift=shift),
-                         lambda cond: steps * max(1, len(cond.split())))
+        inner = TeacherSample(model, prompt, negative, seed=seed, steps=_own(steps), cfg=cfg, shift=_own(shift))
+        return _Sampling(inner, lambda cond: inner.steps * max(1, len(cond.split())))
 
 
 class Decode(StageNode):

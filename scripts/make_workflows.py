@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = {"model": "random:tiny", "decoder": "(from model)", "device": "auto", "precision": "auto", "text_encoder": "(from model)"}
-TEACHER = {"model": "random:tiny", "vae": "(from model)", "window_frames": 81, "device": "auto", "precision": "auto",
+TEACHER = {"model": "random:tiny", "vae": "(from model)", "window_frames": -1, "device": "auto", "precision": "auto",
            "text_encoder": "(from model)"}
-SAMPLER = {"seed": 0, "steps": 4, "chunk_frames": 3, "window_frames": 12, "sink_frames": 3}
+SAMPLER = {"seed": 0, "steps": -1, "chunk_frames": -1, "window_frames": -1, "sink_frames": -1}  # -1: the model's
 LOAD = {"path": "gbuffers/clip", "layout": "auto", "start": 0, "frames": 0, "stride": 1, "resize": "stretch",
         "width": 0, "height": 0, "chunk": 16}
 
@@ -66,7 +66,7 @@ WORKFLOWS = {
         "11": ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers (teacher)", {"gbuffer_encoder": L("9", 1), "gbuffers": L("1")}),
         "12": ("AlayaFlash_TeacherSampler", "Teacher Sampler", {"model": L("9"), "cond": L("11"), "prompt": L("10"),
                                                                  "negative_prompt": "blurry, distorted", "seed": 0,
-                                                                 "steps": 50, "cfg": 5.0, "shift": 5.0}),
+                                                                 "steps": -1, "cfg": -1.0, "shift": -1.0}),
         "13": ("AlayaFlash_Decode", "Decode (full VAE)", {"decoder": L("9", 2), "latents": L("12")}),
         "14": ("AlayaFlash_Save", "Save Teacher", {"images": L("13"), "filename": "alaya-flash/teacher.mp4", "format": "mp4",
                                                    "fps": 16.0, "overwrite": True}),

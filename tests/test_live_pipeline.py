@@ -73,9 +73,9 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
     assert got.shape == (9, 32, 32, 3)
     flash = live.values["2"][0]  # the model the workflow's Load Flash Model made
     sampler = json.loads(path.read_text())["5"]["inputs"]
-    ref = pl.FlashPipeline(flash, pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street"),
-                           seed=sampler["seed"], steps=sampler["steps"], chunk_frames=sampler["chunk_frames"],
-                           window_frames=sampler["window_frames"], sink_frames=sampler["sink_frames"])
+    own = {k: None if sampler[k] == -1 else sampler[k] for k in ("steps", "chunk_frames", "window_frames", "sink_frames")}
+    ref = pl.FlashPipeline(flash, pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street"), seed=sampler["seed"],
+                           **own)  # -1 in a workflow: the model's own setting
     assert np.array_equal(got, to_uint8(ref.step(pl.GBuffers(frames, fps=30))))
     live.reset()
     assert np.array_equal(_live(live, frames), got)

@@ -9,6 +9,7 @@ import torch
 from alaya_flash.model_zoo import bundle
 from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
 from alaya_flash.nodes import comfy
+from alaya_flash.streaming.engine import pipelines as pl
 from alaya_flash.streaming.engine import runner as rn
 from alaya_flash.streaming.engine import workflow as wfm
 from alaya_flash.streaming.cli import main
@@ -133,14 +134,15 @@ def test_interruption_leaves_no_partial_output(clip, tmp_path, monkeypatch):
 
 def test_validation_errors_name_node_and_input(clip, tmp_path, capsys):
     code = main(["run", str(RENDER), "--validate-only", "--set", "1.path=/nonexistent/clip",
-                 "--set", "2.model=no-such-model", "--set", "5.window_frames=2", "--set", "5.steps=0"])
+                 "--set", "2.model=no-such-model", "--set", "5.window_frames=2", "--set", "5.chunk_frames=3",
+                 "--set", "5.steps=0"])
     err = capsys.readouterr().err
     assert code == 2
     assert "node 1 (Load G-Buffers): G-buffer path '/nonexistent/clip' not found" in err
     assert "node 2 (Load Flash Model): Flash model 'no-such-model' not found (searched: " in err
     assert str(comfy.PACKAGE_ROOT / "model_zoo") in err
     assert "node 5 (Flash Sampler): window_frames (2) must be at least chunk_frames (3)" in err
-    assert "node 5 (Flash Sampler): input 'steps' is 0, out of range [1, 50]" in err
+    assert "node 5 (Flash Sampler): steps is 0: use -1 for the model's value or a value in [1, 50]" in err
     bad = tmp_path / "bad.json"
     bad.write_text('{"1": {"class_type": "AlayaFlash_Decode",\n "inputs": {]}}')
     assert main(["run", str(bad)]) == 2
@@ -250,3 +252,35 @@ def test_save_npy_without_gbuffers_is_refused_cleanly(clip, tmp_path):
     with pytest.raises(Exception, match="npy windows need G-buffer frames"):
         rn.StreamRunner(wfm.parse_workflow(g, NODES), NODES).run()
     assert not list(tmp_path.iterdir())
+
+
+def test_sampler_widgets_at_minus_one_take_the_models_trained_settings():
+    """Every sampler widget defaults to -1, the loaded model's own setting (config.json "session"), as
+    the default model was trained and evaluated; an explicit value still overrides it."""
+    import dataclasses
+
+    from alaya_flash.model_zoo import bundle
+
+    flash = bundle.make_random_flash()
+    flash.settings = dataclasses.replace(flash.settings, steps=2, chunk_frames=1, window_frames=6, sink_frames=1)
+    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    sampler = NODES["AlayaFlash_FlashSampler"]
+    defaults = {k: v[1]["default"] for k, v in sampler.INPUT_TYPES()["required"].items() if k != "seed" and len(v) > 1
+                and "default" in v[1]}
+    assert defaults == {"steps": -1, "chunk_frames": -1, "window_frames": -1, "sink_frames": -1}
+    own = sampler().start_stream(flash, prompt, seed=0, **defaults).inner
+    assert (own.chunk_frames, own.session.config.window_frames, own.session.config.sink_frames) == (1, 6, 1)
+    assert len(own.session.config.nominal_steps) == 2
+    mine = sampler().start_stream(flash, prompt, seed=0, steps=3, chunk_frames=2, window_frames=8, sink_frames=0).inner
+    assert (mine.chunk_frames, mine.session.config.window_frames, mine.session.config.sink_frames) == (2, 8, 0)
+    assert len(mine.session.config.nominal_steps) == 3
+
+    teacher = bundle.make_random_teacher()
+    teacher.settings = dataclasses.replace(teacher.settings, steps=7, cfg=3.0, shift=4.0, negative_prompt="blurry")
+    tprompt = pl.PromptSchedule.encode(teacher.text_encoder(), "a street")
+    stage = NODES["AlayaFlash_TeacherSampler"]().start_stream(teacher, tprompt, "", seed=0, steps=-1, cfg=-1.0, shift=-1.0)
+    inner = stage.inner
+    assert (inner.steps, inner.cfg, inner.shift) == (7, 3.0, 4.0)
+    assert torch.equal(inner.negative, teacher.text_encoder()(["blurry"]))  # empty: the model's negative prompt
+    assert NODES["AlayaFlash_TeacherSampler"].VALIDATE_INPUTS(steps=-1, cfg=0.5, shift=-1.0) == \
+        "cfg is 0.5: use -1 for the model's value or a value in [1.0, 30.0]"

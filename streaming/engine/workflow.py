@@ -320,8 +320,8 @@ def validate(wf: Workflow, node_classes: Mapping[str, type]) -> list[str]:
             params = _validate_params(cls)
             kwargs = {k: v for k, v in literals.items() if "**" in params or k in params}
             result = cls.VALIDATE_INPUTS(**kwargs)
-            if result is not True:
-                problems.append(f"{label}: {result}")
+            if result is not True:  # ComfyUI takes one string: the nodes join several problems with "; "
+                problems += [f"{label}: {part}" for part in str(result).split("; ")]
     order: list[str] = []
     if not any(p for p in problems if "links to node" in p or "unknown node type" in p):
         order, cycle = _topo_order(wf)

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("mp4", "png", "exr", "npy"), default="mp4", help="output format")
     parser.add_argument("--model", type=Path, help="Flash model folder (default: the embedded default model)")
     parser.add_argument("--seed", type=int, default=0, help="noise seed (same seed, same frames)")
-    parser.add_argument("--steps", type=int, default=4, help="denoising passes per chunk")
+    parser.add_argument("--steps", type=int, help="denoising passes per chunk (default: the model's trained value)")
     parser.add_argument("--size", type=parse_size, metavar="N|WxH", help="resize the input (multiples of 8)")
     parser.add_argument("--frames", type=int, default=0, help="frames to render (0: all)")
     parser.add_argument("--fps", type=float, default=16.0, help="output frame rate (mp4)")
@@ -57,7 +57,7 @@ def run(args) -> int:
         raise AlayaError(f"{args.out}: already exists; pass --overwrite to replace it")
     h, w = args.size or (0, 0)
     sets = [f"1.path={args.gbuffers.resolve()}", f"1.frames={args.frames}", f"1.width={w}", f"1.height={h}",
-            f"2.model={model}", f"3.text={args.prompt}", f"5.seed={args.seed}", f"5.steps={args.steps}",
+            f"2.model={model}", f"3.text={args.prompt}", f"5.seed={args.seed}", f"5.steps={args.steps or -1}",
             f"Save.filename={args.out.resolve()}", f"Save.format={args.format}", f"Save.fps={args.fps}",
             f"Save.overwrite={args.overwrite}"]
     wf, classes = load(WORKFLOW, sets)
