@@ -20,3 +20,46 @@ class StageNode:
 
     def run(self, **inputs):
         return run_stage_whole(self, **inputs)
+
+
+def pieces(value, n: int) -> list:
+    """A chunk value cut into consecutive pieces of at most n frames (GBuffers, Latents or IMAGE)."""
+    if hasattr(value, "pieces"):
+        return value.pieces(n)
+    return [value[i:i + n] for i in range(0, len(value), n)] or [value]
+
+
+class Piecewise:
+    """A stage stepped piece by piece within one call, so that ComfyUI's single call over a whole
+    sequence checks for cancel and moves its progress bar every `piece` frames (the stages buffer
+    internally, so the frames do not depend on the cut). preview(outputs, inputs) -> an IMAGE frame
+    for the bar, or None. Outside ComfyUI the pieces cost nothing but a loop."""
+
+    def __init__(self, inner, piece: int, preview=None):
+        self.inner, self.piece, self.preview = inner, piece, preview
+
+    def step(self, **inputs):
+        from ..streaming.engine.driver import concat_chunks
+        from . import comfy
+
+        cut = {k: pieces(v, self.piece) for k, v in inputs.items() if v is not None}
+        count = max((len(p) for p in cut.values()), default=0)
+        bar = comfy.Progress(count)
+        outs = []
+        for i in range(count):
+            comfy.check_interrupted()
+            part = {k: (cut[k][i] if k in cut and i < len(cut[k]) else None) for k in inputs}
+            out = self.inner.step(**part)
+            outs.append(out)
+            bar.update(1, preview=self.preview(out, part) if self.preview and bar.bar is not None else None)
+        outs = [o for o in outs if o is not None]
+        if not outs:
+            return None
+        return tuple(concat_chunks([o[j] for o in outs]) for j in range(len(outs[0])))
+
+    def flush(self):
+        return self.inner.flush()
+
+    def abort(self):
+        if hasattr(self.inner, "abort"):
+            self.inner.abort()

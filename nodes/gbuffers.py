@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from . import comfy
-from .base import SourceNode, StageNode
+from .base import Piecewise, SourceNode, StageNode
 
 CATEGORY = "alaya-flash/gbuffers"
 GBUFFERS = "ALAYA_GBUFFERS"
@@ -130,7 +130,7 @@ class GBuffersFromImages(StageNode):
         }}
 
     def start_stream(self, encoding, depth_near, fps):
-        return _FromImages(encoding, depth_near, fps)
+        return Piecewise(_FromImages(encoding, depth_near, fps), 16)
 
 
 class _FromImages:

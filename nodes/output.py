@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from . import comfy
-from .base import StageNode
+from .base import Piecewise, StageNode
 
 CATEGORY = "alaya-flash/output"
 FORMATS = ["mp4", "png", "exr", "npy"]
@@ -49,7 +49,7 @@ class Save(StageNode):
         return True
 
     def start_stream(self, filename, format, fps, overwrite):
-        return _Saving(destination(filename, format), format, fps, overwrite)
+        return Piecewise(_Saving(destination(filename, format), format, fps, overwrite), 16)
 
 
 def destination(filename: str, format: str) -> Path:
@@ -69,7 +69,6 @@ class _Saving:
         self.inner = FrameWriter(path, format, fps, overwrite)
 
     def step(self, images=None, gbuffers=None):
-        comfy.check_interrupted()
         self.inner.step(images, gbuffers)
 
     def flush(self):

@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 
 from . import comfy
-from .base import StageNode
+from .base import Piecewise, StageNode
 
 CATEGORY = "alaya-flash/render"
+PIECE_FRAMES = 8  # frames per piece inside one ComfyUI call: cancel and progress between pieces
+DECODE_PIECE = 3  # latent frames per decoded piece (bounded memory)
 LATENTS = "ALAYA_LATENTS"
 MODEL = -1  # a sampler widget at -1 takes the loaded model's trained value (config.json "session")
 
@@ -61,23 +63,36 @@ class EncodeGBuffers(StageNode):
         from ..streaming.engine.pipelines import GBufferEncode, TeacherEncode
 
         if gbuffer_encoder.kind == "flash":
-            return _Wrap(GBufferEncode(gbuffer_encoder.module))
-        return _Wrap(TeacherEncode(gbuffer_encoder.module, gbuffer_encoder.window_frames))
+            inner = GBufferEncode(gbuffer_encoder.module)
+        else:
+            inner = TeacherEncode(gbuffer_encoder.module, gbuffer_encoder.window_frames)
+        return Piecewise(_Single(inner), PIECE_FRAMES, _last_albedo)
 
 
-class _Wrap:
-    """A pipelines stage as a runner stage: one stream input, one output, interruption checked per step."""
+class _Single:
+    """A pipelines stage (one value in, one out) as a node stage; to_image: its frames are an IMAGE output."""
 
-    def __init__(self, inner):
-        self.inner = inner
+    def __init__(self, inner, to_image: bool = False):
+        self.inner, self.to_image = inner, to_image
 
     def step(self, **inputs):
-        comfy.check_interrupted()
         (value,) = inputs.values()
-        return (self.inner.step(value),)
+        out = self.inner.step(value)
+        return (comfy.intermediate(out) if self.to_image and out is not None else out,)
 
     def flush(self):
         return (self.inner.flush(),)
+
+
+def _last_frame(outputs, _inputs):
+    """The newest output frame, for a progress bar's preview."""
+    frames = outputs[0] if outputs else None
+    return frames[-1] if frames is not None and len(frames) else None
+
+
+def _last_albedo(_outputs, inputs):
+    """The albedo pass of the newest input frame (IMAGE [H, W, 3]), for a progress bar's preview."""
+    return inputs["gbuffers"].images[-1, 0].float().div(255)
 
 
 class _SamplerNode(StageNode):
@@ -214,36 +229,7 @@ class Decode(StageNode):
         from ..streaming.engine.pipelines import Decode as DecodeStage, TinyDecoder, VAEDecoder
 
         inner = TinyDecoder(decoder.module) if decoder.kind == "tiny" else VAEDecoder(decoder.module)
-        return _Decoding(DecodeStage(inner))
-
-
-class _Decoding:
-    """Decode 3 latent frames at a time (bounded memory), with a progress bar and preview frame per piece."""
-
-    PIECE = 3
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def step(self, latents):
-        if latents is None:
-            return (None,)
-        pieces = latents.pieces(self.PIECE)
-        bar = comfy.Progress(len(pieces))
-        outs = []
-        for piece in pieces:
-            frames = self.inner.step(piece)
-            if frames is not None:
-                outs.append(frames)
-            bar.update(1, preview=frames[-1] if frames is not None else None)
-        if not outs:
-            return (None,)
-        import torch
-
-        return (comfy.intermediate(torch.cat(outs)),)
-
-    def flush(self):
-        return (None,)
+        return Piecewise(_Single(DecodeStage(inner), to_image=True), DECODE_PIECE, _last_frame)
 
 
 class Refine(StageNode):
@@ -272,11 +258,12 @@ class Refine(StageNode):
         from ..streaming.engine.pipelines import Refine as RefineStage
 
         if refiner.module is None:
-            return _Refining(None)
+            return _Refining(None)  # frames pass through: nothing to cut
         if refiner.module.text_dim and prompt is None:
             raise AlayaError("Refine with G-Buffers: this model's refiner reads the prompt; connect the 'prompt' "
                              "input to the Encode Prompt node that feeds the sampler")
-        return _Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None))
+        return Piecewise(_Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None)), PIECE_FRAMES,
+                         _last_frame)
 
 
 class _Refining:
@@ -286,7 +273,6 @@ class _Refining:
         self.inner = inner
 
     def step(self, images=None, gbuffers=None):
-        comfy.check_interrupted()
         if self.inner is None:
             return (images,)
         out = self.inner.step(images, gbuffers)

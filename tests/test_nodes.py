@@ -193,25 +193,29 @@ def test_encode_prompt_accepts_conditioning_of_the_right_width():
         node.encode(text, "x", conditioning=[[torch.randn(1, 7, 4096), {}]])
 
 
-def test_comfy_progress_and_interruption_hooks(monkeypatch):
-    """With a stand-in for ComfyUI's modules: one bar update per chunk with a preview, and cancel raises."""
+class Interrupted(Exception):
+    """Stands in for ComfyUI's InterruptProcessingException."""
+
+
+def fake_comfy(monkeypatch, cancel_at: int | None = None):
+    """Stand-ins for ComfyUI's progress bar and cancel hook: returns a record of every bar update
+    (bar number, value, total, preview kind) and of every cancel check; the cancel_at-th check raises."""
     import sys
     import types
 
-    updates, cancelled = [], []
+    record = {"updates": [], "checks": 0, "bars": 0}
 
     class Bar:
         def __init__(self, total):
-            self.total = total
+            record["bars"] += 1
+            self.index, self.total = record["bars"], total
 
         def update_absolute(self, value, total, preview):
-            updates.append((value, total, preview[0] if preview else None))
-
-    class Interrupted(Exception):
-        pass
+            record["updates"].append((self.index, value, total, preview[0] if preview else None))
 
     def check():
-        if cancelled:
+        record["checks"] += 1
+        if cancel_at is not None and record["checks"] >= cancel_at:
             raise Interrupted
 
     comfy_mod = types.ModuleType("comfy")
@@ -221,12 +225,64 @@ def test_comfy_progress_and_interruption_hooks(monkeypatch):
     monkeypatch.setitem(sys.modules, "comfy", comfy_mod)
     monkeypatch.setitem(sys.modules, "comfy.utils", comfy_mod.utils)
     monkeypatch.setitem(sys.modules, "comfy.model_management", comfy_mod.model_management)
+    return record
+
+
+def test_comfy_progress_and_interruption_hooks(monkeypatch):
+    """With a stand-in for ComfyUI's modules: one bar update per chunk with a preview, and cancel raises."""
+    record = fake_comfy(monkeypatch)
     bar = comfy.Progress(2)
     bar.update(1, preview=torch.rand(8, 8, 3))
-    assert updates == [(1, 2, "JPEG")]
-    cancelled.append(True)
+    assert record["updates"] == [(1, 1, 2, "JPEG")]
+    monkeypatch.setitem(record, "checks", 0)
+    record2 = fake_comfy(monkeypatch, cancel_at=1)
     with pytest.raises(Interrupted):
-        bar.update(1)
+        comfy.Progress(2).update(1)
+    assert record2["checks"] == 1
+
+
+def test_every_long_node_checks_cancel_and_moves_its_bar_every_piece(monkeypatch):
+    """Inside ComfyUI each node runs once over the whole sequence; encode, decode, refine and save cut it
+    into pieces (8 frames, 3 latents, 8 frames, 16 frames), check for cancel and update a progress bar
+    (with a preview frame) between pieces, so cancel lands within a piece, not at the end of a 66 s node."""
+    from alaya_flash.nodes.models import DecoderHandle, EncoderHandle, RefinerHandle
+
+    flash = bundle.make_random_flash(refiner="gbuffer-refiner-16-prompt")
+    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (33, 5, 16, 16, 3), dtype=np.uint8)))
+    record = fake_comfy(monkeypatch)
+    (cond,) = NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
+    assert record["checks"] >= 5 and [u[1:] for u in record["updates"]] == [(i, 5, "JPEG") for i in range(1, 6)]
+    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    (latents,) = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=-1,
+                                                       chunk_frames=-1, window_frames=-1, sink_frames=-1)
+    record = fake_comfy(monkeypatch)
+    (frames,) = NODES["AlayaFlash_Decode"]().run(decoder=DecoderHandle("tiny", flash.decoder), latents=latents)
+    assert len(frames) == 33 and len(record["updates"]) == 3 and all(u[3] == "JPEG" for u in record["updates"])
+    record = fake_comfy(monkeypatch)
+    (refined,) = NODES["AlayaFlash_Refine"]().run(refiner=RefinerHandle(flash.refiner), images=frames, gbuffers=gb,
+                                                  prompt=prompt)
+    assert refined.shape == frames.shape and record["checks"] >= 5 and len(record["updates"]) == 5
+
+    # a piece is checked before it runs and again by its bar update: cancel at the 3rd check stops the
+    # encoder before its second piece, with 8 of the 33 frames read
+    record = fake_comfy(monkeypatch, cancel_at=3)
+    node = NODES["AlayaFlash_EncodeGBuffers"]()
+    started = []
+    original = node.start_stream
+    monkeypatch.setattr(node, "start_stream", lambda **kw: started.append(original(**kw)) or started[-1])
+    with pytest.raises(Interrupted):
+        node.run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
+    assert started[0].inner.inner.frames == 8
+
+
+def test_cancelled_save_leaves_nothing(monkeypatch, tmp_path):
+    """Save writes piece by piece; a cancel between pieces aborts the writer: no output, no temporary file."""
+    record = fake_comfy(monkeypatch, cancel_at=2)
+    frames = torch.rand(40, 16, 16, 3)
+    with pytest.raises(Interrupted):
+        NODES["AlayaFlash_Save"]().run(images=frames, filename=str(tmp_path / "out.mp4"), format="mp4", fps=16.0,
+                                       overwrite=False)
+    assert record["checks"] == 2 and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("fmt", ["png", "exr", "npy"])

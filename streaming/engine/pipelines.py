@@ -82,6 +82,10 @@ class GBuffers:
     def concat(cls, chunks: list["GBuffers"]) -> "GBuffers":
         return cls(torch.cat([c.images for c in chunks]), chunks[0].fps, chunks[0].depth_near)
 
+    def pieces(self, n: int) -> list["GBuffers"]:
+        """Consecutive pieces of at most n frames."""
+        return [GBuffers(self.images[a:a + n], self.fps, self.depth_near) for a in range(0, len(self), n)] or [self]
+
 
 @dataclass
 class Latents:
