@@ -91,6 +91,38 @@ def output_path(path: str) -> Path:
     return p
 
 
+def view_entry(path: Path) -> dict | None:
+    """{filename, subfolder, type} by which ComfyUI's frontend shows a file (its /view route), when
+    the file lies in ComfyUI's output or temp folder; None outside ComfyUI or elsewhere."""
+    fp = _folder_paths()
+    if fp is None:
+        return None
+    path = Path(path).resolve()
+    for kind, root in (("output", fp.get_output_directory()), ("temp", fp.get_temp_directory())):
+        root = Path(root).resolve()
+        if path.is_relative_to(root):
+            sub = path.parent.relative_to(root).as_posix()
+            return {"filename": path.name, "subfolder": "" if sub == "." else sub, "type": kind}
+    return None
+
+
+def preview_entry(frame: torch.Tensor, name: str) -> dict | None:
+    """Write one IMAGE frame (H, W, 3) as a PNG in ComfyUI's temp folder and return its view entry
+    (what ComfyUI's Preview Image does); None outside ComfyUI."""
+    fp = _folder_paths()
+    if fp is None:
+        return None
+    from PIL import Image
+
+    from ..streaming.files.sinks import to_uint8
+
+    folder = Path(fp.get_temp_directory())
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"alaya-flash-{name}.png"
+    Image.fromarray(to_uint8(frame[None])[0]).save(path, compress_level=1)
+    return view_entry(path)
+
+
 def torch_device(choice: str = "auto") -> torch.device:
     """'auto': ComfyUI's device inside ComfyUI, else CUDA when present, else CPU."""
     from ..model_zoo.precision import choose_device

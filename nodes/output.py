@@ -7,6 +7,7 @@ removes the temporary output (abort), so no partial file is ever left at the des
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 from . import comfy
@@ -61,19 +62,32 @@ def destination(filename: str, format: str) -> Path:
 
 
 class _Saving:
-    """streaming.files.sinks.FrameWriter with ComfyUI's interruption check and the node's UI result."""
+    """streaming.files.sinks.FrameWriter with the node's UI result: inside ComfyUI an mp4 in the output
+    folder shows on the node and in the queue as a video (ComfyUI's SaveVideo form); frame folders,
+    and files written elsewhere, show their last frame (a PNG in ComfyUI's temp folder)."""
 
     def __init__(self, path: Path, format: str, fps: float, overwrite: bool):
         from ..streaming.files.sinks import FrameWriter
 
+        self.format, self.last = format, None
         self.inner = FrameWriter(path, format, fps, overwrite)
 
     def step(self, images=None, gbuffers=None):
+        if images is not None and len(images):
+            self.last = images[-1]
         self.inner.step(images, gbuffers)
 
     def flush(self):
         out = self.inner.flush()
-        return {"ui": {"text": [f"wrote {self.inner.count} frames to {out}" if out else "no frames written"]}}
+        ui = {"text": [f"wrote {self.inner.count} frames to {out}" if out else "no frames written"]}
+        video = comfy.view_entry(out) if out is not None and self.format == "mp4" else None
+        if video is not None:
+            ui.update(images=[video], animated=(True,))
+        elif self.last is not None:
+            still = comfy.preview_entry(self.last, f"save-{uuid.uuid4().hex[:8]}")
+            if still is not None:
+                ui["images"] = [still]
+        return {"ui": ui}
 
     def abort(self):
         self.inner.abort()
@@ -100,14 +114,14 @@ class StreamPreview(StageNode):
 
 class _Previewing:
     def __init__(self, path: Path | None):
-        self.path, self.frames = path, 0
+        self.path, self.frames, self.last = path, 0, None
         self.bar = comfy.Progress(1)
 
     def step(self, images):
         if images is None or not len(images):
             return
         self.frames += len(images)
-        last = images[-1]
+        last = self.last = images[-1]
         if self.path is not None:
             from PIL import Image
 
@@ -121,7 +135,11 @@ class _Previewing:
         self.bar.update(1, preview=last)
 
     def flush(self):
-        return {"ui": {"text": [f"previewed {self.frames} frames"]}}
+        ui = {"text": [f"previewed {self.frames} frames"]}
+        still = comfy.preview_entry(self.last, f"preview-{uuid.uuid4().hex[:8]}") if self.frames else None
+        if still is not None:
+            ui["images"] = [still]
+        return {"ui": ui}
 
 
 NODES = {

@@ -340,3 +340,41 @@ def test_sampler_widgets_at_minus_one_take_the_models_trained_settings():
     assert torch.equal(inner.negative, teacher.text_encoder()(["blurry"]))  # empty: the model's negative prompt
     assert NODES["AlayaFlash_TeacherSampler"].VALIDATE_INPUTS(steps=-1, cfg=0.5, shift=-1.0) == \
         "cfg is 0.5: use -1 for the model's value or a value in [1.0, 30.0]"
+
+
+def fake_folder_paths(monkeypatch, root):
+    """A stand-in for ComfyUI's folder_paths with input/, output/ and temp/ under root."""
+    import sys
+    import types
+
+    fp = types.ModuleType("folder_paths")
+    for name in ("input", "output", "temp"):
+        (root / name).mkdir(exist_ok=True)
+    fp.get_input_directory = lambda: str(root / "input")
+    fp.get_output_directory = lambda: str(root / "output")
+    fp.get_temp_directory = lambda: str(root / "temp")
+    fp.get_folder_paths = lambda kind: []
+    monkeypatch.setitem(sys.modules, "folder_paths", fp)
+
+
+def test_save_and_preview_show_their_results_on_the_canvas(monkeypatch, tmp_path):
+    """Inside ComfyUI Save's result is what ComfyUI's own SaveVideo returns (the mp4 as an animated
+    entry the frontend plays on the node and in the queue); frame folders and Stream Preview show their
+    last frame through a PNG in the temp folder, as Preview Image does. Outside ComfyUI: text only."""
+    frames = torch.rand(9, 16, 16, 3)
+    save = NODES["AlayaFlash_Save"]
+    outside = save().run(images=frames, filename=str(tmp_path / "plain.mp4"), format="mp4", fps=16.0, overwrite=False)
+    assert set(outside["ui"]) == {"text"}
+    fake_folder_paths(monkeypatch, tmp_path)
+    ui = save().run(images=frames, filename="shots/render.mp4", format="mp4", fps=16.0, overwrite=False)["ui"]
+    assert ui["images"] == [{"filename": "render.mp4", "subfolder": "shots", "type": "output"}]
+    assert ui["animated"] == (True,) and (tmp_path / "output" / "shots" / "render.mp4").is_file()
+    ui = save().run(images=frames, filename="frames", format="png", fps=16.0, overwrite=False)["ui"]
+    (still,) = ui["images"]
+    assert still["type"] == "temp" and "animated" not in ui
+    from PIL import Image
+
+    shown = np.asarray(Image.open(tmp_path / "temp" / still["subfolder"] / still["filename"]))
+    assert np.array_equal(shown, (frames[-1] * 255).round().byte().numpy())
+    ui = NODES["AlayaFlash_StreamPreview"]().run(images=frames, filename="")["ui"]
+    assert ui["images"][0]["type"] == "temp" and ui["text"] == ["previewed 9 frames"]
