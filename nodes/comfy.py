@@ -74,12 +74,17 @@ def resolve(kind: str, name: str) -> Path | None:
 
 
 def input_path(path: str) -> Path:
-    """A user path: absolute as given; relative to ComfyUI's input folder inside ComfyUI, else the cwd."""
+    """A user path: absolute as given; relative to ComfyUI's input folder inside ComfyUI, else the cwd.
+    A relative `samples/...` path that is not there is the pack's bundled sample (samples/)."""
     p = Path(path).expanduser()
     fp = _folder_paths()
-    if not p.is_absolute() and fp is not None:
-        return Path(fp.get_input_directory()) / p
-    return p
+    if p.is_absolute():
+        return p
+    found = Path(fp.get_input_directory()) / p if fp is not None else p
+    bundled = PACKAGE_ROOT / p
+    if not found.exists() and p.parts[:1] == ("samples",) and bundled.exists():
+        return bundled
+    return found
 
 
 def output_path(path: str) -> Path:

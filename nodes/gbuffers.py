@@ -33,7 +33,7 @@ class LoadGBuffers(SourceNode):
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {
-            "path": ("STRING", {"default": "gbuffers/clip", "tooltip": "Folder or .npy file; relative paths start at ComfyUI's input folder (the current folder outside ComfyUI)."}),
+            "path": ("STRING", {"default": "samples/courtyard", "tooltip": "Folder or .npy file; relative paths start at ComfyUI's input folder (the current folder outside ComfyUI). samples/courtyard is the pack's bundled 17-frame clip."}),
             "layout": (LAYOUT_CHOICES, {"default": "auto", "tooltip": "On-disk layout; auto detects it from the files."}),
             "start": ("INT", {"default": 0, "min": 0, "max": MAX_FRAMES, "tooltip": "First frame to read."}),
             "frames": ("INT", {"default": 0, "min": 0, "max": MAX_FRAMES, "tooltip": "Frames to read after start (before stride); 0 reads to the end."}),

@@ -1,6 +1,6 @@
 """Write the saved workflows in workflows/: each in ComfyUI's UI format and its API twin.
 
-    .venv/bin/python scripts/make_workflows.py        # rewrites workflows/*.json
+    .venv/bin/python scripts/make_workflows.py        # rewrites workflows/*.json and example_workflows/*.json
 
 The graphs are defined once here (API form); the UI form is laid out left to right by graph
 depth, with widget values in the canvas's positional order (a control value after seeds) and
@@ -15,11 +15,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MODEL = {"model": "random:tiny", "decoder": "(from model)", "device": "auto", "precision": "auto", "text_encoder": "(from model)"}
-TEACHER = {"model": "random:tiny", "vae": "(from model)", "window_frames": -1, "device": "auto", "precision": "auto",
+MODEL = {"model": "default", "decoder": "(from model)", "device": "auto", "precision": "auto", "text_encoder": "(from model)"}
+TEACHER = {"model": "default/teacher", "vae": "(from model)", "window_frames": -1, "device": "auto", "precision": "auto",
            "text_encoder": "(from model)"}
 SAMPLER = {"seed": 0, "steps": -1, "chunk_frames": -1, "window_frames": -1, "sink_frames": -1}  # -1: the model's
-LOAD = {"path": "gbuffers/clip", "layout": "auto", "start": 0, "frames": 0, "stride": 1, "resize": "stretch",
+LOAD = {"path": "samples/courtyard", "layout": "auto", "start": 0, "frames": 0, "stride": 1, "resize": "stretch",
         "width": 0, "height": 0, "chunk": 16}
 
 
@@ -145,12 +145,15 @@ def main() -> int:
     import conftest  # noqa: F401  (registers the checkout as alaya_flash)
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS
 
-    out = ROOT / "workflows"
+    out, templates = ROOT / "workflows", ROOT / "example_workflows"
     out.mkdir(exist_ok=True)
+    templates.mkdir(exist_ok=True)
     for name, graph in WORKFLOWS.items():
-        (out / f"{name}.json").write_text(json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n")
+        ui = json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n"
+        (out / f"{name}.json").write_text(ui)
+        (templates / f"{name}.json").write_text(ui)  # ComfyUI lists example_workflows/ as the pack's templates
         (out / f"{name}.api.json").write_text(json.dumps(to_api(graph), indent=1) + "\n")
-        print(f"wrote workflows/{name}.json and workflows/{name}.api.json")
+        print(f"wrote workflows/{name}.json, workflows/{name}.api.json and example_workflows/{name}.json")
     return 0
 
 

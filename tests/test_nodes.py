@@ -102,7 +102,7 @@ def test_inputs_glob_skips_finished_and_loads_models_once(clip, tmp_path, monkey
     for name in ("c", "d"):
         shutil.copytree(clip, inputs / name)
     code = main(["run", str(RENDER), "--inputs", str(inputs / "*"), "--set", "1.frames=5",
-                 "--set", "2.precision=fp32", "--set", f"Save.filename={out}/{{name}}.mp4"])
+                 "--set", "2.model=random:tiny", "--set", "2.precision=fp32", "--set", f"Save.filename={out}/{{name}}.mp4"])
     err = capsys.readouterr().err
     assert code == 0, err
     assert (out / "a.mp4").read_bytes() == b"finished earlier"

@@ -64,6 +64,26 @@ def test_generator_output_is_what_is_saved(tmp_path, monkeypatch):
     for name, graph in mod.WORKFLOWS.items():
         assert mod.to_api(graph) == json.loads((WORKFLOWS / f"{name}.api.json").read_text())
         assert mod.to_ui(graph, NODES) == json.loads((WORKFLOWS / f"{name}.json").read_text())
+        # the same UI files are the pack's ComfyUI templates
+        assert (WORKFLOWS.parent / "example_workflows" / f"{name}.json").read_text() == (WORKFLOWS / f"{name}.json").read_text()
+    assert {p.stem for p in (WORKFLOWS.parent / "example_workflows").glob("*.json")} == set(mod.WORKFLOWS)
+
+
+def test_every_workflow_runs_as_shipped_on_the_bundled_sample(tmp_path, monkeypatch):
+    """The saved render workflow opens with working defaults: its Load G-Buffers path is the pack's
+    bundled sample clip, found from any folder (no other file needed for a first run)."""
+    from alaya_flash.streaming.cli import main
+
+    monkeypatch.chdir(tmp_path)  # not the repo: samples/courtyard is found in the pack
+    api = json.loads((WORKFLOWS / "render-gbuffer-sequence.api.json").read_text())
+    load = next(n for n in api.values() if n["class_type"] == "AlayaFlash_LoadGBuffers")
+    assert load["inputs"]["path"] == "samples/courtyard"
+    assert main(["--quiet", "run", str(WORKFLOWS / "render-gbuffer-sequence.api.json"), "--set", "2.model=random:tiny",
+                 "--set", "Save.filename=out.mp4"]) == 0
+    import av
+
+    with av.open(str(tmp_path / "out.mp4")) as f:
+        assert sum(1 for _ in f.decode(video=0)) == 17
 
 
 def test_node_reference_lists_every_node():
