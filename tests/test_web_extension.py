@@ -1,0 +1,90 @@
+"""web/stream_preview.js in a real headless Chromium, against stand-ins for ComfyUI's frontend modules.
+
+The extension is served where ComfyUI serves a pack's web folder (/extensions/alaya-flash/), with
+/scripts/app.js and /scripts/api.js replaced by small stubs that record what it does: a graph of
+three nodes (a Flash Sampler, a Stream Preview and another pack's node) and an EventTarget for the
+websocket messages. A preview frame sent while the sampler runs lands on the Stream Preview node;
+one sent while another pack's node runs does not.
+"""
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)),
+                                reason="needs Debian's chromium and chromium-driver (.ci/system-deps.sh)")
+
+APP_STUB = """
+const nodes = [{id: 5, type: "AlayaFlash_FlashSampler"}, {id: 9, type: "AlayaFlash_StreamPreview"},
+               {id: 12, type: "KSampler"}];
+export const app = {
+  graph: {_nodes: nodes, dirty: 0, getNodeById(id) { return nodes.find((n) => n.id === id) ?? null; },
+          setDirtyCanvas() { this.dirty += 1; }},
+  registerExtension(ext) { this.extension = ext; ext.setup(); },
+};
+window.app = app;
+"""
+API_STUB = "export const api = new EventTarget(); window.api = api;"
+PAGE = """<!doctype html><meta charset="utf-8"><body><script type="module">
+import "/scripts/app.js"; import "/scripts/api.js"; import "/extensions/alaya-flash/stream_preview.js";
+window.ready = true;
+</script></body>"""
+SEND = """
+const [nodeId, done] = [arguments[0], arguments[arguments.length - 1]];
+window.api.dispatchEvent(new CustomEvent("executing", {detail: nodeId}));
+const canvas = document.createElement("canvas"); canvas.width = 4; canvas.height = 3;
+canvas.toBlob((blob) => {
+  window.api.dispatchEvent(new CustomEvent("b_preview", {detail: blob}));
+  setTimeout(() => {
+    const shown = window.app.graph._nodes.find((n) => n.type === "AlayaFlash_StreamPreview").imgs;
+    done({shown: shown ? shown[0].naturalWidth + "x" + shown[0].naturalHeight : null, dirty: window.app.graph.dirty});
+  }, 300);
+}, "image/png");
+"""
+
+
+@pytest.fixture
+def site(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "app.js").write_text(APP_STUB)
+    (tmp_path / "scripts" / "api.js").write_text(API_STUB)
+    (tmp_path / "extensions").mkdir()
+    shutil.copytree(ROOT / "web", tmp_path / "extensions" / "alaya-flash")
+    (tmp_path / "index.html").write_text(PAGE)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/index.html"
+    server.shutdown()
+
+
+def test_stream_preview_node_shows_the_packs_preview_frames(site, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}"]:
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    driver.set_script_timeout(10)
+    try:
+        driver.get(site)
+        WebDriverWait(driver, 10).until(lambda d: d.execute_script("return window.ready === true"))
+        assert driver.execute_script("return window.app.extension.name") == "alaya-flash.stream-preview"
+        other = driver.execute_async_script(SEND, 12)  # another pack's node: not shown
+        assert other == {"shown": None, "dirty": 0}
+        ours = driver.execute_async_script(SEND, 5)  # the Flash Sampler's chunk preview
+        assert ours == {"shown": "4x3", "dirty": 1}
+    finally:
+        driver.quit()
