@@ -1,13 +1,17 @@
-"""Check the pack against a running ComfyUI server: nodes listed, API workflows run to output files.
+"""Check the pack against a running ComfyUI server: nodes listed, templates, workflows, results, cancel.
 
     cd /work/comfyui && .venv/bin/python main.py --cpu --listen 127.0.0.1 --port 8188 --disable-auto-launch &
     .venv/bin/python scripts/comfyui_check.py --comfyui /work/comfyui --server http://127.0.0.1:8188
 
 1. GET /object_info: every node id of NODE_CLASS_MAPPINGS is there (the pack imported cleanly).
-2. A generated 24-frame G-buffer clip is written to ComfyUI's input folder (input/gbuffers/clip).
-3. Each workflows/*.api.json is queued through POST /prompt (small sizes and frame counts so a CPU
-   server finishes quickly; outputs under output/alaya-flash-check/), /history is polled until it
-   finishes, and the output file is opened and its frames counted.
+2. GET /api/workflow_templates lists the pack's example_workflows/.
+3. Each workflows/*.api.json is queued through POST /prompt as shipped (the bundled samples/courtyard
+   clip, the embedded default model; the physics world shrunk to 64x64 so a CPU server finishes
+   quickly; outputs under output/alaya-flash-check/), /history is polled until it finishes, the
+   output file is opened and its frames counted, and Save's result in /history carries what the
+   canvas shows (an mp4 as an animated entry).
+4. Cancel: a long physics-world stream is queued, POST /interrupt is sent once it renders, and the
+   seconds until the prompt ends interrupted are printed (target: within 1 s).
 Prints one line per check and exits 1 if any failed. Not part of CI (ComfyUI is not installed there).
 """
 from __future__ import annotations
@@ -39,19 +43,8 @@ def post(server: str, path: str, body: dict):
         return err.code, json.loads(err.read() or b"{}")
 
 
-def make_clip(comfy: Path) -> Path:
-    sys.path.insert(0, str(ROOT / "tests"))
-    import conftest  # noqa: F401  (imports this checkout as alaya_flash)
-    from alaya_flash.streaming.files.sinks import NpyWindowSink, write_stream
-    from alaya_flash.streaming.files.synthetic import synthetic_stream
-
-    out = comfy / "input" / "gbuffers" / "clip"
-    write_stream(synthetic_stream(64, 64, FRAMES, seed=3), NpyWindowSink(out, window=16, overwrite=True))
-    return out
-
-
 def small(name: str, api: dict) -> dict:
-    """Shrink a workflow for a CPU server: 64x64, 24 frames (sources), outputs under alaya-flash-check/."""
+    """Shrink a workflow for a CPU server: the physics world at 64x64, 24 frames; outputs under alaya-flash-check/."""
     for node in api.values():
         inputs, kind = node["inputs"], node["class_type"]
         if kind == "AlayaFlash_PhysicsWorld":
@@ -84,12 +77,15 @@ def run_workflow(server: str, comfy: Path, name: str, api: dict, timeout: float)
                 detail = msgs[0][1].get("exception_message", "")[:300] if msgs else ""
                 return False, f"execution {hist['status'].get('status_str')}: {detail}"
             outs = []
-            for node in api.values():
+            for nid, node in api.items():
                 if node["class_type"] == "AlayaFlash_Save":
                     path = comfy / "output" / node["inputs"]["filename"]
                     if not path.is_file():
                         return False, f"{path} missing"
-                    outs.append(f"{path.relative_to(comfy)} ({frames_in(path)} frames)")
+                    shown = (hist.get("outputs") or {}).get(nid, {})
+                    if not shown.get("images") or shown.get("animated") != [True]:
+                        return False, f"Save node {nid}: /history shows no video for the canvas ({json.dumps(shown)[:200]})"
+                    outs.append(f"{path.relative_to(comfy)} ({frames_in(path)} frames, shown on the canvas)")
                 if node["class_type"] == "AlayaFlash_StreamPreview":
                     path = comfy / "output" / node["inputs"]["filename"]
                     if not path.is_file():
@@ -98,6 +94,33 @@ def run_workflow(server: str, comfy: Path, name: str, api: dict, timeout: float)
             return True, f"{time.time() - t0:.1f} s -> " + ", ".join(outs)
         time.sleep(1)
     return False, f"no result after {timeout:.0f} s"
+
+
+def check_cancel(server: str, timeout: float) -> tuple[bool, str]:
+    """Queue a long stream, interrupt it once it renders, time how long until it stops."""
+    api = json.loads((ROOT / "workflows" / "live-preview.api.json").read_text())
+    for node in api.values():
+        if node["class_type"] == "AlayaFlash_PhysicsWorld":
+            node["inputs"].update(width=128, height=128, frames=100_000)
+    status, reply = post(server, "/prompt", {"prompt": api, "client_id": str(uuid.uuid4())})
+    if status != 200:
+        return False, f"POST /prompt -> {status}: {json.dumps(reply)[:400]}"
+    pid = reply["prompt_id"]
+    t0 = time.time()
+    while not get(server, "/queue").get("queue_running"):
+        if time.time() - t0 > timeout:
+            return False, "the stream never started"
+        time.sleep(0.2)
+    time.sleep(10)  # well inside the stream: models loaded, frames rendering
+    sent = time.time()
+    post(server, "/interrupt", {})
+    while time.time() - sent < 60:
+        hist = get(server, f"/history/{pid}").get(pid)
+        if hist and hist.get("status", {}).get("completed") is not None:
+            took = time.time() - sent
+            return took <= 1.0, f"stopped {took:.2f} s after POST /interrupt ({hist['status'].get('status_str')})"
+        time.sleep(0.05)
+    return False, "still running 60 s after POST /interrupt"
 
 
 def main(argv=None) -> int:
@@ -116,12 +139,20 @@ def main(argv=None) -> int:
     ok &= not missing
     print(f"{'PASS' if not missing else 'FAIL'} /object_info lists {len(NODE_CLASS_MAPPINGS) - len(missing)}/{len(NODE_CLASS_MAPPINGS)} "
           f"alaya-flash nodes" + (f"; missing: {', '.join(missing)}" if missing else ""))
-    make_clip(args.comfyui)
+    templates = get(args.server, "/api/workflow_templates")
+    listed = next((v for k, v in templates.items() if "alaya" in k.lower()), [])
+    want = sorted(p.stem for p in (ROOT / "example_workflows").glob("*.json"))
+    good = sorted(listed) == want
+    ok &= good
+    print(f"{'PASS' if good else 'FAIL'} /api/workflow_templates lists {sorted(listed)} (want {want})")
     for path in sorted((ROOT / "workflows").glob("*.api.json")):
         name = path.name[: -len(".api.json")]
         good, detail = run_workflow(args.server, args.comfyui, name, small(name, json.loads(path.read_text())), args.timeout)
         ok &= good
         print(f"{'PASS' if good else 'FAIL'} {name}: {detail}", flush=True)
+    good, detail = check_cancel(args.server, args.timeout)
+    ok &= good
+    print(f"{'PASS' if good else 'FAIL'} cancel: {detail}")
     return 0 if ok else 1
 
 
