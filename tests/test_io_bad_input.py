@@ -214,7 +214,7 @@ def test_sink_never_overwrites_without_flag(tmp_path):
     assert dst.read_bytes() == b"precious"
     with sinks.Mp4Sink(dst, overwrite=True) as s:
         s.write(np.zeros((8, 8, 3), np.uint8))
-    assert dst.read_bytes() != b"precious" and not (tmp_path / "out.mp4.tmp").exists()
+    assert dst.read_bytes() != b"precious" and not list(tmp_path.glob(".out.mp4.*"))
 
 
 def test_sink_exception_leaves_nothing(tmp_path):
@@ -253,3 +253,50 @@ def test_mp4_needs_even_size_and_rgb(tmp_path):
         with sinks.Mp4Sink(tmp_path / "g.mp4") as s:
             s.write(gbuffer=np.zeros((5, 8, 8, 3), np.uint8))
     assert not list(tmp_path.iterdir())
+
+
+def test_temporary_names_never_touch_a_users_files(tmp_path):
+    """A user's own `out.mp4.tmp/` folder survives a write to out.mp4: the temporary name is hidden and
+    carries this process id and a random token, and abort removes only what the sink created."""
+    mine = tmp_path / "out.mp4.tmp"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("precious")
+    with sinks.Mp4Sink(tmp_path / "out.mp4", fps=16) as sink:
+        sink.write(rgb=np.zeros((16, 16, 3), np.uint8))
+    assert (mine / "keep.txt").read_text() == "precious" and (tmp_path / "out.mp4").is_file()
+    aborted = sinks.Mp4Sink(tmp_path / "other.mp4", fps=16)
+    aborted.write(rgb=np.zeros((16, 16, 3), np.uint8))
+    aborted.abort()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4", "out.mp4.tmp"]
+
+
+def test_leftovers_of_a_killed_run_are_swept_and_a_live_runs_are_not(tmp_path):
+    """kill -9 leaves a temporary file; the next write to the same destination removes it when the
+    process that made it is gone, and leaves another running process's temporary file alone."""
+    import os
+
+    dead = _finished_pid()
+    left = tmp_path / f".out.mp4.{dead}-0badf00d.{sinks.TEMP_MARK}.tmp"
+    left.write_bytes(b"half a video")
+    running = tmp_path / f".out.mp4.{os.getpid()}-0badf00d.{sinks.TEMP_MARK}.tmp"
+    running.write_bytes(b"someone is writing this")
+    with sinks.Mp4Sink(tmp_path / "out.mp4", fps=16) as sink:
+        sink.write(rgb=np.zeros((16, 16, 3), np.uint8))
+    assert not left.exists() and running.exists()
+
+
+def _finished_pid() -> int:
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_output_under_a_regular_file_is_one_line(tmp_path, capsys):
+    from alaya_flash.streaming.cli import main
+
+    (tmp_path / "afile").write_text("x")
+    assert main(["demo", "--out", str(tmp_path / "afile" / "demo.mp4"), "--frames", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"alaya-flash: error: {tmp_path / 'afile' / 'demo.mp4'}: cannot write here: {tmp_path / 'afile'} is a file, not a folder"]

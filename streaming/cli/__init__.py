@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 
 from ...model_zoo.errors import AlayaError
@@ -61,16 +62,81 @@ def main(argv: list[str] | None = None) -> int:
         format="%(message)s",
         stream=sys.stderr,
     )
+    previous = _stop_on_signals()
     try:
-        return int(args._run(args) or 0)
+        try:
+            return int(args._run(args) or 0)
+        except Exception as err:
+            if _received:  # the signal's exception was turned into another on its way (e.g. mid-import)
+                raise Stopped(_received[-1]) from err
+            raise
     except AlayaError as err:
         if args.debug:
             raise
         print(f"alaya-flash: error: {err}", file=sys.stderr)
         return 2
+    except Stopped as stop:
+        print(f"alaya-flash: stopped by {stop.name}; nothing partial was left", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("alaya-flash: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `alaya-flash ... | head`: the reader left; say nothing more
+        _silence_stdout()
+        return 0
+    except OSError as err:  # the disk or the OS refused (full disk, no permission, file too large)
+        if args.debug:
+            raise
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"alaya-flash: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    finally:
+        _restore_signals(previous)
+
+
+_received: list[int] = []  # stop signals seen by this run
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwinds like Ctrl-C, so every writer aborts and removes its temporary files."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum, self.name = signum, signal.Signals(signum).name
+
+
+def _stop_on_signals() -> dict:
+    """Handle SIGTERM and SIGHUP like SIGINT (only in the main thread, where Python runs handlers)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum, _frame):
+        _received.append(signum)
+        raise Stopped(signum)
+
+    _received.clear()
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, stop)
+    return previous
+
+
+def _restore_signals(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so Python's exit flush does not fail again."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,7 @@
         for rgb in frames:                                 # uint8 (H, W, 3), or float [0, 1]
             sink.write(rgb)
 
-Every sink writes frame by frame (memory stays flat) into `name.tmp` next to the destination and
+Every sink writes frame by frame (memory stays flat) into a temporary name next to the destination and
 moves it into place with os.replace when closed, so the output appears whole or not at all. On an
 exception inside the `with` block (or abort()), the temporary output is deleted. An existing
 destination is an error unless overwrite=True (`--overwrite`).
@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 from fractions import Fraction
 from pathlib import Path
 
@@ -57,28 +58,70 @@ SINK_FORMATS = ("mp4", "png", "exr", "npy")
 # Atomic destinations.
 
 
+TEMP_MARK = "alaya-tmp"  # in every temporary name this program makes: `.NAME.PID-TOKEN.alaya-tmp.tmp`
+
+
+def temp_name(dst: Path) -> Path:
+    """A temporary path beside dst that no user file can be: hidden, with this process id and a
+    random token (the pid lets a later run sweep what a killed run left, sweep_leftovers)."""
+    return dst.with_name(f".{dst.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.{TEMP_MARK}.tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def sweep_leftovers(dst: Path) -> list[Path]:
+    """Remove the temporary files of dst that a killed run (kill -9, power loss) left behind: only
+    names this program makes (temp_name), only those of processes that no longer run."""
+    removed = []
+    parent = dst.parent
+    if not parent.is_dir():
+        return removed
+    for path in parent.glob(f".{glob_escape(dst.name)}.*.{TEMP_MARK}.tmp"):
+        pid = path.name[len(dst.name) + 2:].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            _remove(path)
+            removed.append(path)
+    if removed:
+        log.warning("%s: removed %d temporary file(s) left by an interrupted run", dst, len(removed))
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
 class AtomicOutput:
-    """A destination path (file or folder) written via `name.tmp` and moved into place on commit."""
+    """A destination path (file or folder) written to a temporary name beside it (temp_name) and
+    moved into place on commit; abort removes only what this object created."""
 
     def __init__(self, dst, overwrite: bool = False, is_dir: bool = False):
         self.dst = Path(dst)
         if self.dst.exists() and not overwrite:
             raise AlayaError(f"{self.dst}: already exists; pass overwrite=True (--overwrite) to replace it")
-        self.tmp = self.dst.with_name(self.dst.name + ".tmp")
         self.is_dir = is_dir
         self._created = []  # parent folders we made, removed again on abort
         for parent in reversed(self.dst.parents):
+            if parent.exists() and not parent.is_dir():
+                raise AlayaError(f"{self.dst}: cannot write here: {parent} is a file, not a folder")
             if not parent.exists():
                 parent.mkdir()
                 self._created.append(parent)
-        _remove(self.tmp)  # a stale temp from a crashed run is ours to clear
+        sweep_leftovers(self.dst)
+        self.tmp = temp_name(self.dst)
         if is_dir:
             self.tmp.mkdir()
 
     def commit(self) -> Path:
         if self.dst.exists() or self.dst.is_symlink():
-            old = self.dst.with_name(self.dst.name + ".old.tmp")
-            _remove(old)
+            old = temp_name(self.dst)
             os.replace(self.dst, old)
             os.replace(self.tmp, self.dst)
             _remove(old)

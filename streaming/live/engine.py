@@ -311,7 +311,7 @@ class LiveEngine:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             folder = self.config.record_dir / f"live-{stamp}"
             n = 1
-            while folder.exists() or folder.with_name(folder.name + ".tmp").exists():
+            while folder.exists():
                 folder, n = self.config.record_dir / f"live-{stamp}-{n}", n + 1
             self.recorder = Recorder(folder, self.config.fps, gbuffers=self.config.record_gbuffers)
             self.recording = folder

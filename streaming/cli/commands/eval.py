@@ -259,8 +259,10 @@ def run(args) -> int:
     report = evaluate(args)
     text = json.dumps(report, indent=1, default=lambda v: None)
     if args.out:
+        from ..files.sinks import temp_name
+
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp = temp_name(args.out)
         tmp.write_text(text + "\n")
         os.replace(tmp, args.out)
     if args.json:
