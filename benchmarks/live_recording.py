@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from alaya_flash.streaming.files import sinks
-    from alaya_flash.streaming.cli.commands.world import parse_size
+    from alaya_flash.streaming.cli.args import parse_size
     from alaya_flash.streaming.live import recorder
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -139,7 +139,7 @@ class LoadFlashModel:
                     _check_entry("vae_approx", decoder, "decoder", (FROM_MODEL,)),
                     _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
         problems = [p for p in problems if p]
-        return "; ".join(problems) if problems else True
+        return "\n".join(problems) if problems else True
 
     def load(self, model, decoder, device, precision, text_encoder):
         from ..model_zoo import bundle
@@ -208,7 +208,7 @@ class LoadTeacherModel:
         if path is not None and path.is_file() and vae == FROM_MODEL:
             problems.append(f"teacher DiT file {model!r} needs a VAE: pick one from the vae folder")
         problems = [p for p in problems if p]
-        return "; ".join(problems) if problems else True
+        return "\n".join(problems) if problems else True
 
     def load(self, model, vae, window_frames, device, precision, text_encoder):
         import dataclasses

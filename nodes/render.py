@@ -132,7 +132,7 @@ class FlashSampler(_SamplerNode):
                             values)
         if MODEL not in (chunk_frames, window_frames) and window_frames < chunk_frames:
             problems.append(f"window_frames ({window_frames}) must be at least chunk_frames ({chunk_frames})")
-        return "; ".join(problems) or True
+        return "\n".join(problems) or True
 
     def start_stream(self, model, prompt, seed, steps, chunk_frames, window_frames, sink_frames):
         from ..streaming.engine.pipelines import FlashSample
@@ -197,7 +197,7 @@ class TeacherSampler(_SamplerNode):
     @classmethod
     def VALIDATE_INPUTS(cls, steps=MODEL, cfg=MODEL, shift=MODEL):
         values = dict(steps=steps, cfg=cfg, shift=shift)
-        return "; ".join(_outside({"steps": (1, 200), "cfg": (1.0, 30.0), "shift": (0.1, 20.0)}, values)) or True
+        return "\n".join(_outside({"steps": (1, 200), "cfg": (1.0, 30.0), "shift": (0.1, 20.0)}, values)) or True
 
     def start_stream(self, model, prompt, negative_prompt, seed, steps, cfg, shift):
         s = model.settings

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
+from conftest import ROOT
 from alaya_flash.streaming.files import sinks
 from alaya_flash.streaming.gbuffer import MODALITIES
 from alaya_flash.streaming.files.image_files import read_exr, write_exr, write_png
@@ -300,3 +301,43 @@ def test_output_under_a_regular_file_is_one_line(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "afile" / "demo.mp4"), "--frames", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"alaya-flash: error: {tmp_path / 'afile' / 'demo.mp4'}: cannot write here: {tmp_path / 'afile'} is a file, not a folder"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["render", "samples/courtyard", "--prompt", "a \udcff street", "--out", "o.mp4"],
+     "node 3 (Encode Prompt): prompt: character 3 ('\\udcff') is not valid Unicode text; write the prompt in UTF-8"),
+    (["render", "samples/courtyard", "--prompt", "x", "--out", "o.mp4", "--fps", "nan"],
+     "argument --fps: 'nan' is not a finite number"),
+    (["render", "samples/courtyard", "--prompt", "x", "--out", "o.mp4", "--fps", "0"],
+     "argument --fps: 0.0 is out of range [1.0, 240.0]"),
+    (["world", "--out", "w", "--size", "100000"], "argument --size: size '100000': each side must be 1..4096 pixels"),
+    (["world", "--out", "w", "--frames", "-3"], "argument --frames: -3 is out of range [0, 10000000]"),
+])
+def test_bad_text_and_numbers_are_one_clear_line(args, message, tmp_path, monkeypatch, capsys):
+    from alaya_flash.streaming.cli import main
+
+    monkeypatch.chdir(ROOT)
+    args = [str(tmp_path / a) if a in ("o.mp4", "w") else a for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2  # workflow: file, then node
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"1": {"class_type": "AlayaFlash_Decode", "inputs": {}}, "1": {"class_type": "AlayaFlash_Save", "inputs": {}}}',
+     "node id(s) '1' appear more than once"),
+    ("[" * 200_000 + "]" * 200_000, "JSON nested too deeply to be a workflow"),
+    ('{"nodes": [{"id": 1, "type": "AlayaFlash_Decode"}, {"id": 1, "type": "AlayaFlash_Decode"}], "links": []}',
+     "node id 1 appears 2 times in 'nodes'"),
+    ('{"nodes": [{"id": 1, "type": "AlayaFlash_LoadGBuffers", "widgets_values": 5}], "links": []}',
+     "node 1 (AlayaFlash_LoadGBuffers): widgets_values must be a list or an object, got int"),
+])
+def test_malformed_workflows_are_named_not_tracebacks(text, message, tmp_path, capsys):
+    from alaya_flash.streaming.cli import main
+
+    path = tmp_path / "wf.json"
+    path.write_text(text)
+    assert main(["run", str(path), "--validate-only"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

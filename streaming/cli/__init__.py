@@ -33,8 +33,17 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
     """Option defaults in --help, and command docstrings shown as written (examples keep their lines)."""
 
 
+class UsageError(Exception):
+    """A bad command line: argparse's message, printed as one line by main (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line (no usage block): `alaya-flash COMMAND --help` has the rest
+        raise UsageError(f"{self.prog}: error: {message}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="alaya-flash", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
@@ -56,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `alaya-flash` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as err:
+        print(err, file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.DEBUG if args.debug else (logging.WARNING if args.quiet else logging.INFO),
         format="%(message)s",

@@ -136,6 +136,11 @@ def parse_schedule(text: str) -> list[tuple[int, str]]:
 
     Lines without a 'FRAME:' prefix continue the previous entry. The first entry must start at 0.
     """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # lone surrogates: undecodable bytes from a shell, or "\ud800" in JSON
+        raise AlayaError(f"prompt: character {err.start + 1} ({text[err.start]!r}) is not valid Unicode text; "
+                         "write the prompt in UTF-8") from None
     entries: list[tuple[int, str]] = []
     for line in text.strip().splitlines():
         m = _SCHEDULE_LINE.match(line)

@@ -13,6 +13,7 @@ reports (e.g. a missing model file with the folders searched).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -81,10 +82,22 @@ def load_workflow(path: str | Path, node_classes: Mapping[str, type]) -> Workflo
         raise AlayaError(f"{path}: no such workflow file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise AlayaError(f"{path}: cannot read workflow ({err})") from None
+    duplicates: list[str] = []
+
+    def no_duplicate_ids(pairs):
+        keys = [k for k, _ in pairs]
+        duplicates.extend(sorted({k for k in keys if keys.count(k) > 1}))
+        return dict(pairs)
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=no_duplicate_ids)
     except json.JSONDecodeError as err:
         raise AlayaError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    except RecursionError:
+        raise AlayaError(f"{path}: JSON nested too deeply to be a workflow") from None
+    if duplicates and isinstance(data, dict) and not ("nodes" in data and "links" in data):
+        # in API format the keys are node ids: JSON keeps only the last of a repeated one
+        raise AlayaError(f"{path}: node id(s) {', '.join(map(repr, duplicates))} appear more than once")
     return parse_workflow(data, node_classes, str(path))
 
 
@@ -136,6 +149,12 @@ def _from_ui(data: dict, node_classes: Mapping[str, type], source: str) -> Workf
             link = [link.get("id"), link.get("origin_id"), link.get("origin_slot"), link.get("target_id"), link.get("target_slot"), link.get("type")]
         links[link[0]] = link
     nodes = {}
+    ids = [str(n.get("id")) if isinstance(n, dict) else None for n in data["nodes"]]
+    repeated = sorted({i for i in ids if ids.count(i) > 1 and i is not None})
+    if None in ids:
+        raise WorkflowError(source, ["the 'nodes' list holds an entry that is not a node object"])
+    if repeated:
+        raise WorkflowError(source, [f"node id {i} appears {ids.count(i)} times in 'nodes'" for i in repeated])
     for node in data["nodes"]:
         nid, ntype = str(node.get("id")), node.get("type")
         if node.get("mode") in (2, 4):  # muted / bypassed nodes do not run
@@ -153,6 +172,10 @@ def _from_ui(data: dict, node_classes: Mapping[str, type], source: str) -> Workf
         cls = node_classes.get(ntype)
         if cls is None:
             spec.inputs.update(linked)  # reported as an unknown type by validate()
+            continue
+        if not isinstance(node.get("widgets_values") or [], (list, dict)):
+            problems.append(f"node {nid} ({ntype}): widgets_values must be a list or an object, got "
+                            f"{type(node['widgets_values']).__name__}")
             continue
         values = list(node.get("widgets_values") or [])
         if isinstance(node.get("widgets_values"), dict):  # some nodes save widgets by name
@@ -263,6 +286,8 @@ def _check_value(label: str, name: str, value: Any, spec: tuple) -> str | None:
         return f"{label}: input {name!r} must be true or false, got {value!r}"
     if kind == "STRING" and not isinstance(value, str):
         return f"{label}: input {name!r} must be a string, got {value!r}"
+    if kind == "FLOAT" and not math.isfinite(value):
+        return f"{label}: input {name!r} must be a finite number, got {value!r}"
     if kind in ("INT", "FLOAT"):
         lo, hi = opts.get("min"), opts.get("max")
         if lo is not None and value < lo or hi is not None and value > hi:
@@ -316,12 +341,12 @@ def validate(wf: Workflow, node_classes: Mapping[str, type]) -> list[str]:
                     msg = _check_value(label, name, value, want)
                     if msg:
                         problems.append(msg)
-        if hasattr(cls, "VALIDATE_INPUTS"):
+        if hasattr(cls, "VALIDATE_INPUTS") and _required_params(cls) <= set(literals):  # else: reported missing
             params = _validate_params(cls)
             kwargs = {k: v for k, v in literals.items() if "**" in params or k in params}
             result = cls.VALIDATE_INPUTS(**kwargs)
-            if result is not True:  # ComfyUI takes one string: the nodes join several problems with "; "
-                problems += [f"{label}: {part}" for part in str(result).split("; ")]
+            if result is not True:  # ComfyUI takes one string: the nodes put one problem per line
+                problems += [f"{label}: {part}" for part in str(result).splitlines()]
     order: list[str] = []
     if not any(p for p in problems if "links to node" in p or "unknown node type" in p):
         order, cycle = _topo_order(wf)
@@ -333,6 +358,14 @@ def validate(wf: Workflow, node_classes: Mapping[str, type]) -> list[str]:
     if problems:
         raise WorkflowError(wf.source, problems)
     return order
+
+
+def _required_params(cls: type) -> set[str]:
+    """VALIDATE_INPUTS parameters without a default: it can only run when they have values."""
+    import inspect
+
+    return {p.name for p in inspect.signature(cls.VALIDATE_INPUTS).parameters.values()
+            if p.default is p.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
 
 def _validate_params(cls: type) -> set[str]:

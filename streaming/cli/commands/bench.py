@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .world import parse_size
+from .. import args as args_
+from ..args import parse_size
 
 HELP = "measure FPS, latency, memory and per-stage time of the Flash pipeline (vs the teacher)"
 PROMPT = "a sunny street"
@@ -31,8 +32,8 @@ PROMPT = "a sunny street"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=parse_size, default=(128, 128), metavar="N|WxH", help="frame size (multiples of 16)")
-    parser.add_argument("--frames", type=int, default=48, help="frames to render")
-    parser.add_argument("--chunk", type=int, default=12, help="frames per runner tick (one AR chunk = 12 frames)")
+    parser.add_argument("--frames", type=args_.FRAMES, default=48, help="frames to render")
+    parser.add_argument("--chunk", type=args_.bounded(int, 1, 4096), default=12, help="frames per runner tick (one AR chunk = 12 frames)")
     parser.add_argument("--model", type=Path, help="Flash model folder (default: random weights, configs below)")
     parser.add_argument("--dit", default="dit-small", help="DiT config for random weights (alayarenderer-teacher = full 1.3B)")
     parser.add_argument("--encoder", default="gbuffer-encoder-slim", help="G-buffer encoder config for random weights")
@@ -40,11 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--refiner", default="gbuffer-refiner-16-prompt",
                         help="G-buffer refiner config for random weights, or 'none' (with --model the model's own "
                              "refiner, if it has one; 'none' leaves it out)")
-    parser.add_argument("--steps", type=int, default=4, help="Flash denoising passes per chunk")
+    parser.add_argument("--steps", type=args_.STEPS, default=4, help="Flash denoising passes per chunk")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="weights' dtype")
     parser.add_argument("--compare-teacher", action="store_true", help="also run the teacher (50 steps, CFG 5, full VAE)")
-    parser.add_argument("--teacher-steps", type=int, default=50, help="teacher Euler steps")
+    parser.add_argument("--teacher-steps", type=args_.STEPS, default=50, help="teacher Euler steps")
     parser.add_argument("--format", choices=("mp4", "png"), default="mp4",
                         help="what the Save node writes (png: no video encoder needed, e.g. where PyAV is missing)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")

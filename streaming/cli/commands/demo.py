@@ -13,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .world import parse_size
+from .. import args as args_
+from ..args import parse_size
 
 HELP = "render the demo G-buffer stream to a preview video"
 
@@ -23,11 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument("--source", default="world",
                         help="a bundled stream name (world, synthetic) or a G-buffer path")
-    parser.add_argument("--frames", type=int, default=64, help="frames to render")
+    parser.add_argument("--frames", type=args_.FRAMES, default=64, help="frames to render")
     parser.add_argument("--size", type=parse_size, default=None, metavar="WxH",
                         help="size of each tile, WIDTHxHEIGHT (multiples of 16 with a model); "
                              "default: the model's trained size, else 256x144")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bundled scene and of the sampler")
+    parser.add_argument("--seed", type=args_.SEED, default=0, help="seed of the bundled scene and of the sampler")
     parser.add_argument("--model", type=Path, help="Flash model folder (default: the embedded default model)")
     parser.add_argument("--prompt", help="prompt for the model (default: a sunset lighting prompt)")
     parser.add_argument("--preview", action="store_true", help="no model: the passes plus a Lambert shading")

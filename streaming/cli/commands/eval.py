@@ -33,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from .world import parse_size
+from .. import args as args_
+from ..args import parse_size
 
 HELP = "evaluate student vs teacher on held-out clips (content, temporal, cross-window, control, runtime)"
 
@@ -45,19 +46,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-refiner", action="store_true",
                         help="score the tiny decoder's frames, leaving out the model's G-buffer refiner (what it buys)")
     parser.add_argument("--data", type=Path, help="dataset folder whose held-out split to use (default: render clips now)")
-    parser.add_argument("--clips", type=int, default=2, help="held-out clips to evaluate")
+    parser.add_argument("--clips", type=args_.bounded(int, 1, 10_000), default=2, help="held-out clips to evaluate")
     parser.add_argument("--size", type=parse_size, default=None, metavar="N|WxH",
                         help="frame size of rendered clips (default: the model's trained size)")
-    parser.add_argument("--frames", type=int, default=25, help="frames per rendered clip")
+    parser.add_argument("--frames", type=args_.FRAMES, default=25, help="frames per rendered clip")
     parser.add_argument("--presets", default="all", help="comma-separated lighting presets, or 'all'")
-    parser.add_argument("--teacher-steps", type=int, help="teacher Euler steps (default: the teacher's, 50)")
+    parser.add_argument("--teacher-steps", type=args_.STEPS, help="teacher Euler steps (default: the teacher's, 50)")
     parser.add_argument("--heldout-wordings", type=int, default=0, metavar="N",
                         help="held-out paraphrases per preset to score control with (0: all of them, 2 each)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--seed", type=args_.SEED, default=0, help="sampling seed")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weights' dtype for inference")
     parser.add_argument("--runtime-size", type=parse_size, default=(256, 256), metavar="N|WxH",
                         help="frame size of the student runtime measurement")
-    parser.add_argument("--runtime-frames", type=int, default=33, help="frames of the runtime measurement")
+    parser.add_argument("--runtime-frames", type=args_.FRAMES, default=33, help="frames of the runtime measurement")
     parser.add_argument("--out", type=Path, help="also write the JSON report here (atomically)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
 
@@ -259,7 +260,7 @@ def run(args) -> int:
     report = evaluate(args)
     text = json.dumps(report, indent=1, default=lambda v: None)
     if args.out:
-        from ..files.sinks import temp_name
+        from ...files.sinks import temp_name
 
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_name(args.out)

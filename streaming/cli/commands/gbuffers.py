@@ -13,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .world import parse_size
+from .. import args as args_
+from ..args import parse_size
 
 HELP = "inspect (info) or convert G-buffer streams between layouts"
 
@@ -24,14 +25,14 @@ def add_reader_arguments(p: argparse.ArgumentParser) -> None:
     """Options every G-buffer reading command shares (see open_from_args)."""
     p.add_argument("--layout", choices=("teacher-mp4", "image-sequence", "npy-windows"), default=None,
                    help="source layout (default: auto-detect)")
-    p.add_argument("--start", type=int, default=0, help="first source frame to read")
-    p.add_argument("--stop", type=int, default=None, help="stop before this source frame (default: the end)")
-    p.add_argument("--stride", type=int, default=1, help="read every N-th frame")
+    p.add_argument("--start", type=args_.bounded(int, 0, args_.MAX_FRAMES), default=0, help="first source frame to read")
+    p.add_argument("--stop", type=args_.bounded(int, 0, args_.MAX_FRAMES), default=None, help="stop before this source frame (default: the end)")
+    p.add_argument("--stride", type=args_.bounded(int, 1, 4096), default=1, help="read every N-th frame")
     p.add_argument("--size", type=parse_size, default=None, metavar="WxH",
                    help="resize to WIDTHxHEIGHT (N: N x N), e.g. 832x448 (default: keep the source size)")
     p.add_argument("--resize", choices=("stretch", "crop"), default="stretch",
                    help="stretch: the teacher's LANCZOS, no crop; crop: keep aspect, centre crop")
-    p.add_argument("--fps", type=float, default=None, help="override the source frame rate (npy and images have none; 16)")
+    p.add_argument("--fps", type=args_.FPS, default=None, help="override the source frame rate (npy and images have none; 16)")
     p.add_argument("--nan-policy", choices=("error", "fix"), default="error",
                    help="NaN/Inf in float EXR passes: error (name the file, count, first pixel) or fix "
                         "(replace with background and warn)")
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "exr: multi-layer float EXR per frame; npy: uint8 (T,5,H,W,3) windows")
     conv.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     conv.add_argument("--png-bits", type=int, choices=(8, 16), default=8, help="PNG bit depth")
-    conv.add_argument("--window", type=int, default=16, help="frames per npy window")
+    conv.add_argument("--window", type=args_.bounded(int, 1, 4096), default=16, help="frames per npy window")
     add_reader_arguments(conv)
 
 

@@ -15,7 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .world import parse_size
+from .. import args as args_
+from ..args import parse_size
 
 HELP = "render G-buffers + a prompt to video (the standard render workflow)"
 WORKFLOW = Path(__file__).resolve().parents[3] / "workflows" / "render-gbuffer-sequence.api.json"
@@ -27,11 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output file (mp4) or folder (png, exr, npy)")
     parser.add_argument("--format", choices=("mp4", "png", "exr", "npy"), default="mp4", help="output format")
     parser.add_argument("--model", type=Path, help="Flash model folder (default: the embedded default model)")
-    parser.add_argument("--seed", type=int, default=0, help="noise seed (same seed, same frames)")
-    parser.add_argument("--steps", type=int, help="denoising passes per chunk (default: the model's trained value)")
+    parser.add_argument("--seed", type=args_.SEED, default=0, help="noise seed (same seed, same frames)")
+    parser.add_argument("--steps", type=args_.STEPS, help="denoising passes per chunk (default: the model's trained value)")
     parser.add_argument("--size", type=parse_size, metavar="N|WxH", help="resize the input (multiples of 8)")
-    parser.add_argument("--frames", type=int, default=0, help="frames to render (0: all)")
-    parser.add_argument("--fps", type=float, default=16.0, help="output frame rate (mp4)")
+    parser.add_argument("--frames", type=args_.FRAMES, default=0, help="frames to render (0: all)")
+    parser.add_argument("--fps", type=args_.FPS, default=16.0, help="output frame rate (mp4)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
 
 

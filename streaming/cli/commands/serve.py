@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .world import parse_size
+from .. import args as args_
+from ..args import parse_size
 
 HELP = "serve the live preview page (playable physics world or a looped G-buffer file)"
 
@@ -26,15 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind; anything but 127.0.0.1 exposes the page to your network")
-    parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    parser.add_argument("--port", type=args_.bounded(int, 0, 65535), default=8765, help="TCP port (0: any free port)")
     parser.add_argument("--source", choices=("world", "file"), default="world",
                         help="initial source: the playable physics world or the --gbuffers file stream")
     parser.add_argument("--gbuffers", type=Path, help="G-buffer stream for the 'file' source (any layout "
                         "`alaya-flash gbuffers info` reads); looped")
     parser.add_argument("--size", type=parse_size, default=(256, 256), metavar="N|WxH",
                         help="render size: N for NxN or WIDTHxHEIGHT, multiples of 16")
-    parser.add_argument("--fps", type=float, default=30.0, help="stream frame rate (physics steps 1/fps per frame)")
-    parser.add_argument("--seed", type=int, default=0, help="world seed and sampler seed")
+    parser.add_argument("--fps", type=args_.FPS, default=30.0, help="stream frame rate (physics steps 1/fps per frame)")
+    parser.add_argument("--seed", type=args_.SEED, default=0, help="world seed and sampler seed")
     parser.add_argument("--preset", choices=tuple(PRESETS), default="bright_sunny",
                         help="initial lighting preset (its prompt is the initial prompt)")
     parser.add_argument("--prompt", default="", help="initial prompt (overrides the preset's)")
@@ -43,9 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use tiny random weights (no model needed; shows the plumbing, not pictures)")
     parser.add_argument("--workflow", type=Path, help="API-format workflow to render with instead of the "
                         "standard Flash pipeline (its G-buffer source is fed from the page's source)")
-    parser.add_argument("--chunk-latents", type=int, default=None,
+    parser.add_argument("--chunk-latents", type=args_.bounded(int, 1, 64), default=None,
                         help="latent frames per autoregressive chunk (default: the model's; 1 = 4 frames, lowest latency)")
-    parser.add_argument("--steps", type=int, default=None, help="sampling steps per chunk (default: the model's)")
+    parser.add_argument("--steps", type=args_.STEPS, default=None, help="sampling steps per chunk (default: the model's)")
     parser.add_argument("--no-refiner", action="store_true",
                         help="leave out the model's G-buffer refiner: faster, softer frames (the tiny decoder's)")
     parser.add_argument("--device", default="cpu", help="torch device for the model, e.g. cpu or cuda")

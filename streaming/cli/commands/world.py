@@ -21,43 +21,31 @@ import os
 import sys
 from pathlib import Path
 
+from .. import args as args_
+from ..args import parse_size
+
 HELP = "render physics-world clips (G-buffers, ground truth per lighting preset, cameras)"
 
 PATHS = ("orbit", "fly", "follow")  # camera paths that need no live input
 
 
-def parse_size(text: str) -> tuple[int, int]:
-    """'128' (square) or 'WIDTHxHEIGHT' -> (height, width)."""
-    try:
-        parts = [int(v) for v in text.lower().split("x")]
-    except ValueError:
-        parts = []
-    if len(parts) == 1:
-        parts *= 2
-    if len(parts) != 2:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not N or WIDTHxHEIGHT, e.g. 256 or 320x192")
-    if min(parts) < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r} must be positive")
-    return parts[1], parts[0]
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output clip folder")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    parser.add_argument("--frames", type=int, default=64, help="frames to render")
+    parser.add_argument("--frames", type=args_.FRAMES, default=64, help="frames to render")
     parser.add_argument("--size", type=parse_size, default=(256, 256), metavar="N|WxH",
                         help="frame size: N for NxN or WIDTHxHEIGHT (even numbers, 8..4096)")
-    parser.add_argument("--fps", type=float, default=16.0, help="frame rate (physics advances 1/fps per frame)")
-    parser.add_argument("--seed", type=int, default=0, help="scene seed: same seed, same clip, bit for bit")
-    parser.add_argument("--objects", type=int, default=16, help="scene density: number of dynamic objects")
+    parser.add_argument("--fps", type=args_.FPS, default=16.0, help="frame rate (physics advances 1/fps per frame)")
+    parser.add_argument("--seed", type=args_.SEED, default=0, help="scene seed: same seed, same clip, bit for bit")
+    parser.add_argument("--objects", type=args_.bounded(int, 0, 200), default=16, help="scene density: number of dynamic objects")
     parser.add_argument("--camera", choices=PATHS, default="orbit", help="camera path")
-    parser.add_argument("--fov", type=float, default=60.0, help="vertical field of view, degrees")
+    parser.add_argument("--fov", type=args_.bounded(float, 1.0, 179.0), default=60.0, help="vertical field of view, degrees")
     parser.add_argument("--presets", default="bright_sunny",
                         help="comma-separated lighting presets for ground truth, 'all', or 'none'")
     parser.add_argument("--shadows", action="store_true",
                         help="cast sun shadows in the ground truth (sun visibility is then an input "
                              "the G-buffers alone do not carry)")
-    parser.add_argument("--window", type=int, default=16, help="frames per npy window")
+    parser.add_argument("--window", type=args_.bounded(int, 1, 4096), default=16, help="frames per npy window")
     parser.add_argument("--exr", action="store_true", help="also write the canonical float passes as EXR")
     parser.add_argument("--renderer", choices=("auto", "gl", "torch"), default="auto",
                         help="gl: moderngl/EGL rasterizer; torch: PyTorch ray caster; auto: gl, else torch")

@@ -1,0 +1,50 @@
+"""Argument types for the commands: every number and size is checked when it is parsed, so a NaN, a
+zero frame rate or a 100,000-pixel frame is one argparse error line (exit 2), never a traceback or
+an allocation that fails later."""
+from __future__ import annotations
+
+import argparse
+import math
+
+MAX_SIDE = 4096  # pixels per frame side
+MAX_FRAMES = 10_000_000
+MAX_SEED = 2**63 - 1
+
+
+def bounded(kind: type, low: float, high: float):
+    """An argparse type: a finite `kind` (int or float) in [low, high]."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range [{low}, {high}]")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """'128' (square) or 'WIDTHxHEIGHT' -> (height, width), each side 1..MAX_SIDE."""
+    try:
+        parts = [int(v) for v in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not N or WIDTHxHEIGHT, e.g. 256 or 320x192")
+    if min(parts) < 1 or max(parts) > MAX_SIDE:
+        raise argparse.ArgumentTypeError(f"size {text!r}: each side must be 1..{MAX_SIDE} pixels")
+    return parts[1], parts[0]
+
+
+FPS = bounded(float, 1.0, 240.0)
+FRAMES = bounded(int, 0, MAX_FRAMES)  # 0 where a command reads it as "all"
+SEED = bounded(int, 0, MAX_SEED)
+STEPS = bounded(int, 1, 1000)
