@@ -94,6 +94,28 @@ def test_resume_equals_an_uninterrupted_run(runs, tmp_path):
         assert torch.equal(one[k], two[k]), k
 
 
+def test_a_truncated_latest_checkpoint_falls_back_to_the_one_before(runs, tmp_path):
+    """A run killed while its disk filled leaves a truncated newest checkpoint: resume sets it aside
+    with a warning and continues from the previous one, and the result equals an uninterrupted run."""
+    cfg = {**TINY_DIT, "data": str(runs / "data"), "vae_run": str(runs / "vae"), "codecs_run": str(runs / "codecs"),
+           "cond_encoder": "vae", "frames": 9, "batch": 2, "log_every": 1, "ckpt_every": 1}
+    for name in ("once", "broken"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "latents-train.safetensors").symlink_to(runs / "teacher" / "latents-train.safetensors")
+    assert main(["--quiet", "train", "teacher", "--config", write(tmp_path / "a.json", {**cfg, "out": str(tmp_path / "once"), "steps": 4})]) == 0
+    b = write(tmp_path / "b.json", {**cfg, "out": str(tmp_path / "broken")})
+    assert main(["--quiet", "train", "teacher", "--config", b, "--set", "steps=3"]) == 0
+    newest = tmp_path / "broken" / "ckpt-000003.safetensors"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    assert main(["--quiet", "train", "teacher", "--config", b, "--set", "steps=4"]) == 0
+    log = (tmp_path / "broken" / "train.log").read_text()
+    assert "ckpt-000003.safetensors: cannot be read back" in log and "resumed from ckpt-000002" in log
+    assert (tmp_path / "broken" / "ckpt-000003.safetensors.damaged").exists()
+    one, two = common.final_weights(tmp_path / "once", "dit"), common.final_weights(tmp_path / "broken", "dit")
+    for k in one:
+        assert torch.equal(one[k], two[k]), k
+
+
 def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     cfg = write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), "stepz": 3})
     assert main(["train", "teacher", "--config", cfg]) == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import random
 import re
 import sys
@@ -157,6 +158,26 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def resume(out_dir: Path, nets: Mapping[str, nn.Module], optims: Mapping[str, torch.optim.Optimizer],
+           log: logging.Logger) -> tuple[dict | None, Path | None]:
+    """Load the newest checkpoint that reads back whole. A damaged one (a truncated file, a disk that
+    filled up) is set aside as `<name>.damaged` with a warning and the one before it is used; a
+    failed load leaves the networks as they were, so falling back is safe."""
+    found = sorted((int(m.group(1)), p) for p in out_dir.glob("ckpt-*.safetensors") if (m := CKPT_RE.search(p.name)))
+    for _, path in reversed(found):
+        saved = {n: {k: v.clone() for k, v in net.state_dict().items()} for n, net in nets.items()}
+        try:
+            return load_checkpoint(path, nets, optims), path
+        except Exception as err:  # noqa: BLE001  (any reading error means: not usable)
+            for n, net in nets.items():
+                net.load_state_dict(saved[n])
+            damaged = path.with_name(path.name + ".damaged")
+            os.replace(path, damaged)
+            log.warning("%s: cannot be read back (%s); kept as %s, resuming from the checkpoint before it",
+                        path.name, str(err).splitlines()[0][:200], damaged.name)
+    return None, None
+
+
 def prune_checkpoints(out_dir: Path, keep: int = 2) -> None:
     found = sorted((int(m.group(1)), p) for p in out_dir.glob("ckpt-*.safetensors") if (m := CKPT_RE.search(p.name)))
     for _, p in found[:-keep]:
@@ -241,9 +262,8 @@ def train_loop(cfg: StageConfig, nets: Mapping[str, nn.Module], optims: Mapping[
 
     out = Path(cfg.out)
     start, before = 0, 0.0  # step and training seconds already done (max_minutes counts across resumes)
-    ckpt = latest_checkpoint(out)
-    if ckpt is not None:
-        got = load_checkpoint(ckpt, nets, optims)
+    got, ckpt = resume(out, nets, optims, log)
+    if got is not None:
         start, before = got["step"], float(got["extra"].get("elapsed_s", 0.0))
         log.info("resumed from %s at step %d (%.1f min trained)", ckpt.name, start, before / 60)
     if progress:
