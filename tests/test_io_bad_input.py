@@ -341,3 +341,34 @@ def test_malformed_workflows_are_named_not_tracebacks(text, message, tmp_path, c
     assert main(["run", str(path), "--validate-only"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_special_files_and_contradictions_are_refused_by_name(copy, tmp_path):
+    """A FIFO among the inputs would block the reader forever; passes at different frame rates or a
+    negative float depth would render wrong without a word: each is one line naming the file."""
+    import os
+
+    fifo = tmp_path / "fifo-clip"
+    fifo.mkdir()
+    os.mkfifo(fifo / "albedo.mp4")
+    with pytest.raises(AlayaError, match=r"albedo.mp4: not a regular file \(a FIFO, socket or device\)"):
+        open_gbuffers(fifo)
+
+    clip = tmp_path / "rates"
+    with sinks.TeacherMp4Sink(clip, fps=16) as sink:
+        for f in synthetic_stream(W, H, N):
+            sink.write(gbuffer=f)
+    with sinks.Mp4Sink(tmp_path / "depth24.mp4", fps=24) as other:
+        for _ in range(N):
+            other.write(rgb=np.zeros((H, W, 3), np.uint8))
+    os.replace(tmp_path / "depth24.mp4", clip / "depth.mp4")
+    with pytest.raises(AlayaError, match=r"modalities disagree in frame rate \(.*depth.mp4 at 24 fps"):
+        open_gbuffers(clip)
+
+    exr = tmp_path / "exr"
+    with sinks.ExrSequenceSink(exr) as sink:
+        for f in synthetic_stream(W, H, 1):
+            f.depth[2, 3] = -1.5
+            sink.write(gbuffer=f)
+    with pytest.raises(AlayaError, match=r"depth has 1 negative pixel\(s\), first at \(x=3, y=2\), value -1.5"):
+        next(iter(open_gbuffers(exr)))

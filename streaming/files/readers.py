@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -209,6 +210,7 @@ def open_gbuffers(
         raise AlayaError(f"nan_policy {nan_policy!r} is not one of {', '.join(NAN_POLICIES)}")
     if not path.exists():
         raise AlayaError(f"{path}: no such file or folder")
+    _refuse_special_files(path)
     layout = layout or detect_layout(path)
     if layout == "teacher-mp4":
         source = TeacherMp4Source(path, depth_near)
@@ -222,6 +224,23 @@ def open_gbuffers(
         source.info = source.info.replace(fps=float(fps))
     log.debug("%s: %s", path, source.description)
     return GBufferStream(source, start=start, stop=stop, stride=stride, size=size, resize=resize)
+
+
+def _refuse_special_files(path: Path, depth: int = 2) -> None:
+    """A FIFO, socket or device among the inputs would block the reader or feed it garbage: refuse it
+    by name (the folder and its pass subfolders, without following into deeper trees)."""
+    def check(entry_path: Path, is_file: bool, is_dir: bool) -> None:
+        if not is_file and not is_dir:
+            raise AlayaError(f"{entry_path}: not a regular file (a FIFO, socket or device); G-buffers are read from files")
+
+    if not path.is_dir():
+        check(path, path.is_file(), False)
+        return
+    with os.scandir(path) as entries:
+        for e in entries:
+            check(Path(e.path), e.is_file(), e.is_dir())
+            if e.is_dir() and depth > 1:
+                _refuse_special_files(Path(e.path), depth - 1)
 
 
 def detect_layout(path: Path) -> str:
@@ -284,6 +303,10 @@ class TeacherMp4Source:
         if all(counts.values()) and len(set(counts.values())) > 1:
             desc = ", ".join(f"{self.files[n].name} has {c}" for n, c in counts.items())
             raise AlayaError(f"{folder}: modalities disagree in frame count: {desc}")
+        rates = {name: r for name, (_, _, _, r) in probes.items() if r}
+        if len({round(r, 3) for r in rates.values()}) > 1:
+            desc = ", ".join(f"{self.files[n].name} at {r:g} fps" for n, r in rates.items())
+            raise AlayaError(f"{folder}: modalities disagree in frame rate ({desc}); export every pass at one rate")
         w, h, n, fps = probes["albedo"]
         self.info = StreamInfo(w, h, fps or DEFAULT_FPS, n or None, depth_near, "srgb", layout="teacher-mp4",
                                source=str(folder))
@@ -589,6 +612,12 @@ class ImageSequenceSource:
             log.warning("%s; replaced with background (nan_policy=fix)", msg)
             fill = {"depth": np.inf, "normal": np.float32([0, 0, 1])}.get(name, 0.0)
             arr[bad] = fill
+        negative = frame.depth < 0
+        if negative.any():  # encoded, it would read as "closer than near": wrong, not background
+            y, x = (int(v) for v in np.argwhere(negative)[0])
+            raise AlayaError(f"{paths['depth']}: depth has {int(negative.sum())} negative pixel(s), first at (x={x}, y={y}), "
+                             f"value {float(frame.depth[y, x]):g}: depth is a distance along the view axis, >= 0 "
+                             "(a reversed or NDC depth needs converting first)")
 
 
 def _as_teacher_pass(name: str, path: Path, arr: np.ndarray) -> np.ndarray:
