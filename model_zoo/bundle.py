@@ -50,7 +50,19 @@ FORMAT_VERSION = 1
 FLASH_ROLES = {"dit": "dit", "gbuffer_encoder": "gbuffer-encoder", "decoder": "tiny-codec"}  # role -> family
 FLASH_OPTIONAL_ROLES = {"refiner": "gbuffer-refiner"}  # loaded when config.json names them
 TEACHER_ROLES = {"dit": "dit", "vae": "wan-vae"}
-TEXT_ENCODERS = ("all-minilm-l6-v2",)
+UMT5_PREFIX = "umt5-xxl:"  # "umt5-xxl:<path>": a umT5 file or folder in any form model_zoo/umt5.py reads
+
+
+class _TextEncoderNames(tuple):
+    """The named prompt encoders, and "umt5-xxl:<path>" for any path (a ComfyUI text_encoders/ file,
+    a Hugging Face folder, a converted Wan .pth): `name in TEXT_ENCODERS` accepts both."""
+
+    def __contains__(self, name) -> bool:
+        return tuple.__contains__(self, name) or (isinstance(name, str) and name.startswith(UMT5_PREFIX)
+                                                  and len(name) > len(UMT5_PREFIX))
+
+
+TEXT_ENCODERS = _TextEncoderNames(("all-minilm-l6-v2", f"{UMT5_PREFIX}<path>"))
 DEFAULT_DIR = Path(__file__).resolve().parent / "default"
 
 
@@ -147,6 +159,10 @@ def load_text_encoder(name: str, device: str | torch.device = "cpu"):
 def _load_text_encoder(name: str, device: str):
     if name not in TEXT_ENCODERS:
         raise AlayaError(f"text encoder {name!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    if name.startswith(UMT5_PREFIX):  # umT5-XXL (~11 GB in bf16): its release() frees the weights, a call reloads
+        from .umt5 import load_umt5
+
+        return load_umt5(name[len(UMT5_PREFIX):], device=device)
     from .text_encoder import TextEncoder
 
     return TextEncoder.load(device=device)
@@ -334,6 +350,10 @@ def make_random_flash(dit: str = "dit-tiny", gbuffer_encoder: str = "gbuffer-enc
 def _text_dim(name: str) -> int:
     if name not in TEXT_ENCODERS:
         raise AlayaError(f"text encoder {name!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
+    if name.startswith(UMT5_PREFIX):  # read from the file's headers (4096 for umT5-XXL), no weights loaded
+        from .umt5 import text_dim_of
+
+        return text_dim_of(name[len(UMT5_PREFIX):])
     from .text_encoder import TextEncoder
 
     return TextEncoder.text_dim

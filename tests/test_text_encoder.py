@@ -1,9 +1,30 @@
 """The prompt encoder: checkpoint-faithful MiniLM equals sentence-transformers, and means meaning."""
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
-from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.model_zoo.text_encoder import TextEncoder, default_model_dir
+from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
+from alaya_flash.model_zoo.loading import read_shapes
+from alaya_flash.model_zoo.text_encoder import TextEncoder, _position_ids_checked, default_model_dir
+
+DATA = Path(__file__).parent / "data"
+# The prompts of data/minilm-l6-v2-reference.safetensors: embeddings recorded from the hand-written
+# BERT this encoder replaced (transformers' BertModel now); the two agreed within 2e-7.
+RECORDED_PROMPTS = [
+    "a bright sunny afternoon with hard shadows",
+    "midday under a clear sky, strong sunlight",
+    "a moonlit night, cold blue light",
+    "neon-lit cyberpunk street at night, pink and cyan glow",
+    "",
+    "A",
+    "Café in Straße, 東京の夜景, москва ночью — naïve façade!",
+    "rainy   street\twith\nreflections",
+    " ".join(["a long winding road through the misty forest at dawn"] * 40),  # > 256 tokens: truncated
+    "UPPER case Prompt With Numbers 1234 and symbols #@!",
+]
 
 PROMPTS = [
     "a bright sunny afternoon with hard shadows",
@@ -46,4 +67,32 @@ def test_bad_inputs(encoder, tmp_path):
     with pytest.raises(AlayaError, match="list of prompt strings"):
         encoder.embed("not a list")
     with pytest.raises(AlayaError, match="model.safetensors is missing"):
+        TextEncoder.load(tmp_path)
+
+
+def test_equals_the_recorded_embeddings(encoder):
+    from safetensors.torch import load_file
+
+    want = load_file(str(DATA / "minilm-l6-v2-reference.safetensors"))["embeddings"]
+    assert torch.allclose(encoder.embed(RECORDED_PROMPTS), want, atol=1e-5)
+    assert torch.allclose(torch.cat([encoder.embed([p]) for p in RECORDED_PROMPTS]), want, atol=1e-5)
+
+
+def test_transformers_bert_every_weight_used(encoder):
+    from transformers import BertModel
+
+    assert isinstance(encoder.model, BertModel) and encoder.text_dim == 384
+    stored = set(read_shapes(default_model_dir() / "model.safetensors"))
+    assert stored - {"embeddings.position_ids"} == set(encoder.model.state_dict())  # strict: none missing, none left
+    check = _position_ids_checked(Path("model.safetensors"))
+    assert check({"embeddings.position_ids": torch.arange(512)[None], "x": torch.ones(1)}).keys() == {"x"}
+    with pytest.raises(CheckpointError, match="model.safetensors: embeddings.position_ids is not 0, 1, 2"):
+        check({"embeddings.position_ids": torch.arange(512).flip(0)})
+
+
+def test_refuses_a_non_bert_folder(tmp_path):
+    shutil.copy(default_model_dir() / "tokenizer.json", tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(CheckpointError, match="config.json: model_type is 't5'; this text encoder reads BERT"):
         TextEncoder.load(tmp_path)
