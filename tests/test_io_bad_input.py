@@ -372,3 +372,17 @@ def test_special_files_and_contradictions_are_refused_by_name(copy, tmp_path):
             sink.write(gbuffer=f)
     with pytest.raises(AlayaError, match=r"depth has 1 negative pixel\(s\), first at \(x=3, y=2\), value -1.5"):
         next(iter(open_gbuffers(exr)))
+
+
+def test_serve_on_a_port_in_use_is_one_line(capsys):
+    import socket
+
+    from alaya_flash.streaming.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["--quiet", "serve", "--random-model", "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "address already in use" in err[0] and str(port) in err[0]

@@ -270,9 +270,14 @@ def _types_match(produced: str, wanted: str) -> bool:
     return bool(set(produced.split(",")) & set(wanted.split(",")))
 
 
-def _check_value(label: str, name: str, value: Any, spec: tuple) -> str | None:
+def _check_value(label: str, name: str, value: Any, spec: tuple, custom: bool = False) -> str | None:
+    """A literal input against its spec. custom: the node's VALIDATE_INPUTS checks its values (as in
+    ComfyUI), so only the type is checked here, which that method may take for granted."""
     kind = spec[0]
     opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+    if isinstance(kind, (list, tuple)) and custom:
+        return None if isinstance(value, (str, int, float)) and not isinstance(value, bool) else \
+            f"{label}: input {name!r} must be one of the listed names, got {value!r:.60}"
     if isinstance(kind, (list, tuple)):
         if value not in kind:
             shown = ", ".join(map(str, list(kind)[:8])) + (", ..." if len(kind) > 8 else "")
@@ -288,7 +293,7 @@ def _check_value(label: str, name: str, value: Any, spec: tuple) -> str | None:
         return f"{label}: input {name!r} must be a string, got {value!r}"
     if kind == "FLOAT" and not math.isfinite(value):
         return f"{label}: input {name!r} must be a finite number, got {value!r}"
-    if kind in ("INT", "FLOAT"):
+    if kind in ("INT", "FLOAT") and not custom:
         lo, hi = opts.get("min"), opts.get("max")
         if lo is not None and value < lo or hi is not None and value > hi:
             return f"{label}: input {name!r} is {value}, out of range [{lo}, {hi}]"
@@ -335,13 +340,13 @@ def validate(wf: Workflow, node_classes: Mapping[str, type]) -> list[str]:
                     elif isinstance(want[0], (list, tuple)) and outs[value.output] not in ("*", "COMBO", "STRING", "INT", "FLOAT"):
                         problems.append(f"{label}: input {name!r} is a choice but {src.label(value.node)} output {value.output} gives {outs[value.output]}")
             else:
-                literals[name] = value
                 custom = hasattr(cls, "VALIDATE_INPUTS") and name in _validate_params(cls)
-                if not custom:
-                    msg = _check_value(label, name, value, want)
-                    if msg:
-                        problems.append(msg)
-        if hasattr(cls, "VALIDATE_INPUTS") and _required_params(cls) <= set(literals):  # else: reported missing
+                msg = _check_value(label, name, value, want, custom)
+                if msg:
+                    problems.append(msg)
+                else:
+                    literals[name] = value
+        if hasattr(cls, "VALIDATE_INPUTS") and _required_params(cls) <= set(literals):  # else: reported already
             params = _validate_params(cls)
             kwargs = {k: v for k, v in literals.items() if "**" in params or k in params}
             result = cls.VALIDATE_INPUTS(**kwargs)

@@ -383,6 +383,8 @@ def _probe_mp4(path: Path) -> tuple[int, int, int, float]:
             raise AlayaError(f"{path}: MP4 has no video stream")
         s = container.streams.video[0]
         rate = s.average_rate or s.guessed_rate
+        if s.codec_context is None or not s.codec_context.width:  # a header too damaged to say its size
+            raise AlayaError(f"{path}: not a readable MP4, corrupt or truncated (its video stream has no size)")
         return s.codec_context.width, s.codec_context.height, int(s.frames or 0), float(rate or 0)
     finally:
         container.close()
