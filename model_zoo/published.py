@@ -652,6 +652,16 @@ def _umt5_rank(path: Path) -> int:
     return 1 if "fp8" in name else 0  # full precision first
 
 
+def _umt5_width(path: Path) -> int | None:
+    """The width of the umT5 encoder at path, from its headers (None when it is not one)."""
+    from .umt5 import text_dim_of
+
+    try:
+        return text_dim_of(path)
+    except AlayaError:
+        return None
+
+
 def find_text_encoder(dit: str | Path) -> Path | None:
     """umT5-XXL next to a DiT: a diffusers repo's text_encoder/, or ComfyUI's models/text_encoders/umt5*.safetensors."""
     dit = Path(dit)
@@ -697,9 +707,12 @@ def load_teacher_files(dit: str | Path, vae: str | Path | None = None, device: s
                               "ComfyUI's models/vae/wan_2.1_vae.safetensors); pass vae=")
     vae_net = load_vae(vae_path, device, dtype)
     if text_encoder is None:
-        if dit_net.config.text_dim == UMT5_DIM:
-            found = find_text_encoder(dit)
-            text_encoder = f"{UMT5_NAME}:{found}" if found else UMT5_NAME
+        found = find_text_encoder(dit)
+        wide = dit_net.config.text_dim == UMT5_DIM  # umT5-XXL's width: a found encoder is checked when loaded
+        if found is not None and (wide or _umt5_width(found) == dit_net.config.text_dim):
+            text_encoder = f"{UMT5_NAME}:{found}"
+        elif dit_net.config.text_dim == UMT5_DIM:
+            text_encoder = UMT5_NAME  # names no file: loading the prompt encoder says what is missing
         else:
             text_encoder = "all-minilm-l6-v2"
     return TeacherModel(dit_net, vae_net, settings=settings or PUBLISHED_TEACHER_SETTINGS,

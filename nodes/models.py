@@ -74,10 +74,23 @@ def _teacher_choices() -> list[str]:
 
     folders = [n for n in comfy.list_entries("diffusion_models", folders=True)
                if is_model_folder(comfy.resolve("diffusion_models", n)) == "teacher"]
-    # bare DiT files: .safetensors not inside a model folder
-    files = [n for n in comfy.list_entries("diffusion_models")
-             if not (comfy.resolve("diffusion_models", n).parent / "config.json").exists()]
+    # published files: a single DiT .safetensors, a shard index, or a diffusers repo's transformer/ folder
+    files = [n for n in comfy.list_entries("diffusion_models") + comfy.list_entries("diffusion_models", suffix=".index.json")
+             if not (comfy.resolve("diffusion_models", n).parent / "config.json").exists() and not _is_shard(n)]
     return folders + files + list(RANDOM_TEACHER)
+
+
+def _is_shard(name: str) -> bool:
+    """One shard of an index (diffusion_pytorch_model-00001-of-00003.safetensors): the index is listed instead."""
+    import re
+
+    return re.search(r"-\d{5}-of-\d{5}\.safetensors$", name) is not None
+
+
+def _teacher_folder(path) -> bool:
+    from ..model_zoo.bundle import is_model_folder
+
+    return path.is_dir() and is_model_folder(path) == "teacher"
 
 
 def _check_entry(kind: str, name: str, what: str, allowed: tuple = ()) -> str | None:
@@ -87,17 +100,19 @@ def _check_entry(kind: str, name: str, what: str, allowed: tuple = ()) -> str | 
 
 
 def _text_choices() -> list[str]:
+    """MiniLM-style folders (with tokenizer.json) and umT5 files (ComfyUI's umt5_xxl_*.safetensors) in text_encoders."""
     from pathlib import PurePosixPath
 
     found = comfy.list_entries("text_encoders", folders=False, suffix="tokenizer.json")
-    return [FROM_MODEL] + sorted({str(PurePosixPath(n).parent) for n in found} - {"."})
+    files = comfy.list_entries("text_encoders")  # .safetensors
+    return [FROM_MODEL] + sorted({str(PurePosixPath(n).parent) for n in found} - {"."}) + files
 
 
 def _common_inputs() -> dict:
     return {
         "device": (DEVICES, {"default": "auto", "tooltip": "auto: ComfyUI's device inside ComfyUI, else CUDA when present, else CPU."}),
         "precision": (PRECISIONS, {"default": "auto", "tooltip": "auto: bf16 on CUDA and on CPUs with fast bf16 (AMX), else fp32."}),
-        "text_encoder": (_text_choices(), {"default": FROM_MODEL, "tooltip": "A text encoder folder (model.safetensors + tokenizer.json) in text_encoders, or the model's own (all-MiniLM-L6-v2)."}),
+        "text_encoder": (_text_choices(), {"default": FROM_MODEL, "tooltip": "A text encoder in text_encoders: umT5-XXL (ComfyUI's umt5_xxl_*.safetensors, for published teachers) or a MiniLM-style folder; (from model): the model's own."}),
     }
 
 
@@ -110,6 +125,14 @@ def _text_override(model, name: str, device) -> None:
     path = comfy.resolve("text_encoders", name)
     if path is None:
         raise AlayaError(f"text encoder {name!r} not found (searched: {comfy.searched('text_encoders')})")
+    if path.is_file() or not (path / "tokenizer.json").exists():  # a umT5 file or folder (loaded on first prompt)
+        from ..model_zoo.umt5 import text_dim_of
+
+        width = text_dim_of(path)
+        if width != model.text_dim:
+            raise AlayaError(f"text encoder {name!r} gives {width}-wide embeddings, the model takes {model.text_dim}")
+        model.text_encoder_name, model._text = f"umt5-xxl:{path.resolve()}", None
+        return
     enc = TextEncoder.load(path, device=device)
     if enc.text_dim != model.text_dim:
         raise AlayaError(f"text encoder {name!r} gives {enc.text_dim}-wide embeddings, the model takes {model.text_dim}")
@@ -181,8 +204,10 @@ def load_tiny_decoder(path, device, dtype):
 
 
 class LoadTeacherModel:
-    DESCRIPTION = ("Load the teacher (bidirectional DiT + full Wan VAE): a teacher model folder, or a DiT "
-                   ".safetensors from diffusion_models with a Wan2.1 VAE from vae.")
+    DESCRIPTION = ("Load the teacher (bidirectional DiT + full Wan VAE): a teacher model folder, or the published "
+                   "AlayaRenderer/Wan files as users download them (a DiT .safetensors or shard index in "
+                   "diffusion_models, Wan-native, diffusers-named, ComfyUI-prefixed or fp8-scaled; a diffusers or Wan "
+                   "repo folder) with a Wan2.1 VAE from vae (or found next to the DiT) and umT5-XXL from text_encoders.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("ALAYA_TEACHER", "ALAYA_GBUFFER_ENCODER", "ALAYA_DECODER", "ALAYA_TEXT_ENCODER")
     RETURN_NAMES = ("model", "gbuffer_encoder", "decoder", "text_encoder")
@@ -191,8 +216,8 @@ class LoadTeacherModel:
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {
-            "model": (_teacher_choices(), {"tooltip": "A teacher model folder, a teacher DiT .safetensors (Wan-native or diffusers keys), or random:tiny / random:small."}),
-            "vae": ([FROM_MODEL] + comfy.list_entries("vae"), {"default": FROM_MODEL, "tooltip": "A Wan2.1 VAE .safetensors from the vae folder (needed with a bare DiT file), or the model folder's."}),
+            "model": (_teacher_choices(), {"tooltip": "A teacher model folder, a published teacher DiT (file, shard index or repo folder), or random:tiny / random:small."}),
+            "vae": ([FROM_MODEL] + comfy.list_entries("vae"), {"default": FROM_MODEL, "tooltip": "A Wan2.1 VAE .safetensors from the vae folder; (from model): the model folder's, or one found next to the DiT (a repo's vae/, ComfyUI's vae/wan_2.1_vae.safetensors)."}),
             "window_frames": ("INT", {"default": -1, "min": -1, "max": 1001, "step": 4, "tooltip": "Pixel frames per bidirectional window (4k+1; Wan: 81). -1: the model's trained value."}),
             **_common_inputs(),
         }}
@@ -205,18 +230,19 @@ class LoadTeacherModel:
         if window_frames != -1 and (not isinstance(window_frames, int) or window_frames < 1 or (window_frames - 1) % 4):
             problems.append(f"window_frames must be 4k+1 (e.g. 81) or -1 (the model's), got {window_frames}")
         path = comfy.resolve("diffusion_models", model) if model not in RANDOM_TEACHER else None
-        if path is not None and path.is_file() and vae == FROM_MODEL:
-            problems.append(f"teacher DiT file {model!r} needs a VAE: pick one from the vae folder")
+        if path is not None and vae == FROM_MODEL and not _teacher_folder(path):
+            from ..model_zoo.published import find_vae
+
+            if find_vae(path) is None:
+                problems.append(f"teacher DiT {model!r} needs a VAE: none lies next to it; pick one from the vae folder")
         problems = [p for p in problems if p]
         return "\n".join(problems) if problems else True
 
     def load(self, model, vae, window_frames, device, precision, text_encoder):
         import dataclasses
 
-        from ..model_zoo import bundle, dit
-        from ..model_zoo.codecs import wan_vae
+        from ..model_zoo import bundle
         from ..model_zoo.errors import AlayaError
-        from ..model_zoo.loading import load_strict
 
         dev = comfy.torch_device(device)
         dtype = comfy.torch_dtype(precision, dev)
@@ -226,15 +252,11 @@ class LoadTeacherModel:
             path = comfy.resolve("diffusion_models", model)
             if path is None:
                 raise AlayaError(f"teacher model {model!r} not found (searched: {comfy.searched('diffusion_models')})")
-            if path.is_dir():
-                teacher = bundle.load_teacher(path, dev, dtype)
-            else:
-                if vae == FROM_MODEL:
-                    raise AlayaError(f"teacher DiT file {model!r} needs a VAE from the vae folder")
-                teacher = bundle.TeacherModel(dit.load(path, device=dev, dtype=dtype).eval().requires_grad_(False), None, path=path)
-        if vae != FROM_MODEL:
-            module = wan_vae.build(wan_vae.CONFIGS["wan2.1-vae"]).to(dtype)
-            teacher.vae = load_strict(module, comfy.resolve("vae", vae)).to(dev).eval().requires_grad_(False)
+            from ..model_zoo.published import load_teacher_files
+
+            # our teacher folders, published DiT files / shard indexes / diffusers and Wan repos
+            vae_path = comfy.resolve("vae", vae) if vae != FROM_MODEL else None
+            teacher = load_teacher_files(path, vae_path, device=dev, dtype=dtype)
         if window_frames != -1:
             teacher.settings = dataclasses.replace(teacher.settings, window_frames=window_frames)
         window_frames = teacher.settings.window_frames

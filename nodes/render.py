@@ -205,7 +205,10 @@ class TeacherSampler(_SamplerNode):
         negative_prompt = negative_prompt or s.negative_prompt
         from ..streaming.engine.pipelines import TeacherSample
 
-        negative = model.text_encoder()([negative_prompt]) if cfg != 1.0 else None
+        text = model.text_encoder()
+        negative = text([negative_prompt]) if cfg != 1.0 else None
+        if hasattr(text, "release"):  # umT5-XXL holds ~11 GB; every prompt is encoded by now (a later call reloads)
+            text.release()
         inner = TeacherSample(model, prompt, negative, seed=seed, steps=_own(steps), cfg=cfg, shift=_own(shift))
         return _Sampling(inner, lambda cond: inner.steps * max(1, len(cond.split())))
 

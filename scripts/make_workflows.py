@@ -47,7 +47,26 @@ def _save(filename: str, fmt: str = "mp4", title: str = "Save"):
                                                       "fps": 16.0, "overwrite": True})
 
 
+def teacher_branch(source: str, first: int, prompt: str, negative: str, save) -> dict:
+    """Load Teacher Model .. Decode (full VAE) .. Save, fed by the G-buffer source; node ids from `first`."""
+    m, p, e, s, d, o = (str(first + i) for i in range(6))
+    return {
+        m: ("AlayaFlash_LoadTeacherModel", "Load Teacher Model", dict(TEACHER)),
+        p: ("AlayaFlash_EncodePrompt", "Encode Prompt (teacher)", {"text_encoder": L(m, 3), "text": prompt}),
+        e: ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers (teacher)", {"gbuffer_encoder": L(m, 1), "gbuffers": L(source)}),
+        s: ("AlayaFlash_TeacherSampler", "Teacher Sampler", {"model": L(m), "cond": L(e), "prompt": L(p),
+                                                              "negative_prompt": negative, "seed": 0,
+                                                              "steps": -1, "cfg": -1.0, "shift": -1.0}),
+        d: ("AlayaFlash_Decode", "Decode (full VAE)", {"decoder": L(m, 2), "latents": L(s)}),
+        o: save(d),
+    }
+
+
 WORKFLOWS = {
+    "render-teacher": {
+        "1": ("AlayaFlash_LoadGBuffers", "Load G-Buffers", dict(LOAD)),
+        **teacher_branch("1", 2, "a sunny city street, photorealistic", "", _save("alaya-flash/teacher.mp4")),
+    },
     "render-gbuffer-sequence": {
         "1": ("AlayaFlash_LoadGBuffers", "Load G-Buffers", dict(LOAD)),
         **flash_branch("1", 2, "a sunny city street, photorealistic", _save("alaya-flash/render.mp4")),
@@ -61,15 +80,8 @@ WORKFLOWS = {
     "teacher-vs-flash": {
         "1": ("AlayaFlash_LoadGBuffers", "Load G-Buffers", dict(LOAD)),
         **flash_branch("1", 2, "a sunny city street, photorealistic", _save("alaya-flash/flash.mp4", title="Save Flash")),
-        "9": ("AlayaFlash_LoadTeacherModel", "Load Teacher Model", dict(TEACHER)),
-        "10": ("AlayaFlash_EncodePrompt", "Encode Prompt (teacher)", {"text_encoder": L("9", 3), "text": "a sunny city street, photorealistic"}),
-        "11": ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers (teacher)", {"gbuffer_encoder": L("9", 1), "gbuffers": L("1")}),
-        "12": ("AlayaFlash_TeacherSampler", "Teacher Sampler", {"model": L("9"), "cond": L("11"), "prompt": L("10"),
-                                                                 "negative_prompt": "blurry, distorted", "seed": 0,
-                                                                 "steps": -1, "cfg": -1.0, "shift": -1.0}),
-        "13": ("AlayaFlash_Decode", "Decode (full VAE)", {"decoder": L("9", 2), "latents": L("12")}),
-        "14": ("AlayaFlash_Save", "Save Teacher", {"images": L("13"), "filename": "alaya-flash/teacher.mp4", "format": "mp4",
-                                                   "fps": 16.0, "overwrite": True}),
+        **teacher_branch("1", 9, "a sunny city street, photorealistic", "blurry, distorted",
+                         _save("alaya-flash/teacher.mp4", title="Save Teacher")),
     },
     "live-preview": {
         "1": ("AlayaFlash_PhysicsWorld", "Physics World", {"seed": 0, "width": 128, "height": 128, "frames": 1000,

@@ -10,7 +10,7 @@ from alaya_flash.streaming.engine import runner as rn
 from alaya_flash.streaming.engine import workflow as wfm
 
 WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
-NAMES_REQUIRED = ("render-gbuffer-sequence", "physics-world-demo", "teacher-vs-flash", "live-preview")
+NAMES_REQUIRED = ("render-gbuffer-sequence", "render-teacher", "physics-world-demo", "teacher-vs-flash", "live-preview")
 
 
 @pytest.fixture(autouse=True)
