@@ -8,18 +8,16 @@ one sent while another pack's node runs does not.
 """
 import functools
 import http.server
-import os
 import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
+from browser_helpers import chromium, needs_chromium
+
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)),
-                                reason="needs Debian's chromium and chromium-driver (.ci/system-deps.sh)")
+pytestmark = needs_chromium
 
 APP_STUB = """
 const nodes = [{id: 5, type: "AlayaFlash_FlashSampler"}, {id: 9, type: "AlayaFlash_StreamPreview"},
@@ -66,18 +64,9 @@ def site(tmp_path):
 
 
 def test_stream_preview_node_shows_the_packs_preview_frames(site, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}"]:
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    driver.set_script_timeout(10)
+    driver = chromium(tmp_path / "chromium", script_timeout=10)
     try:
         driver.get(site)
         WebDriverWait(driver, 10).until(lambda d: d.execute_script("return window.ready === true"))
