@@ -47,6 +47,8 @@ from .errors import AlayaError, CheckpointError
 from .loading import load_strict, save_safetensors
 
 FORMAT_VERSION = 1
+CONFIG_KEYS = {"format", "version", "networks", "text_encoder", "session", "trained_size", "random_weights", "notes"}
+MAX_CONFIG_INT = 1 << 20  # no size, count or width of a network is larger: beyond it a config is a typo or an attack
 FLASH_ROLES = {"dit": "dit", "gbuffer_encoder": "gbuffer-encoder", "decoder": "tiny-codec"}  # role -> family
 FLASH_OPTIONAL_ROLES = {"refiner": "gbuffer-refiner"}  # loaded when config.json names them
 TEACHER_ROLES = {"dit": "dit", "vae": "wan-vae"}
@@ -192,9 +194,26 @@ def _config_from_entry(path: Path, role: str, entry: Any, family: str):
         for k, v in raw.items():  # JSON turns tuples into lists
             if isinstance(v, list):
                 raw[k] = tuple(v)
+            _check_number(path, f"networks.{role}.config.{k}", fields[k].type, raw[k])
         return cls(**raw)
     except TypeError as err:
         raise CheckpointError(f"{path}: networks.{role}.config is not a {cls.__name__}: {err}") from None
+
+
+def _check_number(path: Path, where: str, annotation, value) -> None:
+    """Sizes are whole numbers in [0, MAX_CONFIG_INT] (checked before anything is allocated); floats finite."""
+    import math
+
+    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    values = value if isinstance(value, tuple) else (value,)
+    if kind.startswith("int") or kind.startswith("tuple[int"):
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise CheckpointError(f"{path}: {where} must be a whole number, got {v!r}")
+            if not 0 <= v <= MAX_CONFIG_INT:
+                raise CheckpointError(f"{path}: {where} is {v}, out of range [0, {MAX_CONFIG_INT}]")
+    elif kind == "float" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        raise CheckpointError(f"{path}: {where} must be a finite number, got {value!r}")
 
 
 def _read_config(folder: Path, kind: str) -> dict:
@@ -217,6 +236,9 @@ def _read_config(folder: Path, kind: str) -> dict:
         raise CheckpointError(f"{path}: 'version' is {cfg.get('version')!r}, this code reads {FORMAT_VERSION}")
     if not isinstance(cfg.get("networks"), dict):
         raise CheckpointError(f"{path}: 'networks' is missing")
+    unknown = sorted(set(cfg) - CONFIG_KEYS)
+    if unknown:
+        raise CheckpointError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))} (known: {', '.join(sorted(CONFIG_KEYS))})")
     return cfg
 
 

@@ -1,5 +1,6 @@
 """Bad input: one line naming the file and the problem, and nothing left behind by sinks."""
 import logging
+import re
 import shutil
 
 import numpy as np
@@ -386,3 +387,26 @@ def test_serve_on_a_port_in_use_is_one_line(capsys):
         assert main(["--quiet", "serve", "--random-model", "--port", str(port)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "address already in use" in err[0] and str(port) in err[0]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(trained_sizee=[256, 256]), "unknown key(s) 'trained_sizee'"),
+    (lambda c: c["networks"]["dit"]["config"].update(dim=8e8), "networks.dit.config.dim must be a whole number, got 800000000.0"),
+    (lambda c: c["networks"]["dit"]["config"].update(num_layers=10**9), "networks.dit.config.num_layers is 1000000000, out of range [0, 1048576]"),
+    (lambda c: c["networks"]["dit"]["config"].update(rope_theta=float("nan")), "networks.dit.config.rope_theta must be a finite number"),
+])
+def test_model_config_contradictions_are_refused_before_anything_is_built(edit, message, tmp_path):
+    """A model folder's config.json is checked key by key and number by number before any network is
+    allocated: a typo'd key or a width of 8e8 is one line, not an overflow or a memory error."""
+    import json
+
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.errors import CheckpointError
+
+    folder = tmp_path / "m"
+    bundle.save_flash(bundle.make_random_flash(), folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    edit(cfg)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        bundle.load_flash(folder)
