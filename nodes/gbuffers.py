@@ -13,6 +13,7 @@ from .base import Piecewise, SourceNode, StageNode
 CATEGORY = "alaya-flash/gbuffers"
 GBUFFERS = "ALAYA_GBUFFERS"
 LAYOUT_CHOICES = ["auto", "teacher-mp4", "image-sequence", "npy-windows"]
+CONVENTION_CHOICES = ["auto", "alaya", "blender", "unreal", "unity"]  # = streaming.files.conventions.CONVENTION_CHOICES
 RESIZE_CHOICES = ["stretch", "crop"]
 MAX_FRAMES = 1_000_000
 
@@ -42,15 +43,25 @@ class LoadGBuffers(SourceNode):
             "width": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 8, "tooltip": "Output width in pixels, a multiple of 8; 0 keeps the source's."}),
             "height": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 8, "tooltip": "Output height in pixels, a multiple of 8; 0 keeps the source's."}),
             "chunk": _chunk_input(),
+        }, "optional": {
+            "conventions": (CONVENTION_CHOICES, {"default": "auto", "tooltip": "Which engine wrote float EXR passes (Blender, Unreal MRQ, Unity HDRP AOVs, or alaya = ours): normal space, depth units, pass names. auto detects it from the names. World-space normals need camera.json beside the passes (docs/gbuffers.md)."}),
+            "depth_range": ("STRING", {"default": "0.5", "tooltip": "NEAR, NEAR:FAR, auto or auto:FAR in scene units: NEAR is the depth shown brightest in the 8-bit depth; auto takes it from the data (EXR); anything beyond FAR becomes background."}),
         }}
 
     @classmethod
-    def VALIDATE_INPUTS(cls, path, width=0, height=0):
+    def VALIDATE_INPUTS(cls, path, width=0, height=0, depth_range="0.5"):
         p = comfy.input_path(path)
         if not p.exists():
             return f"G-buffer path {path!r} not found (looked at {p})"
         if (width == 0) != (height == 0):
             return f"width and height must both be 0 (source size) or both set, got {width}x{height}"
+        from ..model_zoo.errors import AlayaError
+        from ..streaming.files.conventions import parse_depth_range
+
+        try:
+            parse_depth_range(depth_range)
+        except AlayaError as err:
+            return str(err)
         return True
 
     @classmethod
@@ -58,17 +69,22 @@ class LoadGBuffers(SourceNode):
         p = comfy.input_path(path)
         return p.stat().st_mtime if p.exists() else float("nan")
 
-    def _stream(self, path, layout, start, frames, stride, resize, width, height):
+    def _stream(self, path, layout, start, frames, stride, resize, width, height, conventions="auto",
+                depth_range="0.5"):
+        from ..streaming.files.conventions import parse_depth_range
         from ..streaming.files.readers import open_gbuffers
 
         size = (height, width) if width and height else None
+        near, far = parse_depth_range(depth_range)
         return open_gbuffers(comfy.input_path(path), None if layout == "auto" else layout, start=start,
-                             stop=start + frames if frames else None, stride=stride, size=size, resize=resize)
+                             stop=start + frames if frames else None, stride=stride, size=size, resize=resize,
+                             conventions=conventions, depth_near=near, depth_far=far)
 
-    def open_stream(self, path, layout, start, frames, stride, resize, width, height, chunk):
+    def open_stream(self, path, layout, start, frames, stride, resize, width, height, chunk, conventions="auto",
+                    depth_range="0.5"):
         from ..streaming.engine.pipelines import gbuffer_chunks
 
-        stream = self._stream(path, layout, start, frames, stride, resize, width, height)
+        stream = self._stream(path, layout, start, frames, stride, resize, width, height, conventions, depth_range)
         count = stream.info.num_frames or 0
         for i, g in enumerate(gbuffer_chunks(stream, chunk)):
             yield g, (count if i == 0 else None)

@@ -20,7 +20,7 @@ TEACHER = {"model": "default/teacher", "vae": "(from model)", "window_frames": -
            "text_encoder": "(from model)"}
 SAMPLER = {"seed": 0, "steps": -1, "chunk_frames": -1, "window_frames": -1, "sink_frames": -1}  # -1: the model's
 LOAD = {"path": "samples/courtyard", "layout": "auto", "start": 0, "frames": 0, "stride": 1, "resize": "stretch",
-        "width": 0, "height": 0, "chunk": 16}
+        "width": 0, "height": 0, "chunk": 16, "conventions": "auto", "depth_range": "0.5"}
 
 
 def L(node: str, slot: int = 0) -> list:

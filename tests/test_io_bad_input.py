@@ -410,3 +410,22 @@ def test_model_config_contradictions_are_refused_before_anything_is_built(edit, 
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match=re.escape(message)):
         bundle.load_flash(folder)
+
+
+def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path):
+    """--out without an extension writes NAME.mp4, and the success line names NAME.mp4; a reader that
+    leaves early (`| head -1`) ends the command quietly."""
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
+           "from alaya_flash.streaming.cli import main; sys.exit(main())"]
+    done = subprocess.run(cli + ["render", "samples/courtyard", "--prompt", "x", "--out", str(tmp_path / "shot"),
+                                 "--frames", "5", "--size", "32"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"to {tmp_path / 'shot.mp4'} (" in done.stderr and (tmp_path / "shot.mp4").is_file()
+    info = subprocess.Popen(cli + ["gbuffers", "info", "samples/courtyard"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    info.stdout.close()  # the reader is gone before the command prints (it reads the clip first)
+    assert info.wait(60) == 0
+    assert "Traceback" not in info.stderr.read()

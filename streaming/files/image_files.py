@@ -103,23 +103,76 @@ def write_png(path: Path, arr: np.ndarray) -> None:
             f.write(bytes(p))
 
 
+_BEAUTY_PARTS = ("", "rgba", "rgb", "beauty", "combined")
+
+
 def read_exr(path: Path) -> dict[str, np.ndarray]:
-    """EXR -> {channel name: float32 (H, W)} for the first part."""
+    """EXR -> {channel name: float32 (H, W)}, every part of a multi-part file merged.
+
+    Multi-part files (Blender 5's multilayer EXR, Unreal's multi-part option) hold one part per
+    pass. Channels that already carry a layer prefix (`ViewLayer.Depth.Z`) keep their names; a
+    bare channel (`Z`) in a named part gets the part's name as prefix (`Depth.Z`), except in a
+    beauty part (unnamed, `rgba`, `beauty`, `combined`), so names never collide between parts.
+    All parts must have the same size.
+    """
     import OpenEXR
 
     try:
         with OpenEXR.File(str(path), separate_channels=True) as f:
-            chans = {name: np.asarray(c.pixels) for name, c in f.channels().items()}
+            parts = [(p.name() or "", {n: c.pixels for n, c in p.channels.items()}) for p in f.parts]
     except Exception as err:
         raise AlayaError(f"{path}: corrupt or truncated EXR ({type(err).__name__}: {err})") from None
-    if not chans:
-        raise AlayaError(f"{path}: EXR has no channels")
-    out = {}
-    for name, px in chans.items():
-        if px.ndim != 2 or px.dtype.kind not in "fu":
-            raise AlayaError(f"{path}: EXR channel {name!r} has {px.dtype} {px.shape}, expected a float image")
-        out[name] = px.astype(np.float32, copy=False)
+    for k, (part, chans) in enumerate(parts):  # a damaged chunk leaves a part without pixels
+        if not chans or any(px is None for px in chans.values()):
+            raise AlayaError(f"{path}: corrupt or truncated EXR (no pixel data in part {k}"
+                             f"{' ' + repr(part) if part else ''})")
+    parts = [(part, {n: np.asarray(px) for n, px in chans.items()}) for part, chans in parts]
+    out: dict[str, np.ndarray] = {}
+    shape = None
+    for k, (part, chans) in enumerate(parts):
+        for name, px in chans.items():
+            if px.ndim != 2 or px.dtype.kind not in "fu":
+                raise AlayaError(f"{path}: EXR channel {name!r} has {px.dtype} {px.shape}, expected a float image")
+            if len(parts) > 1 and "." not in name and part.lower() not in _BEAUTY_PARTS:
+                name = f"{part}.{name}"
+            if name in out:
+                raise AlayaError(f"{path}: EXR channel {name!r} appears in more than one part")
+            if shape is None:
+                shape = px.shape
+            elif px.shape != shape:
+                raise AlayaError(f"{path}: EXR part {k} ({part or 'unnamed'}) is {px.shape[1]}x{px.shape[0]}, "
+                                 f"part 0 is {shape[1]}x{shape[0]}; every pass must have the same size")
+            out[name] = px.astype(np.float32, copy=False)
+    if not out:
+        raise AlayaError(f"{path}: corrupt or truncated EXR (no parts or channels read)")
     return out
+
+
+def exr_software(path: Path) -> str | None:
+    """Which program wrote an EXR, from its header: the `Software` attribute (Blender 5: 'Blender
+    5.0.1'), or 'Blender' for Blender 4's multilayer marker `BlenderMultiChannel`; None if unsaid."""
+    import OpenEXR
+
+    try:
+        with OpenEXR.File(str(path), header_only=True) as f:  # read inside: the header empties on close
+            software, blender4 = f.header().get("Software"), "BlenderMultiChannel" in f.header()
+    except Exception:  # a damaged file is reported by read_exr
+        return None
+    if isinstance(software, str) and software.strip():
+        return software.strip()
+    return "Blender" if blender4 else None
+
+
+def write_exr_parts(path: Path, parts: dict[str, dict[str, np.ndarray]]) -> None:
+    """{part name: {channel name: (H, W) array}} -> a multi-part float32 EXR (ZIP), as Blender 5 and
+    Unreal's multi-part option write them (used by tests and fixtures)."""
+    import OpenEXR
+
+    out = []
+    for part, chans in parts.items():
+        header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage, "name": part}
+        out.append(OpenEXR.Part(header, {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in chans.items()}))
+    OpenEXR.File(out).write(str(path))
 
 
 def write_exr(path: Path, channels: dict[str, np.ndarray]) -> None:

@@ -18,6 +18,11 @@ Layouts (docs/gbuffers.md has the details):
   npy-windows     uint8 arrays (T, 5, H, W, 3) in MODALITIES order, one .npy per window
                   (the Flash model card's samples); a stream is the sorted list of windows
 
+Engines' float exports (Blender multilayer / multi-part EXR, Unreal Movie Render Queue, Unity HDRP
+AOVs) are read by pass name and converted to canonical form by `conventions` (conventions.py:
+normal space and axes with camera.json, depth units and background, smoothness), with warnings
+for passes that look like a wrong convention.
+
 8-bit sources (MP4, npy, 8-bit PNG) reach teacher form bit-exactly: no canonical round trip.
 Memory is bounded: MP4s decode frame by frame, npy windows are memory-mapped one at a time,
 images are opened when their frame is read.
@@ -45,7 +50,8 @@ from ..gbuffer import (
     srgb_to_linear,
     teacher_to_frame,
 )
-from .image_files import png_header, read_exr, read_png
+from . import conventions as cv
+from .image_files import exr_software, png_header, read_exr, read_png
 from .resize import RESIZE_MODES, resize_frame, resize_rgb, resize_teacher
 
 log = logging.getLogger(__name__)
@@ -197,13 +203,23 @@ def open_gbuffers(
     resize: str = "stretch",
     nan_policy: str = "error",
     fps: float | None = None,
-    depth_near: float = DEFAULT_DEPTH_NEAR,
+    depth_near: float | str = DEFAULT_DEPTH_NEAR,
+    depth_far: float | None = None,
+    conventions: str = "auto",
+    world_normals: str = "error",
 ) -> GBufferStream:
     """Open a G-buffer stream from a folder or .npy file; layout=None auto-detects (see LAYOUTS).
 
     size is the output (height, width); resize picks "stretch" (teacher: LANCZOS, no crop) or
     "crop" (aspect-preserving centre crop). fps overrides the source's rate (npy and images carry
     none and default to 16). nan_policy applies to float EXR passes (see NAN_POLICIES).
+
+    conventions (conventions.CONVENTION_CHOICES) says which engine wrote float passes: "auto" detects
+    it from pass names and logs its choice; "blender", "unreal", "unity" convert that engine's
+    normals, depth and albedo to canonical form (world-space normals need camera.json beside the
+    passes, or world_normals="keep"); "alaya" is our own form. depth_near="auto" picks it from the
+    data (float sources: the 1st percentile of depth over a few frames); depth_far makes anything
+    farther background.
     """
     path = Path(path)
     if nan_policy not in NAN_POLICIES:
@@ -211,19 +227,54 @@ def open_gbuffers(
     if not path.exists():
         raise AlayaError(f"{path}: no such file or folder")
     _refuse_special_files(path)
+    if conventions not in cv.CONVENTION_CHOICES:
+        raise AlayaError(f"conventions {conventions!r} is not one of {', '.join(cv.CONVENTION_CHOICES)}")
+    if world_normals not in cv.WORLD_NORMAL_POLICIES:
+        raise AlayaError(f"world_normals {world_normals!r} is not one of {', '.join(cv.WORLD_NORMAL_POLICIES)}")
+    if depth_far is not None and not depth_far > 0:
+        raise AlayaError(f"depth_far must be > 0, got {depth_far!r}")
+    auto_near = isinstance(depth_near, str) and depth_near == "auto"
+    if auto_near:
+        depth_near = DEFAULT_DEPTH_NEAR
+    elif isinstance(depth_near, str) or not (np.isfinite(depth_near) and depth_near > 0):
+        raise AlayaError(f"depth_near must be > 0 or 'auto', got {depth_near!r}")
     layout = layout or detect_layout(path)
     if layout == "teacher-mp4":
         source = TeacherMp4Source(path, depth_near)
     elif layout == "npy-windows":
         source = NpyWindowsSource(path, depth_near)
     elif layout == "image-sequence":
-        source = ImageSequenceSource(path, depth_near, nan_policy)
+        source = ImageSequenceSource(path, depth_near, nan_policy, conventions, world_normals, depth_far)
     else:
         raise AlayaError(f"{path}: unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    if layout != "image-sequence" and (conventions not in ("auto", "alaya") or depth_far is not None):
+        raise AlayaError(f"{path}: {layout} holds 8-bit teacher-form passes; conventions and depth_far apply to "
+                         "float EXR image sequences only")
+    if auto_near:
+        _auto_depth_near(source)
     if fps is not None:
         source.info = source.info.replace(fps=float(fps))
     log.debug("%s: %s", path, source.description)
     return GBufferStream(source, start=start, stop=stop, stride=stride, size=size, resize=resize)
+
+
+def _auto_depth_near(source) -> None:
+    """Set source.info.depth_near from the data (float EXR sources; others keep their encoding's)."""
+    if not getattr(source, "exr_only", False):
+        log.info("%s: depth_near auto: %s passes carry their own depth encoding; keeping %g",
+                 source.info.source, source.info.layout, source.info.depth_near)
+        return
+    n = source.info.num_frames
+    picks = sorted({0, n // 3, (2 * n) // 3, n - 1})
+    depths = [source._read(i)[0].depth for i in picks]
+    near = cv.auto_depth_near(depths)
+    if near is None:
+        log.warning("%s: depth_near auto: no finite depth in frames %s; keeping %g", source.info.source, picks,
+                    source.info.depth_near)
+        return
+    log.info("%s: depth_near auto: %g (1st percentile of depth over frames %s)", source.info.source, near, picks)
+    source.depth_near = near
+    source.info = source.info.replace(depth_near=near)
 
 
 def _refuse_special_files(path: Path, depth: int = 2) -> None:
@@ -268,10 +319,21 @@ def detect_layout(path: Path) -> str:
     )
 
 
-def _modality_of(p: Path) -> str | None:
-    """The modality (or 'rgb') a file name carries, e.g. 'clip_0052_depth.mp4' -> 'depth'."""
+def _modality_of(p: Path, engines: bool = False) -> str | None:
+    """The modality (or 'rgb') a file name carries, e.g. 'clip_0052_depth.mp4' -> 'depth'.
+
+    engines=True also knows engines' pass names (conventions.PASS_ALIASES: 'Seq.BaseColor.0001.exr'
+    -> 'albedo', 'Render_Smoothness_0001.exr' -> 'smoothness') and names glued to the frame
+    number ('albedo0001.exr', Blender's File Output default)."""
     found = _TOKEN.findall(p.stem) or ([p.stem.lower()] if p.stem.lower() in MODALITIES + _EXTRA_NAMES else [])
-    return found[-1].lower() if found else None
+    if found:
+        return found[-1].lower()
+    if engines:
+        for token in reversed(re.split(r"[_.\-\s]+", p.stem)):
+            mod = cv.pass_of(re.sub(r"\d+$", "", token), file_name=True) or cv.pass_suffix_of(token)
+            if mod:
+                return mod
+    return None
 
 
 def _missing(path: Path, missing: list[str], found: dict) -> AlayaError:
@@ -478,26 +540,40 @@ def _load_npy(path: Path) -> np.ndarray:
 
 
 class ImageSequenceSource:
-    """PNG/EXR frames: per-modality folders, modality-named files, or multi-layer EXRs."""
+    """PNG/EXR frames: per-modality folders, modality-named files, or multi-layer (multi-part) EXRs.
 
-    def __init__(self, folder: Path, depth_near: float = DEFAULT_DEPTH_NEAR, nan_policy: str = "error"):
+    Float EXR passes are converted from the engine convention (`conventions`) to canonical form;
+    8-bit PNG passes are teacher form already (convention alaya only)."""
+
+    def __init__(self, folder: Path, depth_near: float = DEFAULT_DEPTH_NEAR, nan_policy: str = "error",
+                 conventions: str = "auto", world_normals: str = "error", depth_far: float | None = None):
         self.folder, self.depth_near, self.nan_policy = folder, depth_near, nan_policy
+        self.world_normals, self.depth_far = world_normals, depth_far
         self.files, style = self._find(folder)  # name -> [paths] (multilayer: name "frames")
         self.multilayer = style == "multi-layer EXR"
         if self.multilayer:
             first = self.files["frames"][0]
             chans = read_exr(first)
-            missing = [m for m in MODALITIES if not any(c.lower().startswith(m + ".") for c in chans)]
+            groups = cv.group_channels(chans)
+            if "smoothness" in groups and "roughness" not in groups:
+                groups["roughness"] = groups.pop("smoothness")
+            missing = [m for m in MODALITIES if m not in groups]
             if missing:
                 raise AlayaError(f"{first}: multi-layer EXR lacks modality {', '.join(missing)} "
                                  f"(channels: {', '.join(sorted(chans))})")
             h, w = next(iter(chans.values())).shape
-            self.has_rgb = all(c in chans for c in "RGB")
+            self.has_rgb = all(c in chans for c in "RGB") or "rgb" in groups
             self.kind = "canonical"
+            self.exr_only = True
+            names = list(chans)
         else:
+            if "smoothness" in self.files and "roughness" not in self.files:
+                self.files["roughness"] = self.files.pop("smoothness")
+                self.smoothness = True
             missing = [m for m in MODALITIES if m not in self.files]
             if missing:
                 raise _missing(folder, missing, self.files)
+            self.files = {n: v for n, v in self.files.items() if n in MODALITIES + _EXTRA_NAMES}
             counts = {n: len(v) for n, v in self.files.items()}
             if len(set(counts.values())) > 1:
                 desc = ", ".join(f"{n} has {c}" for n, c in counts.items())
@@ -505,13 +581,16 @@ class ImageSequenceSource:
             if not counts["albedo"]:
                 raise AlayaError(f"{folder}: empty stream (no frames)")
             sizes, eight_bit = {}, True
+            names = [str(p.relative_to(folder)) for v in self.files.values() for p in v[:1]]
             for name, paths in self.files.items():
                 p = paths[0]
                 if p.suffix.lower() == ".png":
                     w_, h_, bits, _ = png_header(p)
                     eight_bit &= bits <= 8
                 else:
-                    h_, w_ = next(iter(read_exr(p).values())).shape
+                    chans = read_exr(p)
+                    h_, w_ = next(iter(chans.values())).shape
+                    names += list(chans)
                     eight_bit = False
                 sizes[name] = (w_, h_)
             if len(set(sizes.values())) > 1:
@@ -519,13 +598,47 @@ class ImageSequenceSource:
                 raise AlayaError(f"{folder}: modalities disagree in size: {desc}")
             w, h = sizes["albedo"]
             self.kind = "teacher" if eight_bit else "canonical"
+            self.exr_only = all(v[0].suffix.lower() == ".exr" for n, v in self.files.items() if n in MODALITIES)
         n = len(next(iter(self.files.values())))
         if n == 0:
             raise AlayaError(f"{folder}: empty stream (no frames)")
+        self.convention = self._pick_convention(conventions, names)
+        self.checks = cv.FrameChecks(str(folder), self.convention)
+        camera_file = folder / cv.CAMERA_FILE
+        self.camera = cv.load_camera(camera_file, self.convention.camera_axes) if camera_file.is_file() else None
+        if self.convention.normal_space == "world" and self.camera is None:
+            if world_normals == "error":  # fail on open, before anything is written
+                raise AlayaError(f"{folder}: {self.convention.name} normals are in world space and no {cv.CAMERA_FILE} "
+                                 f"gives the camera rotation; write {cv.CAMERA_FILE} beside the passes "
+                                 "(docs/gbuffers.md, camera.json) or pass world_normals='keep' (--world-normals keep) "
+                                 "to use them unconverted")
+            log.warning("%s: %s normals are in world space and there is no %s: using them unconverted "
+                        "(world_normals=keep); the model expects camera-space normals", folder,
+                        self.convention.name, cv.CAMERA_FILE)
         self.info = StreamInfo(w, h, DEFAULT_FPS, n, depth_near, "srgb" if self.kind == "teacher" else "linear",
+                               normal_space="camera-opengl" if self.convention.normal_space == "camera" or self.camera
+                               else f"world-{self.convention.name}",
                                layout="image-sequence", source=str(folder))
         exts = sorted({p.suffix.lower().lstrip(".") for v in self.files.values() for p in v[:1]})
-        self.description = f"image-sequence ({style}, {'/'.join(exts)})"
+        conv = "" if self.convention.name == "alaya" else f", {self.convention.name} conventions"
+        self.description = f"image-sequence ({style}, {'/'.join(exts)}{conv})"
+
+    smoothness = False
+
+    def _pick_convention(self, choice: str, names: list[str]) -> cv.Convention:
+        if choice == "auto":
+            choice, why = cv.detect_convention(names)
+            exr = next((v[0] for v in self.files.values() if v[0].suffix.lower() == ".exr"), None)
+            software = exr_software(exr) if exr is not None and choice == "alaya" else None
+            if software and software.lower().startswith("blender"):  # File Output items named like ours
+                choice, why = "blender", f"EXR header: written by {software}"
+            if self.kind == "teacher":
+                choice, why = "alaya", "8-bit passes are teacher form"
+            log.info("%s: conventions auto: %s (%s)", self.folder, choice, why)
+        elif self.kind == "teacher" and choice != "alaya":
+            raise AlayaError(f"{self.folder}: {choice} conventions apply to float EXR passes; these are 8-bit PNGs "
+                             "in teacher form (use --conventions alaya or auto, or export EXR)")
+        return cv.CONVENTIONS[choice]
 
     @staticmethod
     def _find(folder: Path) -> tuple[dict[str, list[Path]], str]:
@@ -533,6 +646,11 @@ class ImageSequenceSource:
             return sorted((p for p in d.iterdir() if p.suffix.lower() in IMAGE_EXTS and p.is_file()), key=natural_key)
 
         subdirs = {m: folder / m for m in MODALITIES + _EXTRA_NAMES if (folder / m).is_dir()}
+        if not subdirs:  # engines' per-pass folders (Unreal MRQ's {render_pass}/..., BaseColor/, SceneDepth/)
+            for d in sorted(p for p in folder.iterdir() if p.is_dir()):
+                mod = cv.pass_of(d.name, file_name=True)
+                if mod and mod not in subdirs:
+                    subdirs[mod] = d
         if subdirs:
             found = {m: images(d) for m, d in subdirs.items()}
             root = images(folder)  # RGB frames next to the pass folders (as PngSequenceSink writes them)
@@ -544,10 +662,10 @@ class ImageSequenceSource:
             raise AlayaError(f"{folder}: empty stream (no PNG or EXR images)")
         grouped: dict[str, list[Path]] = {}
         for p in flat:
-            mod = _modality_of(p)
+            mod = _modality_of(p, engines=True)
             if mod:
                 grouped.setdefault(mod, []).append(p)
-        if grouped:
+        if grouped and not (set(grouped) <= {"rgb"} and all(p.suffix.lower() == ".exr" for p in flat)):
             return grouped, "modality in file names"
         if all(p.suffix.lower() == ".exr" for p in flat):
             return {"frames": flat}, "multi-layer EXR"
@@ -561,7 +679,7 @@ class ImageSequenceSource:
 
     def _read(self, i: int):
         if self.multilayer:
-            return self._read_multilayer(self.files["frames"][i])
+            return self._read_multilayer(self.files["frames"][i], i)
         passes, extras = {}, {}
         for name, paths in self.files.items():
             p = paths[i]
@@ -576,25 +694,77 @@ class ImageSequenceSource:
         if self.kind == "teacher":
             images = np.stack([_as_teacher_pass(m, *passes[m]) for m in MODALITIES])
             return images, {n: _as_teacher_pass("albedo", *v) for n, v in extras.items()}
-        frame = GBufferFrame(0, 0.0, **{m: _decode_pass(m, *passes[m], self.depth_near) for m in MODALITIES})
-        self._check_finite(frame, {m: passes[m][0] for m in MODALITIES})
+        raw = {}
+        for m in MODALITIES:
+            p, arr = passes[m]
+            if isinstance(arr, dict):
+                raw[m] = self._exr_pass(m, p, _strip_layers(arr), smoothness=m == "roughness" and self.smoothness)
+            else:
+                raw[m] = _decode_pass(m, p, arr, self.depth_near)
+        frame = self._canonical(raw, {m: passes[m][0] for m in MODALITIES}, i,
+                                float_passes={m for m in MODALITIES if isinstance(passes[m][1], dict)})
         ext = {}
         for n, (p, arr) in extras.items():
-            ext[n] = _as_teacher_pass("albedo", p, arr) if not isinstance(arr, dict) else _exr_rgb_u8(p, arr)
+            ext[n] = _as_teacher_pass("albedo", p, arr) if not isinstance(arr, dict) else _exr_rgb_u8(p, _strip_layers(arr))
         return frame, ext
 
-    def _read_multilayer(self, p: Path):
+    def _exr_pass(self, m: str, p: Path, chans: dict, prefix: str = "", smoothness: bool = False) -> np.ndarray:
+        alpha = next((chans[c] for c in ("A", "a", "alpha") if c in chans), None) if m == "albedo" else None
+        arr = _decode_exr_pass(m, p, chans, prefix=prefix)
+        if alpha is not None:  # premultiplied by coverage (Blender's colour AOVs): divide it out
+            partial = (alpha > 0) & (alpha < 0.999)
+            if partial.any():
+                arr = np.where(partial[..., None], arr / np.where(partial, alpha, 1.0)[..., None], arr)
+                arr = np.ascontiguousarray(arr, dtype=np.float32)
+            if partial.mean() > 0.25:  # coverage is partial at edges only; this is something else
+                self.checks.warn("albedo-alpha", f"{p}: albedo alpha ({prefix}A) is below 1 on {partial.mean():.0%} "
+                                                 "of pixels: read as coverage (colour divided by alpha); if it is "
+                                                 "opacity, export albedo as RGB without alpha")
+        return (1.0 - arr).astype(np.float32) if smoothness else arr
+
+    def _canonical(self, raw: dict, paths: dict, i: int, float_passes=frozenset(MODALITIES)) -> GBufferFrame:
+        conv = self.convention
+        if "depth" in float_passes:
+            self.checks.raw_depth(raw["depth"], paths["depth"])
+        if conv.name != "alaya" or self.depth_far is not None:
+            if "depth" in float_passes:
+                raw["depth"] = cv.convert_depth(raw["depth"], conv, self.camera, paths["depth"], self.depth_far)
+        if conv.name != "alaya":
+            if "normal" in float_passes:
+                raw["normal"] = cv.to_camera_normals(raw["normal"], conv, self.camera, i, paths["normal"],
+                                                     self.world_normals)
+            if "albedo" in float_passes:
+                raw["albedo"] = cv.convert_albedo(raw["albedo"], conv)
+            if "normal" in float_passes:  # canonical background: (0, 0, 1) wherever depth says nothing was hit
+                raw["normal"][np.isposinf(raw["depth"])] = (0.0, 0.0, 1.0)
+        frame = GBufferFrame(0, 0.0, **raw)
+        self._check_finite(frame, paths)
+        self.checks.canonical(frame.albedo, frame.depth, frame.metallic, frame.normal, paths["normal"])
+        return frame
+
+    def _read_multilayer(self, p: Path, i: int = 0):
         chans = read_exr(p)
         hw = next(iter(chans.values())).shape
         if hw != self.info.size:
             raise AlayaError(f"{p}: image is {hw[1]}x{hw[0]}, expected {self.info.width}x{self.info.height}")
-        passes = {}
+        groups = cv.group_channels(chans)
+        smooth = "smoothness" in groups and "roughness" not in groups
+        if smooth:
+            groups["roughness"] = groups.pop("smoothness")
+        for m in MODALITIES:  # the first frame had them all: name this frame's first gap
+            if m not in groups:
+                want = " or ".join("/".join(f"{m}.{c}" for c in o) for o in _EXR_NAMES[m])
+                raise AlayaError(f"{p}: {m} EXR needs channels {want} (has none); the file has channels: "
+                                 f"{', '.join(sorted(chans))}")
+        raw = {}
         for m in MODALITIES:
-            layer = {c.split(".", 1)[1]: v for c, v in chans.items() if c.lower().startswith(m + ".")}
-            passes[m] = _decode_exr_pass(m, p, layer, prefix=f"{m}.")
-        frame = GBufferFrame(0, 0.0, **passes)
-        self._check_finite(frame, {m: p for m in MODALITIES})
-        extras = {"rgb": _exr_rgb_u8(p, {c: chans[c] for c in "RGB"})} if self.has_rgb else {}
+            layer, layer_chans = groups[m]
+            raw[m] = self._exr_pass(m, p, layer_chans, prefix=f"{layer}.", smoothness=m == "roughness" and smooth)
+        frame = self._canonical(raw, {m: p for m in MODALITIES}, i)
+        extras = {}
+        if self.has_rgb:
+            rgb = {c: chans[c] for c in "RGB" if c in chans}
+            extras["rgb"] = _exr_rgb_u8(p, rgb if len(rgb) == 3 else groups["rgb"][1])
         return frame, extras
 
     def _check_finite(self, frame: GBufferFrame, paths: dict[str, Path]) -> None:
@@ -654,10 +824,20 @@ def _decode_pass(name: str, path: Path, arr, depth_near: float) -> np.ndarray:
 _EXR_NAMES = {
     "albedo": (("R", "G", "B"),),
     "normal": (("X", "Y", "Z"), ("R", "G", "B"), ("x", "y", "z")),
-    "depth": (("Z",), ("depth",), ("Y",), ("R",), ("z",)),
-    "metallic": (("Y",), ("metallic",), ("R",)),
-    "roughness": (("Y",), ("roughness",), ("R",)),
+    "depth": (("Z",), ("depth",), ("Y",), ("R",), ("z",), ("V",), ("X",)),
+    "metallic": (("Y",), ("metallic",), ("R",), ("V",), ("X",)),
+    "roughness": (("Y",), ("roughness",), ("R",), ("V",), ("X",)),
 }
+
+
+def _strip_layers(chans: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A one-pass EXR whose channels carry one layer prefix (`ViewLayer.Depth.Z`, `Seq.WorldNormal.R`)
+    -> bare channel names; anything else unchanged."""
+    if all("." in c for c in chans):
+        layers = {c.rsplit(".", 1)[0] for c in chans}
+        if len(layers) == 1:
+            return {c.rsplit(".", 1)[1]: v for c, v in chans.items()}
+    return chans
 
 
 def _decode_exr_pass(name: str, path: Path, chans: dict[str, np.ndarray], prefix: str = "") -> np.ndarray:

@@ -36,13 +36,24 @@ def add_reader_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nan-policy", choices=("error", "fix"), default="error",
                    help="NaN/Inf in float EXR passes: error (name the file, count, first pixel) or fix "
                         "(replace with background and warn)")
+    p.add_argument("--conventions", choices=("auto", "alaya", "blender", "unreal", "unity"), default="auto",
+                   help="which engine wrote float EXR passes (normal space and axes, depth units, pass names); "
+                        "auto detects it from the pass names and logs its choice (docs/gbuffers.md, Engines)")
+    p.add_argument("--depth-range", default=None, metavar="NEAR[:FAR]|auto",
+                   help="depth shown at full brightness in the 8-bit encoding (default 0.5 scene units), or auto "
+                        "(from the data); :FAR makes anything farther background")
+    p.add_argument("--world-normals", choices=("error", "keep"), default="error",
+                   help="world-space normals without camera.json: error (default) or keep them unconverted (warns)")
 
 
 def open_from_args(path: Path, args):
-    from ...files.readers import open_gbuffers
+    from ...files.conventions import parse_depth_range
+    from ...files.readers import DEFAULT_DEPTH_NEAR, open_gbuffers
 
+    near, far = parse_depth_range(args.depth_range) if args.depth_range else (DEFAULT_DEPTH_NEAR, None)
     return open_gbuffers(path, args.layout, start=args.start, stop=args.stop, stride=args.stride, size=args.size,
-                         resize=args.resize, nan_policy=args.nan_policy, fps=args.fps)
+                         resize=args.resize, nan_policy=args.nan_policy, fps=args.fps, depth_near=near,
+                         depth_far=far, conventions=args.conventions, world_normals=args.world_normals)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

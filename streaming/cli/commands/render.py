@@ -51,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=args_.FRAMES, default=0, help="frames to render (0: all)")
     parser.add_argument("--fps", type=args_.FPS, default=16.0, help="output frame rate (mp4)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--conventions", choices=("auto", "alaya", "blender", "unreal", "unity"), default="auto",
+                        help="which engine wrote float EXR passes; auto detects it from pass names (docs/gbuffers.md, Engines)")
+    parser.add_argument("--depth-range", default="0.5", metavar="NEAR[:FAR]|auto",
+                        help="depth shown brightest in the 8-bit depth (scene units), or auto from the data; "
+                             ":FAR makes anything farther background")
 
 
 def model_choice(model: Path | None) -> tuple[str, str | None]:
@@ -78,7 +83,8 @@ def run(args) -> int:
     sets = [f"1.path={args.gbuffers.resolve()}", f"1.frames={args.frames}", f"1.width={w}", f"1.height={h}",
             f"3.text={args.prompt}", f"5.seed={args.seed}", f"5.steps={args.steps or -1}",
             f"Save.filename={args.out.resolve()}", f"Save.format={args.format}", f"Save.fps={args.fps}",
-            f"Save.overwrite={args.overwrite}"]
+            f"Save.overwrite={args.overwrite}", f"1.conventions={args.conventions}",
+            f"1.depth_range={args.depth_range}"]
     if teacher:
         sets += [f"2.model={args.model.resolve()}", f"2.window_frames={args.window_frames or -1}", f"5.cfg={args.cfg or -1.0}"]
         sets += [f"2.vae={args.vae.resolve()}"] if args.vae else []
@@ -90,9 +96,14 @@ def run(args) -> int:
         if warning:
             print(f"alaya-flash: warning: {warning}", file=sys.stderr)
         wf, classes = load(WORKFLOW, sets + [f"2.model={model}"])
+    from .run import _outputs
+
+    (written,) = _outputs(wf)  # what Save writes: an mp4 gets its .mp4 suffix
+    if written.exists() and not args.overwrite:
+        raise AlayaError(f"{written}: already exists; pass --overwrite to replace it")
     stats = execute(wf, classes, args.quiet, label="render")
     if not args.quiet:
-        print(f"wrote {stats.frames} frames to {args.out} ({stats.fps:.2f} FPS overall)", file=sys.stderr)
+        print(f"wrote {stats.frames} frames to {written} ({stats.fps:.2f} FPS overall)", file=sys.stderr)
     return 0
 
 
