@@ -5,6 +5,7 @@ import base64
 import hashlib
 import os
 import socket
+import struct
 
 import numpy as np
 
@@ -46,18 +47,71 @@ def start_server(pipeline=TintPipeline, **config) -> LiveServer:
     return server
 
 
-def stalled_client(url: str) -> socket.socket:
-    """A WebSocket client that handshakes and then never reads (the socket is kept open)."""
+def raw_client(url: str, rcvbuf: int | None = None, host_header: str | None = None) -> socket.socket:
+    """A bare WebSocket client socket, handshaken (it can then send any bytes, or nothing)."""
     host, port = url.split("//")[1].strip("/").split(":")
     s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(30)
     s.connect((host, int(port)))
     key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {host_header or f'{host}:{port}'}\r\nUpgrade: websocket\r\n"
+              f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:
-        head += s.recv(1)
+        byte = s.recv(1)
+        if not byte:
+            break
+        head += byte
     if b" 101 " not in head.split(b"\r\n")[0]:
+        s.close()
         raise RuntimeError(f"handshake refused: {head[:80]!r}")
     return s
+
+
+def stalled_client(url: str) -> socket.socket:
+    """A WebSocket client that handshakes and then never reads (the socket is kept open)."""
+    return raw_client(url, rcvbuf=4096)
+
+
+def ws_frame(opcode: int, payload: bytes, declared: int | None = None, fin: bool = True) -> bytes:
+    """One masked client frame (RFC 6455); `declared` puts another length in the header than is sent."""
+    n = len(payload) if declared is None else declared
+    head = bytes([(0x80 if fin else 0) | opcode])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 1 << 16:
+        head += bytes([0x80 | 126]) + struct.pack(">H", n)
+    else:
+        head += bytes([0x80 | 127]) + struct.pack(">Q", n)
+    mask = os.urandom(4)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def read_close_code(s: socket.socket) -> int | None:
+    """Read server frames until a close frame; its status code (None: the socket ended without one)."""
+    buf = b""
+    while True:
+        while len(buf) >= 2:
+            n, at = buf[1] & 0x7F, 2
+            if n == 126:
+                if len(buf) < 4:
+                    break
+                n, at = struct.unpack(">H", buf[2:4])[0], 4
+            elif n == 127:
+                if len(buf) < 10:
+                    break
+                n, at = struct.unpack(">Q", buf[2:10])[0], 10
+            if len(buf) < at + n:
+                break
+            if buf[0] & 0x0F == 0x8:
+                return struct.unpack(">H", buf[at:at + 2])[0] if n >= 2 else None
+            buf = buf[at + n:]
+        try:
+            data = s.recv(65536)
+        except (ConnectionError, socket.timeout):
+            return None
+        if not data:
+            return None
+        buf += data

@@ -3,8 +3,11 @@ import asyncio
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from alaya_flash.streaming.live.protocol import (
+    MAX_DEPTH,
     MAX_MESSAGE_BYTES,
     ProtocolError,
     RateLimiter,
@@ -42,12 +45,55 @@ def test_valid_messages_parse():
     ('{"type": "input", "jump": "yes"}', "true or false"),
     ('{"type": "record", "on": 1}', "true or false"),
     ('{"type": "prompt", "text": "' + "y" * MAX_MESSAGE_BYTES + '"}', "over the limit"),
+    # hostile pages (issue #34): a lone surrogate, deep nesting, numbers no float can hold
+    ('{"type": "prompt", "text": "a \\ud800 b"}', "character 3 ('\\ud800') is not valid Unicode"),
+    ('{"type": "prompt", "text": "\\udfff"}', "not valid Unicode"),
+    ('{"type": "\\ud800"}', "not valid Unicode"),
+    ('{"type": "ping", "\\udc80": 1}', "not valid Unicode"),
+    ('{"type": "input", "move": ["\\ud800", 0]}', "not valid Unicode"),
+    ("[" * 4000, f"nests 4000 levels deep; the limit is {MAX_DEPTH} levels"),
+    ('{"type": "ping", "t": ' + "[" * 2000 + "]" * 2000 + "}", "the limit is"),
+    ('{"type": "input", "move": [[[[0]]], 0]}', "the limit is"),
+    ('{"type": "ping", "t": ' + "9" * 4000 + "}", "must be a number in"),
+    ('{"type": "input", "move": [-' + "9" * 3000 + ', 0]}', "must be a number in"),
+    ('{"type": "ping", "t": 1e99999}', "must be a number in"),
 ])
 def test_bad_messages_are_refused_with_a_line(raw, words):
     with pytest.raises(ProtocolError) as err:
         parse_message(raw, CTX)
     assert words in str(err.value)
     assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+def test_deep_strings_and_valid_text_pass():
+    # brackets inside strings are not nesting; surrogate pairs (emoji) are valid text
+    cmd = parse_message(json.dumps({"type": "prompt", "text": "[[[[[{{{{{ \U0001F600 \\\" ]"}), CTX)
+    assert cmd.args["text"] == "[[[[[{{{{{ \U0001F600 \\\" ]"
+    assert parse_message('{"type": "prompt", "text": "\\ud83d\\ude00"}', CTX).args["text"] == "\U0001F600"
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.one_of(
+    st.text(max_size=300),
+    st.binary(max_size=50),
+    json_values.map(json.dumps),
+    st.builds(lambda t, rest: json.dumps({"type": t, **rest}), st.sampled_from(["control", "prompt", "preset",
+              "source", "input", "record", "passes", "ping", "x"]), st.dictionaries(
+              st.sampled_from(["action", "text", "name", "move", "yaw", "pitch", "zoom", "jump", "push", "on", "t"]),
+              json_values, max_size=3)),
+    st.builds(lambda n, o: o * n, st.integers(0, 5000), st.sampled_from(["[", "{\"a\":", "[\"\\ud800\","]))))
+def test_any_message_gives_a_command_or_one_protocol_error_line(raw):
+    try:
+        parse_message(raw, CTX)
+    except ProtocolError as err:
+        assert "\n" not in str(err) and len(str(err)) < 300
+        str(err).encode("utf-8")  # the reply itself is sendable text
 
 
 def test_rate_limiter_bounds_bursts_and_refills():

@@ -1,16 +1,26 @@
 """The live server over real sockets: frames, commands, bad input, 404s, slow clients, recording."""
 import asyncio
 import json
+import signal
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import numpy as np
 import pytest
 
+from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.streaming.live.engine import unpack_frame
-from alaya_flash.streaming.live.protocol import MAX_STRIKES, WS_MAX_BYTES
+from alaya_flash.streaming.live.protocol import MAX_STRIKES, WS_MAX_BYTES, Command
 
-from live_helpers import stalled_client, start_server
+from live_helpers import TintPipeline, raw_client, read_close_code, stalled_client, start_server, ws_frame
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
+       "from alaya_flash.streaming.cli import main; sys.exit(main())"]
 
 
 @pytest.fixture(scope="module")
@@ -263,3 +273,221 @@ def test_file_source_loops_and_serve_cli_refuses_bad_options(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert words in err and len(err.splitlines()) == 1
+
+
+# ---- hardening (issue #34): what a hostile page or a broken client can try ------------------------
+
+
+def test_host_header_must_name_this_server(server):
+    from alaya_flash.streaming.live.server import host_name
+
+    assert [host_name(h) for h in ["LocalHost:8765", "[::1]:80", "[::1]", "127.0.0.1", "evil.example:1",
+                                   "a:b", "[::1]x", "[::1", ""]] == \
+        ["localhost", "::1", "::1", "127.0.0.1", "evil.example", "", "", "", ""]
+    port = server.url.rstrip("/").rsplit(":", 1)[1]
+
+    async def main():
+        async with aiohttp.ClientSession() as s:
+            # DNS rebinding: evil.example re-pointed at 127.0.0.1; the page's Origin matches its Host
+            for host in [f"evil.example:{port}", "evil.example", f"localhost.evil.example:{port}",
+                         f"127.0.0.1.nip.io:{port}", f"localhost:{port}@evil.example", ""]:
+                for path in ["", "static/app.js", "nothing"]:
+                    async with s.get(server.url + path, headers={"Host": host, "Origin": f"http://{host}"}) as r:
+                        assert r.status == 403, (host, path)
+                        body = await r.text()
+                        assert "Host" in body and len(body) < 120 and "alaya-flash" not in body
+                with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+                    await s.ws_connect(server.url + "ws", headers={"Host": host, "Origin": f"http://{host}"})
+                assert err.value.status == 403
+            for host in [f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "LOCALHOST", f"127.0.0.2:{port}"]:
+                async with s.get(server.url, headers={"Host": host}) as r:
+                    assert r.status == 200, host
+                async with s.ws_connect(server.url + "ws", headers={"Host": host, "Origin": f"http://{host}"}) as ws:
+                    assert (await _until_text(ws, lambda m: m["type"] == "hello"))["status"]
+
+    _run(main())
+    with pytest.raises(RuntimeError, match="403"):  # the raw upgrade too
+        raw_client(server.url, host_header=f"evil.example:{port}")
+
+
+def test_a_misbehaving_viewer_does_not_disturb_another(server):
+    """Viewer A tries every bad message (and broken sockets) while viewer B keeps receiving frames."""
+    hostile = [
+        ('{"type": "prompt", "text": "\\ud800"}', "not valid Unicode"),
+        ('{"type": "preset", "name": "\\udfff"}', "not valid Unicode"),
+        ("[" * 4000, "nests 4000 levels deep; the limit is"),
+        ('{"type": "prompt", "text": ' + "[" * 1000 + "]" * 1000 + "}", "the limit is"),
+        ('{"type": "ping", "t": ' + "9" * 4000 + "}", "must be a number"),
+        ('{"type": "prompt", "text": "' + "z" * 5000 + '"}', "over the limit of 4096 bytes"),
+    ]
+
+    async def main():
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url + "ws") as b:
+            first, _ = await _frames(b, 2)
+            watch = asyncio.ensure_future(_frames(b, 30, timeout=60))
+            async with s.ws_connect(server.url + "ws") as a:
+                for raw, words in hostile:
+                    await a.send_str(raw)
+                    err = await _until_text(a, lambda m: m["type"] == "error")
+                    assert words in err["message"], (raw[:40], err)
+                await a.send_bytes(b"\x00" * 1000)
+                assert "binary" in (await _until_text(a, lambda m: m["type"] == "error"))["message"]
+                st = await _until_text(a, lambda m: m["type"] == "status")
+                assert st["state"] == "running" and st["error"] is None
+            # an oversized binary frame closes that socket (1009) at its header, before the payload
+            async with s.ws_connect(server.url + "ws") as a:
+                await a.send_bytes(b"\x01" * (WS_MAX_BYTES + 1))
+                while (await a.receive(timeout=10)).type not in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED,
+                                                                  aiohttp.WSMsgType.CLOSING):
+                    pass
+                assert a.close_code == 1009
+            loop = asyncio.get_running_loop()
+
+            def raw_abuse():
+                codes = []
+                for frame in [ws_frame(0x2, b"", declared=1 << 40), ws_frame(0x1, b"", declared=1 << 62),
+                              ws_frame(0x1, b'{"ty', fin=False) + ws_frame(0x0, b"x" * (WS_MAX_BYTES + 10), fin=False),
+                              ws_frame(0x1, b"\xff\xfe{}")]:
+                    sock = raw_client(server.url)
+                    sock.sendall(frame)
+                    codes.append(read_close_code(sock))
+                    sock.close()
+                for frame in [ws_frame(0x1, b'{"type": "prom', declared=1000),  # aborted mid-message
+                              ws_frame(0x1, b'{"type": ', fin=False)]:         # aborted between fragments
+                    sock = raw_client(server.url)
+                    sock.sendall(frame)
+                    time.sleep(0.2)
+                    sock.close()
+                return codes
+
+            codes = await loop.run_in_executor(None, raw_abuse)
+            assert codes == [1009, 1009, 1009, 1007]
+            got, _ = await watch
+            # B got frames all along, in order, in the same epoch (nothing reset the stream)
+            assert len(got) == 30 and len({h["epoch"] for h, _ in got}) == 1
+            assert [h["index"] for h, _ in got] == sorted(h["index"] for h, _ in got)
+            await asyncio.sleep(0.5)
+            st = await _until_text(b, lambda m: m["type"] == "status")
+            assert st["viewers"] == 1 and st["state"] == "running" and st["error"] is None
+
+    _run(main())
+    assert server.engine.error is None and len(server.hub.clients) == 0
+    # the engine refuses such text itself too, whoever calls it
+    assert "not valid Unicode" in server.engine.command(Command("prompt", {"text": "a\ud800"}))
+
+
+class FragilePipeline(TintPipeline):
+    """Fails on the prompt "boom" (like a tokenizer refusing text), and its first build fails."""
+
+    builds = 0
+
+    def __init__(self):
+        type(self).builds += 1
+        if type(self).builds == 1:
+            raise RuntimeError("the model could not be loaded (first try)")
+        super().__init__()
+
+    def set_prompt(self, text):
+        if text == "boom":
+            raise AlayaError("prompt: the tokenizer refused it")
+        super().set_prompt(text)
+
+
+def test_a_renderer_error_recovers_on_start_reset_or_preset(tmp_path):
+    server = start_server(pipeline=FragilePipeline, record=True, record_dir=tmp_path / "rec")
+    try:
+        async def main():
+            async with aiohttp.ClientSession() as s, s.ws_connect(server.url + "ws") as a, \
+                    s.ws_connect(server.url + "ws") as b:
+                # the first build failed: every viewer sees the error
+                for ws in (a, b):
+                    st = await _until_text(ws, lambda m: m["type"] == "status" and m["state"] == "error")
+                    assert "could not be loaded" in st["error"]
+                epoch = st["epoch"]
+                for recover in [{"type": "control", "action": "start"}, {"type": "control", "action": "reset"},
+                                {"type": "preset", "name": "overcast"}]:
+                    await a.send_json(recover)
+                    got, _ = await _frames(b, 4, epoch=epoch + 1)
+                    index = [h["index"] for h, _ in got]  # the stream started over (a slow viewer may skip frames)
+                    assert index == sorted(index) and index[0] < 4
+                    for ws in (a, b):
+                        st = await _until_text(ws, lambda m: m["type"] == "status" and m["epoch"] == epoch + 1)
+                        assert st["state"] == "running" and st["error"] is None
+                    # a prompt the pipeline cannot take breaks it again; pause does not recover it
+                    await a.send_json({"type": "prompt", "text": "boom"})
+                    st = await _until_text(b, lambda m: m["type"] == "status" and m["state"] == "error")
+                    assert "tokenizer refused" in st["error"] and st["prompt"] != "boom"
+                    await a.send_json({"type": "control", "action": "pause"})
+                    await asyncio.sleep(0.5)
+                    assert (await _until_text(b, lambda m: m["type"] == "status"))["state"] == "error"
+                    epoch = st["epoch"]
+                st = await _until_text(a, lambda m: m["type"] == "status")
+                return st
+
+        _run(main())
+    finally:
+        server.stop()
+    # each run between errors was recorded and finished; nothing temporary is left
+    folders = sorted(p.name for p in (tmp_path / "rec").iterdir())
+    assert folders and not [f for f in folders if f.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("sig, frames", [(signal.SIGTERM, 3), (signal.SIGHUP, 0)])
+def test_a_signal_during_serve_record_finishes_or_removes_the_recording(sig, frames, tmp_path):
+    """`serve --record` as a real process; the signal comes while the recording's temporary folder
+    exists (after some frames, or at once): the process exits 128 + signal, leaving a complete
+    recording or nothing, never a temporary folder."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    rec = tmp_path / "rec"
+    proc = subprocess.Popen(CLI + ["serve", "--random-model", "--record", "--record-dir", str(rec), "--port", str(port),
+                                   "--size", "32"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (rec.is_dir() and list(rec.glob(".live-*.alaya-tmp.tmp"))):
+            assert proc.poll() is None, f"serve ended before the signal: {proc.stderr.read()}"
+            assert time.time() < deadline, "serve never started recording"
+            time.sleep(0.05)
+
+        async def watch():
+            async with aiohttp.ClientSession() as s, s.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
+                await _frames(ws, frames, timeout=60)
+
+        if frames:
+            _run(watch())
+        proc.send_signal(sig)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert code == 128 + sig, err
+    assert f"stopped by {signal.Signals(sig).name}" in err
+    left = sorted(p.name for p in rec.iterdir()) if rec.exists() else []
+    assert not [n for n in left if n.startswith(".") or n.endswith(".tmp")], left
+    if frames:  # a committed recording, readable to its end
+        import av
+
+        assert len(left) == 1
+        with av.open(str(rec / left[0] / "rgb.mp4")) as video:
+            assert sum(1 for _ in video.decode(video=0)) >= frames
+    for name in left:  # whatever is there is a whole recording
+        assert sorted(p.name for p in (rec / name).iterdir()) == ["controls.jsonl", "rgb.mp4"]
+
+
+def test_a_recording_sweeps_what_a_killed_server_left(tmp_path):
+    import os
+
+    from alaya_flash.streaming.live.recorder import Recorder
+
+    rec = tmp_path / "rec"
+    dead = rec / ".live-20260101-000000.999999999-0123abcd.alaya-tmp.tmp"  # no such process
+    alive = rec / f".live-20260101-000001.{os.getpid()}-0123abcd.alaya-tmp.tmp"  # a running server's
+    mine = rec / ".live-notes.tmp"  # not a name this program makes
+    for d in (dead, alive, mine):
+        d.mkdir(parents=True)
+    r = Recorder(rec / "live-20260102-000000", fps=30)
+    r.abort()
+    assert sorted(p.name for p in rec.iterdir()) == sorted([alive.name, mine.name])

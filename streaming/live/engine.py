@@ -14,6 +14,11 @@ its due time (1 / fps apart; when rendering is slower it emits as soon as ready)
 once and handed to `publish(kind, payload)` (transport.Hub.publish: never blocks). So clients
 cannot slow the renderer: the only waits in the loop are the pacing sleep and the pipeline.
 
+An error while rendering (the pipeline, the source, the recorder) does not end the thread: the
+engine shows it (status "error"), finishes the recording, drops the source and the pipeline, and
+waits; the next start, reset, prompt, preset or source command builds them again and the stream
+starts over (a new epoch), so one bad moment never needs a server restart.
+
 latency_ms of a frame = time from capturing its G-buffers to handing out its JPEG (network excluded).
 """
 from __future__ import annotations
@@ -99,6 +104,15 @@ class LiveConfig:
         return self
 
 
+def _is_text(text: str) -> bool:
+    """Whether text encodes as UTF-8 (no lone surrogates): what a tokenizer and a recording take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
     """uint8 (H, W, 3) -> JPEG bytes (deterministic for the same pixels and quality)."""
     from PIL import Image
@@ -165,7 +179,8 @@ class LiveEngine:
         self.epoch = 0
         self.index = 0  # next G-buffer frame index in this epoch
         self.emitted = 0
-        self.error: str | None = None
+        self.error: str | None = None  # set when rendering failed; cleared when a client restarts it
+        self._restart = False  # a client asked to go on after an error
         self.recording: Path | None = None
         self.last_recording: Path | None = None
         self.player = None
@@ -189,6 +204,8 @@ class LiveEngine:
     def command(self, cmd: Command) -> str | None:
         """Queue a validated client command; returns an error line when it cannot apply."""
         a = cmd.args
+        if cmd.type == "prompt" and not _is_text(a["text"]):
+            return "prompt: the text is not valid Unicode"
         with self._lock:
             if cmd.type == "control":
                 if a["action"] == "start":
@@ -215,6 +232,8 @@ class LiveEngine:
                 self._one_shot["push"] |= a["push"]
             else:
                 return f"{cmd.type}: not an engine command"
+            if cmd.type in ("control", "prompt", "preset", "source") and a.get("action") != "pause":
+                self._restart = True  # after an error: rebuild and go on (no effect otherwise)
         self._wake.set()
         return None
 
@@ -254,30 +273,74 @@ class LiveEngine:
             return FileLiveSource(c.gbuffers, c.width, c.height)
         return WorldLiveSource(c.seed, c.width, c.height, c.fps)
 
+    def _build(self) -> None:
+        """(Re)open the source and make the pipeline (again after an error)."""
+        self.source = self._open_source(self.source_name)
+        self.pipeline = self.make_pipeline()
+        self.pipeline.set_prompt(self.prompt)
+        self._inflight = deque()
+        self.ready.set()
+        self._clock0, self._paced = time.perf_counter(), 0
+
     def _run(self) -> None:
         self.source = self.pipeline = self.recorder = None
+        self._inflight = deque()
         try:
-            self.source = self._open_source(self.source_name)
-            self.pipeline = self.make_pipeline()
-            self.pipeline.set_prompt(self.prompt)
-            self._inflight: deque[_Captured] = deque()
-            self.ready.set()
-            self._clock0, self._paced = time.perf_counter(), 0
             while not self._stop.is_set():
-                self._apply_requests()
-                if not self.running:
-                    self._wake.wait(0.1)
-                    self._wake.clear()
-                    self._clock0, self._paced = time.perf_counter(), 0
-                    continue
-                self._render_chunk()
-        except Exception as err:  # shown on the page; the server stays up
-            self.error = str(err) if isinstance(err, AlayaError) else f"{type(err).__name__}: {err}"
-            log.error("live renderer stopped: %s", self.error, exc_info=not isinstance(err, AlayaError))
+                try:
+                    if self.pipeline is None:
+                        self._build()
+                    self._apply_requests()
+                    if not self.running:
+                        self._wake.wait(0.1)
+                        self._wake.clear()
+                        self._clock0, self._paced = time.perf_counter(), 0
+                        continue
+                    self._render_chunk()
+                except Exception as err:  # shown on the page; the server stays up
+                    self._failed(err)
+                    self._await_restart()
         finally:
+            try:
+                self._finish_recording()
+            except Exception as err:
+                log.error("live: the recording could not be finished: %s", err)
+            self._drop_source()
+
+    def _failed(self, err: Exception) -> None:
+        """Show the error, finish the recording (what was rendered stays), drop the source and pipeline."""
+        message = str(err) if isinstance(err, AlayaError) else f"{type(err).__name__}: {err}"
+        with self._lock:
+            self.error, self._restart = message, False
+        log.error("live renderer stopped: %s (Start or Reset tries again)", message,
+                  exc_info=not isinstance(err, AlayaError))
+        try:
             self._finish_recording()
-            if self.source is not None:
-                self.source.close()
+        except Exception as rec_err:
+            log.error("live: the recording could not be finished: %s", rec_err)
+        self._drop_source()
+        self.pipeline = None  # made again on restart: its state is unknown after an error
+
+    def _drop_source(self) -> None:
+        source, self.source = self.source, None
+        if source is not None:
+            try:
+                source.close()
+            except Exception as err:
+                log.warning("live: closing the source failed: %s", err)
+
+    def _await_restart(self) -> None:
+        """Wait in the error state until a client asks to go on (start, reset, prompt, preset, source)."""
+        while not self._stop.is_set():
+            with self._lock:
+                if self._restart:  # the stream starts over, as after a reset
+                    self._restart, self.error, self.running = False, None, True
+                    self.epoch += 1
+                    self.index, self.player = 0, None
+                    self._requests.reset = False  # done: this is one
+                    return
+            self._wake.wait(0.1)
+            self._wake.clear()
 
     def _apply_requests(self) -> None:
         with self._lock:

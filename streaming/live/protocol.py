@@ -13,10 +13,11 @@ Client -> server: JSON text messages, at most MAX_MESSAGE_BYTES, one object with
   {"type": "passes", "on": true | false}            this client also wants the G-buffer passes
   {"type": "ping", "t": number}                     answered with {"type": "pong", "t": same}
 
-Anything else (binary, not JSON, not an object, unknown type, unknown or missing field, wrong
-kind, out of range) is refused with one {"type": "error", "message": ...} reply and no other
-effect; messages beyond the rate limit likewise. `parse_message` raises ProtocolError with that
-one-line message.
+Anything else (binary, not JSON, not an object, nested deeper than MAX_DEPTH, text that is not
+valid Unicode (a lone surrogate such as "\\ud800" in JSON), unknown type, unknown or missing
+field, wrong kind, out of range) is refused with one {"type": "error", "message": ...} reply and
+no other effect; messages beyond the rate limit likewise. `parse_message` raises ProtocolError
+with that one-line message, and nothing else whatever the input (tests/test_live_protocol.py).
 
 Server -> client: JSON text messages {"type": "hello" | "status" | "error" | "pong", ...} and binary
 frame messages: 4-byte big-endian header length, a JSON header {"kind": "rgb" | "passes", "epoch",
@@ -33,6 +34,9 @@ MAX_MESSAGE_BYTES = 4096
 """Largest client message we parse; larger ones are refused (the socket's hard cap is WS_MAX_BYTES)."""
 WS_MAX_BYTES = 65536
 """aiohttp's receive limit: a client sending more is disconnected (close code 1009)."""
+MAX_DEPTH = 4
+"""Deepest nesting of arrays/objects a message may have (the protocol's own messages nest 2 deep:
+the object and input's "move"); checked before parsing, so no message can exhaust the parser's stack."""
 MAX_PROMPT_CHARS = 1000
 RATE_PER_SECOND = 60.0  # sustained messages per second per client (key repeat is ~30/s)
 RATE_BURST = 120
@@ -65,7 +69,8 @@ def _bool(msg: dict, key: str) -> bool:
 
 def _number(msg: dict, key: str, lo: float, hi: float, default: float = 0.0) -> float:
     v = msg.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+    # range first: an int of thousands of digits compares fine but cannot become a float
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or not math.isfinite(v):
         raise ProtocolError(f"{msg['type']}: {key!r} must be a number in [{lo:g}, {hi:g}], got {v!r:.40}")
     return float(v)
 
@@ -110,20 +115,66 @@ def _input(msg: dict) -> dict:
     return out
 
 
+def _depth(raw: str) -> int:
+    """Deepest nesting of [ and { outside JSON strings (a linear scan, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _check_text(value, where: str = "message") -> None:
+    """Refuse strings (keys and values, at any depth) that are not valid Unicode: lone surrogates,
+    which JSON's \\uD800 escapes can produce and which no UTF-8 encoder (tokenizer, file, socket) takes."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ProtocolError(f"{where}: character {err.start + 1} ({value[err.start]!r}) is not valid Unicode "
+                                f"text (a lone surrogate); send UTF-8 text") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k, where)
+            _check_text(v, f"field {k!r:.40}" if k.isascii() else where)
+    elif isinstance(value, list):
+        for v in value:
+            _check_text(v, where)
+
+
 def parse_message(raw, context: dict | None = None) -> Command:
-    """Check one client message (str or bytes); returns a Command or raises ProtocolError.
+    """Check one client message (str or bytes); returns a Command or raises ProtocolError (nothing else).
 
     context: {"presets": names, "sources": names} the server currently offers.
     """
     if not isinstance(raw, str):
         raise ProtocolError("binary messages are not accepted; send JSON text")
-    if len(raw.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {len(raw.encode('utf-8', 'surrogatepass'))} bytes is over the limit of "
-                            f"{MAX_MESSAGE_BYTES} bytes")
+    size = len(raw.encode("utf-8", "surrogatepass"))
+    if size > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {size} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes")
+    depth = _depth(raw)
+    if depth > MAX_DEPTH:
+        raise ProtocolError(f"message nests {depth} levels deep; the limit is {MAX_DEPTH} levels")
     try:
         msg = json.loads(raw)
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise ProtocolError(f"message is not valid JSON ({err.msg} at column {err.colno})") from None
+    except (ValueError, RecursionError) as err:  # e.g. an integer over Python's digit limit
+        raise ProtocolError(f"message is not valid JSON ({str(err)[:80]})") from None
+    _check_text(msg)
     if not isinstance(msg, dict):
         raise ProtocolError(f"message must be a JSON object, got {type(msg).__name__}")
     kind = msg.get("type")

@@ -10,8 +10,10 @@ The folder holds rgb.mp4 (H.264, Mp4Sink) or, with gbuffers, the teacher's clip 
 ({mod}.mp4 + rgb.mp4, lossless, TeacherMp4Sink; readable by open_gbuffers), and controls.jsonl
 (one JSON object per line: {"frame": i, "move": [r, f], "yaw", "pitch", "zoom", "jump", "push"}
 per captured frame, plus {"frame": i, "event": ...} lines for prompt, preset, source and reset).
-The whole folder is written as `name.tmp` and moved into place on close, so a crash leaves no
-half-written recording under the final name.
+The whole folder is written under a hidden temporary name (sinks.temp_name:
+`.live-....<pid>-<token>.alaya-tmp.tmp`) and moved into place on close, so a crash leaves no
+half-written recording under the final name; abort (and a signal, which unwinds to abort or close)
+removes it. What a kill -9 left, the next recording into the same folder removes (sweep_recordings).
 """
 from __future__ import annotations
 
@@ -21,12 +23,23 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files.sinks import AtomicOutput, BackgroundWriter, Mp4Sink, TeacherMp4Sink
+from ..files.sinks import TEMP_MARK, AtomicOutput, BackgroundWriter, Mp4Sink, TeacherMp4Sink, sweep_leftovers
 from ..world.play import Controls
+
+
+def sweep_recordings(folder: Path) -> list[Path]:
+    """Remove the temporary recording folders in `folder` that killed servers left (only this
+    program's names, only of processes that no longer run: sinks.sweep_leftovers)."""
+    removed = []
+    if folder.is_dir():
+        for tmp in folder.glob(f".live-*.{TEMP_MARK}.tmp"):
+            removed += sweep_leftovers(folder / tmp.name[1:].split(".", 1)[0])
+    return removed
 
 
 class Recorder:
     def __init__(self, folder: Path, fps: float, gbuffers: bool = False):
+        sweep_recordings(folder.parent)
         self.out = AtomicOutput(folder, overwrite=False, is_dir=True)
         self.path = self.out.dst
         self.gbuffers = gbuffers

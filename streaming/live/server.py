@@ -8,11 +8,16 @@
 Routes: GET / (the page), GET /static/NAME (only the files shipped in static/, by exact name),
 GET /ws (the WebSocket, protocol.py). Every other path, and any name not in static/, is 404:
 request paths are never joined to the file system. A WebSocket whose Origin names another host
-is refused (403), so other web sites cannot drive a local server. At most MAX_CLIENTS at once.
+is refused (403), so other web sites cannot drive a local server. Every request whose Host header
+is not a loopback name (localhost, 127.0.0.1, [::1]), an IP address, the configured --host or (when
+bound to all addresses) this machine's name is refused (403): a DNS-rebinding page (evil.example
+re-pointed at 127.0.0.1) reaches the socket but not the server. At most MAX_CLIENTS at once.
+A message the server cannot handle gets an error reply; the socket and the renderer go on.
 """
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import socket
@@ -43,6 +48,29 @@ SECURITY_HEADERS = {
 }
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+def host_name(header: str) -> str:
+    """The name part of a Host header, lower case, without port or IPv6 brackets ("" when malformed)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        end = header.find("]")
+        rest = header[end + 1:] if end > 0 else "x"
+        return header[1:end] if end > 0 and (rest == "" or rest[:1] == ":" and rest[1:].isdigit()) else ""
+    name, colon, port = header.partition(":")
+    return name if not colon or port.isdigit() else ""
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _static_files() -> dict[str, tuple[bytes, str]]:
     """Name -> (bytes, content type) of every shipped page file, read once."""
     files = {}
@@ -66,6 +94,22 @@ class LiveServer:
         self._started = threading.Event()
         self._stopped: asyncio.Event | None = None
         self._error: BaseException | None = None
+        self.hosts = self._allowed_hosts(host)
+
+    @staticmethod
+    def _allowed_hosts(host: str) -> frozenset[str]:
+        """Host header names served: loopback names, the configured host and, bound to all addresses,
+        this machine's names (IP addresses are always served: they cannot be re-pointed by DNS)."""
+        names = set(LOOPBACK_NAMES) | {host_name(host) or host.strip("[]").lower()}
+        if host in WILDCARD_HOSTS:
+            names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        return frozenset(n for n in names if n)
+
+    def host_ok(self, header: str | None) -> bool:
+        if header is None:  # HTTP/1.0 without Host: not a browser
+            return True
+        name = host_name(header)
+        return bool(name) and (name in self.hosts or _is_ip(name))
 
     # ---- HTTP -------------------------------------------------------------------------------
 
@@ -80,6 +124,13 @@ class LiveServer:
 
     async def _static(self, request: web.Request) -> web.Response:
         return self._file(request.match_info["name"])
+
+    @web.middleware
+    async def _check_host(self, request: web.Request, handler):
+        if not self.host_ok(request.headers.get("Host")):
+            return web.Response(status=403, text="forbidden: the Host header does not name this server\n",
+                                headers=SECURITY_HEADERS)
+        return await handler(request)
 
     def _origin_ok(self, request: web.Request) -> bool:
         origin = request.headers.get("Origin")
@@ -111,36 +162,52 @@ class LiveServer:
         try:
             async for msg in ws:
                 if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
-                    break
-                try:
-                    if not limiter.allow():
-                        raise ProtocolError("rate limit: too many messages; slow down")
-                    cmd = parse_message(msg.data, context)
-                    if cmd.type == "ping":
-                        client.reply(json.dumps({"type": "pong", "t": cmd.args["t"]}))
-                    elif cmd.type == "passes":
-                        (client.wants.add if cmd.args["on"] else client.wants.discard)("passes")
-                    else:
-                        problem = engine.command(cmd)
-                        if problem:
-                            raise ProtocolError(problem)
+                    break  # an error on the socket (a message over WS_MAX_BYTES, a broken frame): closed
+                problem = self._handle(msg.data, client, limiter, context)
+                if problem is None:
                     strikes = 0
-                except ProtocolError as err:
-                    strikes += 1
-                    client.reply(json.dumps({"type": "error", "message": str(err)}))
-                    if strikes >= MAX_STRIKES:  # stop the pump first: one writer per socket
-                        self.hub.remove(client)
-                        pump.cancel()
-                        await asyncio.gather(pump, return_exceptions=True)
-                        await ws.send_str(json.dumps({"type": "error", "message": f"{err} (closing after "
+                    continue
+                strikes += 1
+                client.reply(json.dumps({"type": "error", "message": problem}))
+                if strikes >= MAX_STRIKES:  # stop the pump first: one writer per socket
+                    self.hub.remove(client)
+                    pump.cancel()
+                    await asyncio.gather(pump, return_exceptions=True)
+                    try:
+                        await ws.send_str(json.dumps({"type": "error", "message": f"{problem} (closing after "
                                                                                   f"{strikes} refused messages)"}))
                         await ws.close(code=1008, message=b"too many refused messages")
-                        break
+                    except (ConnectionError, RuntimeError):  # the client is already gone
+                        pass
+                    break
+        except ConnectionError:  # the client went away while the socket was writing to it
+            log.debug("live: a client's connection was lost")
         finally:
             self.hub.remove(client)
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
         return ws
+
+    def _handle(self, data, client: Client, limiter: RateLimiter, context: dict) -> str | None:
+        """Apply one client message; returns the error line to send back, or None."""
+        try:
+            if not limiter.allow():
+                raise ProtocolError("rate limit: too many messages; slow down")
+            cmd = parse_message(data, context)
+            if cmd.type == "ping":
+                client.reply(json.dumps({"type": "pong", "t": cmd.args["t"]}))
+            elif cmd.type == "passes":
+                (client.wants.add if cmd.args["on"] else client.wants.discard)("passes")
+            else:
+                problem = self.engine.command(cmd)
+                if problem:
+                    raise ProtocolError(problem)
+        except ProtocolError as err:
+            return str(err)
+        except Exception as err:  # a bug, not the client's fault: say so, keep the socket and the renderer
+            log.error("live: a client message could not be handled: %s", err, exc_info=True)
+            return f"the server could not handle that message ({type(err).__name__}); nothing changed"
+        return None
 
     async def _status_loop(self) -> None:
         while True:
@@ -152,7 +219,7 @@ class LiveServer:
     # ---- lifecycle --------------------------------------------------------------------------
 
     def make_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._check_host])
         app.router.add_get("/", self._index)
         app.router.add_get("/static/{name}", self._static)
         app.router.add_get("/ws", self._ws)
@@ -195,7 +262,11 @@ class LiveServer:
                 on_ready(self.url)
             await task
 
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        finally:  # also on Ctrl-C / SIGTERM (cli: Stopped) arriving anywhere in the loop: finish a recording
+            if self.engine is not None:
+                self.engine.stop()
 
     def start_background(self, timeout: float = 60.0) -> str:
         """Serve from a daemon thread; returns the URL once listening."""

@@ -9,7 +9,8 @@ The page shows the rendered stream (and, on request, the G-buffer passes), a pro
 lighting presets, FPS / latency / dropped-frame readouts, start / pause / reset, the source
 choice and a record button. In the physics world the keyboard moves the player and the camera
 (WASD, arrows, Q/E, Space, F). The server binds 127.0.0.1 unless --host says otherwise.
-docs/live.md describes the page, the protocol and the limits.
+Ctrl-C, SIGTERM and SIGHUP stop it and finish an open recording (a renderer error does not:
+Start or Reset on the page tries again). docs/live.md describes the page, the protocol and the limits.
 """
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ...world.shading import PRESETS
 
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind; anything but 127.0.0.1 exposes the page to your network")
+                        help="address to bind; anything but 127.0.0.1 exposes the page to your network. "
+                        "Requests must name the server in their Host header (localhost, an IP address, this "
+                        "value, or with 0.0.0.0 this machine's name): others get 403 (DNS rebinding)")
     parser.add_argument("--port", type=args_.bounded(int, 0, 65535), default=8765, help="TCP port (0: any free port)")
     parser.add_argument("--source", choices=("world", "file"), default="world",
                         help="initial source: the playable physics world or the --gbuffers file stream")

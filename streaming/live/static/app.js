@@ -70,7 +70,7 @@ function showStatus(s) {
   $("frames").textContent = String(alaya.frames);
   $("viewers").textContent = String(s.viewers);
   $("error").hidden = !s.error;
-  $("error").textContent = s.error || "";
+  $("error").textContent = s.error ? `${s.error} (Start or Reset tries again)` : "";
   recording = !!s.recording;
   $("record").textContent = recording ? "Stop recording" : "Record";
   $("record").classList.toggle("on", recording);
