@@ -429,3 +429,25 @@ def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path):
     info.stdout.close()  # the reader is gone before the command prints (it reads the clip first)
     assert info.wait(60) == 0
     assert "Traceback" not in info.stderr.read()
+
+
+@pytest.mark.parametrize("fmt", ["mp4", "png"])
+def test_a_file_size_limit_mid_render_is_one_line_and_leaves_nothing(fmt, tmp_path):
+    """The disk refusing mid-write (here a 50 KB file-size limit, as a full disk would) is one line naming
+    the output, exit 2, and nothing is left behind."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+
+    cli = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
+           "from alaya_flash.streaming.cli import main; sys.exit(main())"]
+    out = tmp_path / "big"
+    done = subprocess.run(cli + ["render", "samples/courtyard", "--prompt", "x", "--out", str(out), "--format", fmt],
+                          cwd=ROOT, preexec_fn=limit, capture_output=True, text=True)
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(err) == 1, done.stderr
+    assert "File too large" in err[0] and f"{out}" in err[0] and "alaya-tmp" not in err[0]
+    assert list(tmp_path.iterdir()) == []

@@ -243,6 +243,9 @@ class Sink:
                 raise AlayaError(f"{where}: size {size[1]}x{size[0]} differs from the first frame's "
                                  f"{self._size[1]}x{self._size[0]}")
             self._write(rgb, gbuffer, where)
+        except OSError as err:  # the disk refused (full, a file-size limit, no permission): name the output
+            self.abort()
+            raise AlayaError(f"{where}: cannot write ({err.strerror or err}); nothing was left at {self.path}") from err
         except BaseException:
             self.abort()
             raise
@@ -267,6 +270,9 @@ class Sink:
             return None
         try:
             self._finish()
+        except OSError as err:
+            self.abort()
+            raise AlayaError(f"{self.path}: cannot finish writing ({err.strerror or err}); nothing was left there") from err
         except BaseException:
             self.abort()
             raise
