@@ -451,3 +451,24 @@ def test_a_file_size_limit_mid_render_is_one_line_and_leaves_nothing(fmt, tmp_pa
     assert done.returncode == 2 and len(err) == 1, done.stderr
     assert "File too large" in err[0] and f"{out}" in err[0] and "alaya-tmp" not in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("node, name, value, message", [
+    ("3", "text", "a \ud800 street", "node 3 (Encode Prompt): prompt: character 3 ('\\ud800') is not valid Unicode text"),
+    ("8", "fps", float("nan"), "node 8 (Save): input 'fps' must be a finite number, got nan"),
+    ("8", "fps", 0.0, "node 8 (Save): input 'fps' is 0.0, out of range [1.0, 240.0]"),
+])
+def test_bad_widget_values_in_a_workflow_file_are_named(node, name, value, message, tmp_path, capsys):
+    """A workflow saved with a lone surrogate in a prompt or a NaN / zero frame rate is refused by node
+    and input before anything runs."""
+    import json
+
+    from alaya_flash.streaming.cli import main
+
+    api = json.loads((ROOT / "workflows" / "render-gbuffer-sequence.api.json").read_text())
+    api[node]["inputs"][name] = value
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(api))  # json writes the lone surrogate as "\\ud800" and NaN as NaN
+    assert main(["run", str(path), "--validate-only"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
