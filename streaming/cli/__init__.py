@@ -76,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     previous = _stop_on_signals()
+    code = 1  # until the command returns
     try:
         try:
-            return int(args._run(args) or 0)
+            code = int(args._run(args) or 0)
+            return code
         except Exception as err:
             if _received:  # the signal's exception was turned into another on its way (e.g. mid-import)
                 raise Stopped(_received[-1]) from err
@@ -104,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"alaya-flash: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     finally:
+        if code != 0:  # whatever the reason, no half-written output stays behind
+            from ..files.sinks import abort_unfinished
+
+            abort_unfinished()
         _restore_signals(previous)
 
 

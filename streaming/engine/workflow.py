@@ -275,9 +275,10 @@ def _check_value(label: str, name: str, value: Any, spec: tuple, custom: bool = 
     ComfyUI), so only the type is checked here, which that method may take for granted."""
     kind = spec[0]
     opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
-    if isinstance(kind, (list, tuple)) and custom:
-        return None if isinstance(value, (str, int, float)) and not isinstance(value, bool) else \
-            f"{label}: input {name!r} must be one of the listed names, got {value!r:.60}"
+    if isinstance(kind, (list, tuple)) and custom:  # any value of the choices' type (e.g. a file path)
+        types = tuple({type(c) for c in kind}) or (str,)
+        return None if isinstance(value, types) and not isinstance(value, bool) else \
+            f"{label}: input {name!r} must be a {' or '.join(t.__name__ for t in types)} like its choices, got {value!r:.60}"
     if isinstance(kind, (list, tuple)):
         if value not in kind:
             shown = ", ".join(map(str, list(kind)[:8])) + (", ..." if len(kind) > 8 else "")

@@ -98,6 +98,18 @@ def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
+_UNFINISHED: set = set()  # AtomicOutputs neither committed nor aborted yet (this process)
+
+
+def abort_unfinished() -> int:
+    """Abort every output still being written: the CLI's last word when it stops on an error or a
+    signal that landed before a writer could catch it. Returns how many there were."""
+    outs = list(_UNFINISHED)
+    for out in outs:
+        out.abort()
+    return len(outs)
+
+
 class AtomicOutput:
     """A destination path (file or folder) written to a temporary name beside it (temp_name) and
     moved into place on commit; abort removes only what this object created."""
@@ -116,6 +128,7 @@ class AtomicOutput:
                 self._created.append(parent)
         sweep_leftovers(self.dst)
         self.tmp = temp_name(self.dst)
+        _UNFINISHED.add(self)  # before the temporary exists: a signal from here on still finds it
         if is_dir:
             self.tmp.mkdir()
 
@@ -127,9 +140,11 @@ class AtomicOutput:
             _remove(old)
         else:
             os.replace(self.tmp, self.dst)
+        _UNFINISHED.discard(self)
         return self.dst
 
     def abort(self) -> None:
+        _UNFINISHED.discard(self)
         _remove(self.tmp)
         for parent in reversed(self._created):
             try:
