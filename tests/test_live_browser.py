@@ -7,34 +7,20 @@ Checks what a person would: the page loads, frames arrive and change, the FPS re
 number, a prompt change changes the output (same indices, same seed: equal before, different
 after), and a key press moves the player (the G-buffer passes change and the ball moves forward).
 """
-import os
-import shutil
 import time
 
 import pytest
 
+from browser_helpers import chromium, needs_chromium
 from live_helpers import start_server
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)),
-                                reason="needs Debian's chromium and chromium-driver (.ci/system-deps.sh)")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     server = start_server(**LIVE_OPTIONS)
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"]:
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    driver.set_script_timeout(30)
+    driver = chromium(tmp_path_factory.mktemp("chromium"))
     try:
         driver.get(server.url)
         yield driver, server

@@ -17,6 +17,7 @@ from alaya_flash.streaming.live.engine import unpack_frame
 from alaya_flash.streaming.live.protocol import MAX_STRIKES, WS_MAX_BYTES, Command
 
 from live_helpers import TintPipeline, raw_client, read_close_code, stalled_client, start_server, ws_frame
+from process_helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
@@ -444,11 +445,7 @@ def test_a_signal_during_serve_record_finishes_or_removes_the_recording(sig, fra
     proc = subprocess.Popen(CLI + ["serve", "--random-model", "--record", "--record-dir", str(rec), "--port", str(port),
                                    "--size", "32"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 120
-        while not (rec.is_dir() and list(rec.glob(".live-*.alaya-tmp.tmp"))):
-            assert proc.poll() is None, f"serve ended before the signal: {proc.stderr.read()}"
-            assert time.time() < deadline, "serve never started recording"
-            time.sleep(0.05)
+        wait_until(proc, lambda: rec.is_dir() and list(rec.glob(".live-*.alaya-tmp.tmp")), "serve starting to record")
 
         async def watch():
             async with aiohttp.ClientSession() as s, s.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:

@@ -4,10 +4,11 @@ and gets the signal while its temporary output exists."""
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from process_helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
@@ -29,11 +30,8 @@ def commands(tmp: Path) -> dict[str, tuple[list[str], Path]]:
 def test_a_signal_mid_write_leaves_nothing(command, sig, tmp_path):
     args, out = commands(tmp_path)[command]
     proc = subprocess.Popen(CLI + ["--quiet"] + args, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not list(tmp_path.glob(f".{out.name}.*.tmp")):  # its temporary output exists: it is writing
-        assert proc.poll() is None, f"{command} ended before the signal: {proc.stderr.read()}"
-        assert time.time() < deadline, f"{command} never started writing"
-        time.sleep(0.05)
+    # its temporary output exists: it is writing
+    wait_until(proc, lambda: list(tmp_path.glob(f".{out.name}.*.tmp")), f"{command} starting to write")
     proc.send_signal(sig)
     code = proc.wait(60)
     err = proc.stderr.read()
