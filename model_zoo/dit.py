@@ -31,6 +31,7 @@ from torch import nn
 
 from .convert import to_wan
 from .errors import AlayaError
+from .fused import linear_gelu
 from .kv_cache import KVCache
 from .loading import load_strict, read_metadata, read_shapes, save_safetensors
 from .precision import preferred_dtype
@@ -364,7 +365,7 @@ class Block(nn.Module):
         x = x + gated(y, gate_sa)
         x = x + self.cross_attn(F.layer_norm(x, x.shape[-1:], self.norm3.weight.float(), self.norm3.bias.float(), self.eps), *prompt_kv).float()
         h = modulate(self._norm(x), shift_ff, scale_ff)
-        y = _linear(self.ffn[2], self.ffn[1](_linear(self.ffn[0], h)))
+        y = _linear(self.ffn[2], linear_gelu(h.to(self.ffn[0].weight.dtype), self.ffn[0]))
         return x + gated(y, gate_ff)
 
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import AlayaError
+from .. import fused
 from .tiny import channels_last, conv
 
 GBUFFER_CHANNELS = 9  # albedo 3, depth 1, metallic 1, normal 3, roughness 1 (single-channel passes: channel 0)
@@ -85,7 +86,7 @@ class GBufferRefiner(nn.Module):
         text (M, text_dim) pooled prompt embeddings -> refined rgb (M, 3, H, W), unclamped."""
         p = self.tail[-1].weight
         x = channels_last(torch.cat([rgb, planes], 1).to(p.dtype) * 2 - 1)
-        f = self.head(x)
+        f = fused.sequential(self.head, x)
         film = None
         if self.text_dim:
             if text is None or text.shape != (rgb.shape[0], self.text_dim):
@@ -94,11 +95,11 @@ class GBufferRefiner(nn.Module):
             c = self.config.width
             film = self.text(text.to(p.dtype))[:, :, None, None]  # (M, 6c, 1, 1)
             f = f * (1 + film[:, :c]) + film[:, c:2 * c]
-        d = self.down(f)
+        d = fused.sequential(self.down, f)
         if film is not None:
             d = d * (1 + film[:, 2 * c:4 * c]) + film[:, 4 * c:]
         d = F.interpolate(d, size=f.shape[-2:], mode="bilinear", align_corners=False)
-        return rgb + self.tail(torch.cat([f, d.to(f.dtype)], 1)).float()
+        return rgb + fused.sequential(self.tail, torch.cat([f, d.to(f.dtype)], 1)).float()
 
     @torch.no_grad()
     def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None) -> Tensor:

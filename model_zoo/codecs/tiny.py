@@ -23,10 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import AlayaError
+from .. import fused
+from ..fused import REDUCED_PRECISION
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,6 @@ CONFIGS: dict[str, TinyCodecConfig] = {
     "taew-slim": TinyCodecConfig(encoder_width=32, decoder_widths=(64, 32, 16, 16)),
 }
 
-
-REDUCED_PRECISION = (torch.bfloat16, torch.float16)  # dtypes that run channels-last (and may reorder sums)
 
 
 def channels_last(x: Tensor) -> Tensor:
@@ -113,6 +112,15 @@ class MemBlock(nn.Module):
         return torch.cat([x.unflatten(1, (self.groups, -1)), past.unflatten(1, (self.groups, -1))], 2).flatten(1, 2)
 
     def forward(self, x: Tensor, past: Tensor) -> Tensor:
+        if fused.fusable(x) and self.groups == 1:  # each ReLU and the residual add inside its convolution
+            c1, _, c2, _, c3 = self.conv
+            # conv1 over [x, past] as two convolutions over halves of its weight, the second adding onto
+            # the first: no concatenated copy of both inputs (the largest copy left at full resolution)
+            n = x.shape[1]
+            h = fused.conv2d(past, c1.weight[:, n:], c1.bias, 1, 1)
+            h = fused.conv2d(x, c1.weight[:, :n], None, 1, 1, relu=True, add=h)
+            h = fused.conv(c2, h, relu=True)
+            return fused.conv(c3, h, relu=True, add=self.skip(x))
         return self.act(self.conv(self.join(x, past)) + self.skip(x))
 
     def forward_seq(self, x: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -173,9 +181,8 @@ class TPool(nn.Module):
         outs = []
         for j in range(0, usable, self.stride):
             y = None
-            for k in range(self.stride):
-                part = F.conv2d(channels_last(frames[j + k]), w[:, k * c:(k + 1) * c], groups=self.groups)
-                y = part if y is None else y.add_(part)
+            for k in range(self.stride):  # the sum rides on each next convolution (fused add)
+                y = fused.conv2d(channels_last(frames[j + k]), w[:, k * c:(k + 1) * c], groups=self.groups, add=y)
             outs.append(y)
         left = frames[usable:]
         # pending frames: x itself when it is the one frame left, else a copy (a view would keep x alive)
@@ -205,11 +212,18 @@ def run_causal(layers: nn.Sequential, x: Tensor, state: dict[int, Tensor | None]
     An empty dict is a fresh stream. Returns (N, T_out, C', H', W'); T_out may be 0 while a TPool
     waits for more frames. Per-frame layers run on all frames of the chunk at once.
     """
+    relu_next = False
     for i, layer in enumerate(layers):
         if x.shape[1] == 0:
             break
+        if relu_next:  # already applied, fused into the convolution before it
+            relu_next = False
+            continue
         if hasattr(layer, "forward_seq"):
             x, state[i] = layer.forward_seq(x, state.get(i))
+        elif isinstance(layer, nn.Conv2d):
+            relu_next = i + 1 < len(layers) and isinstance(layers[i + 1], nn.ReLU)
+            x = fused.conv(layer, channels_last(x.flatten(0, 1)), relu=relu_next).unflatten(0, x.shape[:2])
         else:
             x = layer(channels_last(x.flatten(0, 1))).unflatten(0, x.shape[:2])
     return x

@@ -114,9 +114,11 @@ class StageGraph:
     def __getitem__(self, name: str) -> Step:
         return next(s for s in self.steps if s.name == name)
 
-    def _run(self, fed: Mapping[str, tuple | None], final: bool) -> dict[str, tuple | None]:
+    def _run(self, fed: Mapping[str, tuple | None], final: bool, steps: list[Step] | None = None
+             ) -> dict[str, tuple | None]:
+        """Run `steps` (default: all) over the values so far (the feeds, and earlier steps' outputs)."""
         values: dict[str, tuple | None] = dict(fed)
-        for s in self.steps:
+        for s in self.steps if steps is None else steps:
             inputs = {k: None if values.get(p) is None else values[p][i] for k, (p, i) in s.inputs.items()}
             t0 = time.perf_counter()
             values[s.name] = s.call(inputs, final)
@@ -148,6 +150,7 @@ class RunStats:
     frames: int = 0  # frames produced by the sources
     seconds: float = 0.0
     first_chunk_seconds: float | None = None
+    first_chunk_frames: int = 0  # frames the first tick pulled
     setup_seconds: float = 0.0  # loading models, opening sources and starting stages (the caller's)
     first_output_seconds: float | None = None  # from the end of setup to the first tick a sink got frames
     node_seconds: dict[str, float] = field(default_factory=dict)  # step or node name -> time in it
@@ -157,25 +160,39 @@ class RunStats:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
 
+def _pull(graph: StageGraph, sources: Mapping[str, Iterator[tuple]]) -> tuple[dict, int] | None:
+    """One chunk from every source (None when all have ended), timed into graph.source_seconds."""
+    fed, frames = {}, 0
+    for name, it in sources.items():
+        t0 = time.perf_counter()
+        chunk = next(it, None)
+        graph.source_seconds[name] = graph.source_seconds.get(name, 0.0) + time.perf_counter() - t0
+        fed[name] = chunk
+        if chunk is not None:
+            frames += max(chunk_length(c) for c in chunk)
+    return None if all(chunk is None for chunk in fed.values()) else (fed, frames)
+
+
 def ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]],
-          should_stop: Callable[[], bool] | None = None) -> Iterator[tuple[dict[str, tuple | None], int, bool]]:
+          should_stop: Callable[[], bool] | None = None, lanes: "Lanes | None" = None
+          ) -> Iterator[tuple[dict[str, tuple | None], int, bool]]:
     """The chunk loop itself: pull one chunk from every source and tick the graph, until the sources
     end (or should_stop() after a tick); then the finishing tick. Yields (values of every step, frames
     pulled, final). On any error, or when the consumer stops early, the stages are aborted. The time
-    spent pulling from each source (reading is work too) adds up in graph.source_seconds."""
+    spent pulling from each source (reading is work too) adds up in graph.source_seconds.
+
+    lanes: run the steps as a pipeline on worker threads (`Lanes`); the ticks, their values and the
+    frames are the same, each tick is yielded once its last lane is done with it."""
+    if lanes is not None and lanes.count > 1 and len(graph.steps) > 1:
+        yield from _lane_ticks(graph, sources, should_stop, lanes)
+        return
     finished = False
     try:
         while sources:
-            fed, frames = {}, 0
-            for name, it in sources.items():
-                t0 = time.perf_counter()
-                chunk = next(it, None)
-                graph.source_seconds[name] = graph.source_seconds.get(name, 0.0) + time.perf_counter() - t0
-                fed[name] = chunk
-                if chunk is not None:
-                    frames += max(chunk_length(c) for c in chunk)
-            if all(chunk is None for chunk in fed.values()):
+            pulled = _pull(graph, sources)
+            if pulled is None:
                 break
+            fed, frames = pulled
             yield graph.tick(fed), frames, False
             if should_stop and should_stop():
                 break
@@ -187,20 +204,127 @@ def ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]],
             graph.abort()
 
 
+@dataclass(frozen=True)
+class Lanes:
+    """Run a graph's steps as a pipeline: consecutive groups of steps (lanes), each on its own worker
+    thread with its own number of torch threads, so chunk k+1's first steps run while chunk k's last
+    ones do. On a small CPU this beats splitting every operation over all cores: one thread per lane
+    never waits at OpenMP's barriers, which is what collapses a 2-thread renderer when another busy
+    process (a game engine) holds a core (docs/benchmarks.md, "CPU").
+
+    threads: torch intra-op threads per lane (its length is the number of lanes).
+    split: the first step of each lane after the first; None: chosen after `measure` ticks run on the
+    first lane alone, so that the slowest lane's measured time is as small as possible.
+    """
+
+    threads: tuple[int, ...] = (1, 1)
+    split: tuple[str, ...] | None = None
+    measure: int = 2
+
+    @property
+    def count(self) -> int:
+        return len(self.threads)
+
+    def groups(self, graph: StageGraph, seconds: Mapping[str, float] | None = None) -> list[list[Step]]:
+        """The graph's steps cut into `count` consecutive lanes (fewer when there are fewer steps)."""
+        steps = graph.steps
+        if self.split is not None:
+            names = [s.name for s in steps]
+            unknown = [n for n in self.split if n not in names]
+            if unknown:
+                raise ValueError(f"lanes: no step named {unknown[0]!r} (steps: {', '.join(names)})")
+            cuts = sorted({names.index(n) for n in self.split} - {0})
+        else:
+            cuts = balanced_cuts([(seconds or {}).get(s.name, 0.0) for s in steps], self.count)
+        bounds = [0, *cuts, len(steps)]
+        return [steps[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def balanced_cuts(costs: list[float], parts: int) -> list[int]:
+    """Indices cutting `costs` into at most `parts` consecutive non-empty runs whose largest sum is
+    smallest (ties: the earliest cuts). Exhaustive: a graph has a handful of steps."""
+    from itertools import combinations
+
+    n = len(costs)
+    parts = max(1, min(parts, n))
+    best, best_cost = [], float("inf")
+    for cuts in combinations(range(1, n), parts - 1):
+        bounds = [0, *cuts, n]
+        cost = max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:]))
+        if cost < best_cost - 1e-12:
+            best, best_cost = list(cuts), cost
+    return best
+
+
+def _lane_ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], should_stop, lanes: Lanes):
+    """ticks() with the steps split into lanes, one worker thread each (see Lanes). Tick k is
+    submitted to lane 0 as soon as it is pulled; lane i takes tick k once lane i-1 is done with it
+    and lane i is done with tick k-1. At most `lanes.count` ticks are in flight."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start(n):
+        import torch
+
+        torch.set_num_threads(n)  # this worker thread's own OpenMP setting; the caller's is untouched
+
+    workers = [ThreadPoolExecutor(1, thread_name_prefix=f"alaya-lane{i}", initializer=start, initargs=(n,))
+               for i, n in enumerate(lanes.threads)]
+    groups = [graph.steps] if lanes.split is None else lanes.groups(graph)
+
+    def submit(fed: dict, final: bool):
+        future = workers[0].submit(graph._run, fed, final, groups[0])
+        for i, group in enumerate(groups[1:], 1):
+            future = workers[i].submit(lambda prev=future, g=group: graph._run(prev.result(), final, g))
+        return future
+
+    finished, stop, measured, inflight = False, False, 0, deque()
+    first = dict(graph.seconds)
+    try:
+        while sources and not stop:
+            if len(groups) == 1 and measured == lanes.measure:  # measured serially, on the first lane
+                # the cut balances the times measured after the first tick (which also pays one-off setup)
+                groups = lanes.groups(graph, {k: v - first.get(k, 0.0) for k, v in graph.seconds.items()})
+            pulled = _pull(graph, sources)
+            if pulled is None:
+                break
+            fed, frames = pulled
+            inflight.append((submit(fed, False), frames))
+            measured += 1
+            while len(inflight) >= len(groups) and not stop:  # one tick in flight per lane
+                future, n = inflight.popleft()
+                yield future.result(), n, False
+                stop = bool(should_stop and should_stop())
+                if measured == 1 and lanes.measure > 1:
+                    first = dict(graph.seconds)
+        while inflight:  # ticks already pulled finish normally
+            future, n = inflight.popleft()
+            yield future.result(), n, False
+        values = submit({name: None for name in sources}, True).result()
+        finished = True
+        yield values, 0, True
+    finally:
+        for w in workers:  # no lane may still be running a step when the stages are aborted
+            w.shutdown(wait=True, cancel_futures=True)
+        if not finished:
+            graph.abort()
+
+
 def drive(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], sinks: list[str] | None = None,
           progress: Callable[[RunStats], None] | None = None, should_stop: Callable[[], bool] | None = None,
-          stats: RunStats | None = None, start: float | None = None) -> RunStats:
+          stats: RunStats | None = None, start: float | None = None, lanes: Lanes | None = None) -> RunStats:
     """Run `ticks` to the end with figures: frames, ticks, time to the first chunk and to the first
     output, per-step and per-source seconds.
 
     sinks: the steps whose first input marks the first output (default: steps with no outputs).
     stats/start: the caller's, when it timed a setup before (RunStats.seconds counts from `start`).
+    lanes: run the steps as a pipeline on worker threads (`Lanes`).
     """
     stats = stats or RunStats()
     start = time.perf_counter() if start is None else start
     stats.setup_seconds = stats.setup_seconds or (time.perf_counter() - start)
     sinks = [s.name for s in graph.steps if not s.outputs] if sinks is None else sinks
-    for values, frames, final in ticks(graph, sources, should_stop):
+    for values, frames, final in ticks(graph, sources, should_stop, lanes):
         if stats.first_output_seconds is None and any(graph.received(n, values) for n in sinks):
             stats.first_output_seconds = time.perf_counter() - start - stats.setup_seconds
         if final:
@@ -209,7 +333,7 @@ def drive(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], sinks: list
         stats.ticks += 1
         stats.seconds = time.perf_counter() - start
         if stats.first_chunk_seconds is None:
-            stats.first_chunk_seconds = stats.seconds
+            stats.first_chunk_seconds, stats.first_chunk_frames = stats.seconds, frames
         if progress:
             progress(stats)
     stats.seconds = time.perf_counter() - start

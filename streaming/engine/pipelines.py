@@ -638,8 +638,11 @@ class TeacherPipeline(Pipeline):
 
 
 def gbuffer_chunks(stream, length: int) -> Iterator[GBuffers]:
-    """GBuffers chunks of `length` frames from a GBufferStream (streaming/files/readers.py)."""
-    for images in stream.teacher_chunks(length):
+    """GBuffers chunks from a GBufferStream (streaming/files/readers.py): the first frame alone, then
+    `length` frames at a time. Latent 0 covers frame 0 alone and latent i frames 4i-3..4i, so the
+    first frame leaves the renderer as soon as it can, and with `length` a multiple of 4 every later
+    chunk completes its latents instead of leaving frames waiting for the next chunk."""
+    for images in stream.teacher_chunks(length, first=1):
         yield GBuffers(images, stream.info.fps, stream.info.depth_near)
 
 

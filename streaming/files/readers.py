@@ -138,16 +138,17 @@ class GBufferStream:
                 images, ext = frame_to_teacher(frame, self.info.depth_near), frame.extras
             yield (images, ext) if extras else images
 
-    def teacher_chunks(self, length: int, drop_last: bool = False) -> Iterator[np.ndarray]:
-        """Yield uint8 (T, 5, H, W, 3) chunks of `length` frames; the last may be shorter unless drop_last."""
-        if length < 1:
-            raise AlayaError(f"chunk length must be >= 1, got {length}")
-        buf = []
+    def teacher_chunks(self, length: int, drop_last: bool = False, first: int = 0) -> Iterator[np.ndarray]:
+        """Yield uint8 (T, 5, H, W, 3) chunks of `length` frames; the last may be shorter unless drop_last.
+        first: the first chunk has this many frames instead (0: `length`)."""
+        if length < 1 or first < 0:
+            raise AlayaError(f"chunk length must be >= 1, got {length}" if length < 1 else f"first chunk length {first} < 0")
+        buf, want = [], first or length
         for images in self.teacher_frames():
             buf.append(images)
-            if len(buf) == length:
+            if len(buf) == want:
                 yield np.stack(buf)
-                buf = []
+                buf, want = [], length
         if buf and not drop_last:
             yield np.stack(buf)
 

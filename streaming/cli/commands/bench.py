@@ -16,8 +16,10 @@ weights (said in the output): speed does not depend on the weights' values.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher-steps", type=args_.STEPS, default=50, help="teacher Euler steps")
     parser.add_argument("--format", choices=("mp4", "png"), default="mp4",
                         help="what the Save node writes (png: no video encoder needed, e.g. where PyAV is missing)")
+    parser.add_argument("--threads", type=args_.bounded(int, 1, 1024), metavar="N",
+                        help="CPU threads in all (default: the CPUs this process may use)")
+    parser.add_argument("--no-pipeline", action="store_true",
+                        help="CPU: run every stage on all threads in turn instead of a 2-lane pipeline")
+    parser.add_argument("--busy-neighbour", action="store_true",
+                        help="start one busy process beside the renderer for the run (what a game engine is)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -62,12 +70,28 @@ def _clip(folder: Path, size, frames: int) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def busy_neighbour(on: bool):
+    """One ordinary busy process (a Python loop) beside the renderer while the block runs: what a game
+    engine on the same machine is, reproducibly."""
+    if not on:
+        yield
+        return
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def _out(folder: Path, name: str, fmt: str) -> Path:
     """Where the frames go: an mp4 file, or a folder of frames."""
     return folder / (f"{name}.mp4" if fmt == "mp4" else name)
 
 
-def measure(make_steps, clip: Path, size, frames: int, chunk: int, out: Path, fmt: str = "mp4", sync=None) -> dict:
+def measure(make_steps, clip: Path, size, frames: int, chunk: int, out: Path, fmt: str = "mp4", sync=None,
+            lanes=None) -> dict:
     """Drive read -> make_steps(feed="read") -> write over the clip on the one chunk loop; figures
     from its per-step timings (sync: called after each step, so asynchronous GPU work is billed to
     its own step). Setup (prompt encoding, starting the stages, opening the clip) is timed apart."""
@@ -82,10 +106,10 @@ def measure(make_steps, clip: Path, size, frames: int, chunk: int, out: Path, fm
     steps.append(Step("write", writer, {"images": (steps[-1].name, 0)}, outputs=0))
     stream = open_gbuffers(clip, "npy-windows", stop=frames, size=size, resize="stretch")
     source = ((g,) for g in gbuffer_chunks(stream, chunk))
-    stats = drive(StageGraph(["read"], steps, sync=sync), {"read": source}, stats=RunStats(), start=start)
+    stats = drive(StageGraph(["read"], steps, sync=sync), {"read": source}, stats=RunStats(), start=start, lanes=lanes)
     loop = stats.seconds - stats.setup_seconds
     first_tick = (stats.first_chunk_seconds or stats.seconds) - stats.setup_seconds
-    steady_frames = stats.frames - min(chunk, stats.frames)
+    steady_frames = stats.frames - stats.first_chunk_frames
     steady = steady_frames / (loop - first_tick) if steady_frames and loop > first_tick else stats.frames / loop
     return {
         "frames": stats.frames,
@@ -105,6 +129,7 @@ def run(args) -> int:
     from ....model_zoo import bundle, precision
     from ....model_zoo.errors import AlayaError
     from ...engine import pipelines
+    from ...engine.cpu import cpu_plan
     from ...engine.pipelines import PromptSchedule
 
     h, w = args.size
@@ -121,11 +146,13 @@ def run(args) -> int:
     else:
         flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype,
                                          refiner=None if args.refiner == "none" else args.refiner)
+    plan = cpu_plan(args.threads, pipeline=not args.no_pipeline and dev.type == "cpu")
+    plan.apply()
     result = {"size": [w, h], "frames": args.frames, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
               "weights": str(args.model) if args.model else f"RANDOM ({args.dit}, {args.encoder}, {args.decoder}, {args.refiner})",
-              "torch_threads": torch.get_num_threads()}
+              "torch_threads": plan.threads, "cpu": plan.describe(), "busy_neighbour": args.busy_neighbour}
     sync = torch.cuda.synchronize if dev.type == "cuda" else None
-    with tempfile.TemporaryDirectory(prefix="alaya-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="alaya-bench-") as tmp, busy_neighbour(args.busy_neighbour):
         tmp = Path(tmp)
         clip = _clip(tmp, args.size, args.frames)
         s = flash.settings
@@ -135,8 +162,15 @@ def run(args) -> int:
             return pipelines.flash_steps(flash, prompts, seed=0, feed=feed, steps=args.steps, chunk_frames=s.chunk_frames,
                                          window_frames=s.window_frames, sink_frames=s.sink_frames)
 
+        # Warm-up: a throwaway 5-frame stream at the same size, so that one-off costs (oneDNN building its
+        # kernels for each new shape, first allocations) stay out of the first-frame figure, as after any
+        # earlier stream in a long-running process (the live server, ComfyUI).
+        t0 = time.perf_counter()
+        measure(flash_steps, clip, args.size, min(args.frames, 5), args.chunk, _out(tmp, "warm-up", args.format),
+                args.format, sync, plan.lanes)
+        result["warm_up_s"] = round(time.perf_counter() - t0, 3)
         result["flash"] = measure(flash_steps, clip, args.size, args.frames, args.chunk, _out(tmp, "flash", args.format),
-                                  args.format, sync)
+                                  args.format, sync, plan.lanes)
         if args.compare_teacher:
             teacher = bundle.make_random_teacher(args.dit, "wan2.1-vae", device=dev, dtype=dtype)
             teacher.dit = flash.dit  # same DiT architecture as the student (the paper's setting)
@@ -159,7 +193,8 @@ def run(args) -> int:
         print(json.dumps(result))
     else:
         f = result["flash"]
-        print(f"Flash {w}x{h}, {args.frames} frames, {result['weights']}: {f['fps_steady']} FPS steady, "
+        print(f"Flash {w}x{h}, {args.frames} frames, {result['weights']}, {result['cpu']}"
+              f"{', beside a busy process' if args.busy_neighbour else ''}: {f['fps_steady']} FPS steady, "
               f"first frames after {f['first_frame_latency_s']} s, ms/frame {f['ms_per_frame']}, peak RSS {result['peak_rss_mib']} MiB")
         if "teacher" in result:
             print(f"teacher: {result['teacher']['fps_overall']} FPS; speed-up {result['speedup']}x")

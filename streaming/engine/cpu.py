@@ -1,0 +1,57 @@
+"""How the renderer uses the CPU: how many threads, and whether its stages run as a pipeline.
+
+On a small CPU the renderer has two choices: split every operation over all cores (torch's
+intra-op threads), or give each group of stages its own core and overlap chunks (driver.Lanes).
+The first collapses when another busy process (the game engine producing the G-buffers) holds a
+core: OpenMP's threads spin at every barrier while one of them waits for the busy core (256x256 on
+2 cores fell from 16.5 to 0.66 FPS, docs/benchmarks.md). One thread per lane never meets such a
+barrier, and on a quiet machine the two lanes keep both cores busy with less overhead per op.
+
+    plan = cpu_plan()             # from the CPUs this process may use
+    plan = cpu_plan(threads=1)    # --threads 1: one thread, no pipeline
+    drive(graph, sources, lanes=plan.lanes)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .driver import Lanes
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; os.cpu_count() where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    threads: int  # threads in all
+    lanes: Lanes | None  # None: one lane, `threads` intra-op threads in the caller's thread
+
+    def describe(self) -> str:
+        if self.lanes is None:
+            return f"{self.threads} thread{'s' if self.threads > 1 else ''}, no pipeline"
+        per = "+".join(str(n) for n in self.lanes.threads)
+        return f"{self.threads} threads as a {self.lanes.count}-lane pipeline ({per} per lane)"
+
+    def apply(self) -> None:
+        """Set the caller's torch threads for a plan without lanes (lanes set their own)."""
+        if self.lanes is None:
+            import torch
+
+            torch.set_num_threads(self.threads)
+
+
+def cpu_plan(threads: int | None = None, pipeline: bool = True) -> CpuPlan:
+    """threads: in all (default: the usable CPUs); pipeline: two lanes when there are >= 2 threads.
+    The threads are split evenly between the two lanes (the first gets the smaller half)."""
+    n = usable_cpus() if threads is None else threads
+    if n < 1:
+        raise ValueError(f"threads must be at least 1, got {n}")
+    if not pipeline or n < 2:
+        return CpuPlan(n, None)
+    return CpuPlan(n, Lanes(threads=(n // 2, n - n // 2)))

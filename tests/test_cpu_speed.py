@@ -1,0 +1,180 @@
+"""The CPU speed work changes how frames are computed, never which frames: fused convolutions and
+the pipelined lanes against the plain ops and the serial loop; the lanes' scheduling and errors."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from alaya_flash import model_zoo
+from alaya_flash.model_zoo import bundle, fused
+from alaya_flash.streaming.engine import pipelines as pl
+from alaya_flash.streaming.engine.cpu import cpu_plan
+from alaya_flash.streaming.engine.driver import Lanes, StageGraph, Step, balanced_cuts, drive, ticks
+from alaya_flash.streaming.files.synthetic import synthetic_stream
+
+DEFAULT = Path(model_zoo.__file__).parent / "default"
+
+
+def _render(flash, chunks, lanes=None) -> torch.Tensor:
+    prompts = pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
+    graph = StageGraph(["gbuffers"], pl.flash_steps(flash, prompts, seed=3))
+    outs = []
+    for values, _, _ in ticks(graph, {"gbuffers": ((c,) for c in chunks)}, lanes=lanes):
+        out = values[graph.steps[-1].name]
+        if out is not None and out[0] is not None:
+            outs.append(out[0])
+    return torch.cat(outs)
+
+
+def _clip(size: int, frames: int) -> list[pl.GBuffers]:
+    return list(pl.gbuffer_chunks(synthetic_stream(size, size, frames), 4))
+
+
+def test_default_model_frames_are_unchanged_by_fusion_and_lanes(monkeypatch):
+    """The shipped model in bf16: fused ops on a 2-lane pipeline against plain ops in one loop."""
+    flash = bundle.load_flash(DEFAULT, torch.device("cpu"), torch.bfloat16)
+    chunks = _clip(64, 13)
+    fast = _render(flash, chunks, Lanes(threads=(1, 1)))
+    monkeypatch.setattr(fused, "FUSED_OP", False)
+    plain = _render(flash, chunks)
+    assert fast.shape == plain.shape == (13, 64, 64, 3)
+    psnr = 10 * torch.log10(1 / ((fast - plain) ** 2).mean())
+    assert psnr > 40, f"{psnr:.1f} dB"  # bf16 rounding only (one bf16 step per fused add)
+    assert (fast - plain).abs().max() < 0.05
+
+
+def test_float32_renders_take_no_fused_op(monkeypatch):
+    """float32 keeps the plain ops, so its bit-for-bit guarantees (chunked == whole) hold."""
+    flash = bundle.make_random_flash(seed=1, dtype=torch.float32, refiner="gbuffer-refiner-16")
+    chunks = [pl.GBuffers(torch.randint(0, 256, (5, 5, 16, 16, 3), dtype=torch.uint8))]
+    real, fast = fused.fusable, []
+    monkeypatch.setattr(fused, "fusable", lambda x: fast.append(real(x)) or fast[-1])
+    out = _render(flash, chunks)
+    assert fast and not any(fast)  # asked at every convolution, and never fused
+    monkeypatch.setattr(fused, "FUSED_OP", False)
+    assert torch.equal(out, _render(flash, chunks))
+
+
+@pytest.mark.skipif(not fused.FUSED_OP, reason="this PyTorch build has no oneDNN pointwise convolution")
+def test_fused_conv_matches_the_separate_ops():
+    torch.manual_seed(0)
+    cl = torch.channels_last
+    x = torch.randn(2, 8, 12, 12).bfloat16().contiguous(memory_format=cl)
+    w, b = torch.randn(6, 8, 3, 3).bfloat16(), torch.randn(6).bfloat16()
+    add = torch.randn(2, 6, 6, 6).bfloat16()
+    with torch.no_grad():
+        for stride in (1, 2):
+            ref = torch.nn.functional.conv2d(x, w, b, stride, 1)
+            extra = add if stride == 2 else None
+            got = fused.conv2d(x, w, b, stride, 1, relu=True, add=extra)
+            want = torch.relu(ref + extra if extra is not None else ref)
+            assert got.shape == want.shape
+            assert (got.float() - want.float()).abs().max() <= 0.02 * want.abs().max().float()
+        one = x[:1]  # a one-frame view whose batch stride is not canonical
+        view = one.as_strided(one.shape, (7, *one.stride()[1:]))
+        got = fused.conv2d(view, w, b, 1, 1, relu=True, add=torch.ones(1, 6, 12, 12).bfloat16())
+        want = torch.relu(torch.nn.functional.conv2d(one, w, b, 1, 1) + 1)
+        assert (got.float() - want.float()).abs().max() <= 0.02 * want.abs().max().float()
+    layer = torch.nn.Linear(8, 16).bfloat16()
+    h = torch.randn(3, 8).bfloat16()
+    with torch.no_grad():
+        want = torch.nn.functional.gelu(layer(h), approximate="tanh")
+        assert (fused.linear_gelu(h, layer).float() - want.float()).abs().max() < 0.05
+
+
+class _Add:
+    """A toy stage: adds its amount, remembers the thread that ran it, can fail at a given call."""
+
+    def __init__(self, amount, fail_at=None, threads=None):
+        self.amount, self.fail_at, self.calls, self.threads = amount, fail_at, 0, threads
+        self.aborted = False
+
+    def step(self, x):
+        self.calls += 1
+        if self.threads is not None:
+            self.threads.add(threading.current_thread().name)
+        if self.fail_at == self.calls:
+            raise RuntimeError(f"stage failed at call {self.calls}")
+        return None if x is None else x + self.amount
+
+    def flush(self):
+        return None
+
+    def abort(self):
+        self.aborted = True
+
+
+def _graph(fail_at=None, names=None):
+    stages = [_Add(1, threads=names), _Add(10, threads=names), _Add(100, fail_at, threads=names)]
+    steps = [Step("a", stages[0], {"x": ("feed", 0)}, single=True), Step("b", stages[1], {"x": ("a", 0)}, single=True),
+             Step("c", stages[2], {"x": ("b", 0)}, single=True)]
+    return StageGraph(["feed"], steps), stages
+
+
+@pytest.mark.parametrize("lanes", [Lanes(threads=(1, 1)), Lanes(threads=(1, 1, 1)), Lanes(threads=(1, 1), split=("c",)),
+                                   Lanes(threads=(1, 1), measure=0)])
+def test_lanes_give_the_serial_ticks_in_order(lanes):
+    serial, _ = _graph()
+    want = [(v["c"], n, final) for v, n, final in ticks(serial, {"feed": ((torch.tensor([i]),) for i in range(9))})]
+    names = set()
+    graph, _ = _graph(names=names)
+    got = [(v["c"], n, final) for v, n, final in ticks(graph, {"feed": ((torch.tensor([i]),) for i in range(9))}, lanes=lanes)]
+    def plain(rows):
+        return [(None if v is None or v[0] is None else v[0].item(), n, f) for v, n, f in rows]
+
+    assert plain(got) == plain(want) and len(want) == 10
+    assert any(n.startswith("alaya-lane1") for n in names) and threading.current_thread().name not in names
+
+
+def test_a_failing_lane_aborts_every_stage_and_leaves_no_thread():
+    graph, stages = _graph(fail_at=5)
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(RuntimeError, match="call 5"):
+        for _ in ticks(graph, {"feed": ((torch.tensor([i]),) for i in range(20))}, lanes=Lanes(threads=(1, 1))):
+            pass
+    assert all(s.aborted for s in stages)
+    assert stages[0].calls < 20  # the feed stopped soon after the failure
+    assert not [t for t in threading.enumerate() if t.name.startswith("alaya-lane") and t.name not in before]
+
+
+def test_should_stop_finishes_the_ticks_in_flight_then_flushes():
+    graph, stages = _graph()
+    seen = []
+    stats = drive(graph, {"feed": ((torch.tensor([i]),) for i in range(50))}, should_stop=lambda: len(seen) >= 3,
+                  progress=lambda s: seen.append(s.ticks), lanes=Lanes(threads=(1, 1)))
+    assert stats.ticks == stages[2].calls - 0 and stats.ticks < 50
+    assert stages[0].calls == stages[1].calls == stages[2].calls  # every pulled tick went through every step
+
+
+def test_balanced_cuts():
+    assert balanced_cuts([33, 20, 9, 12, 1], 2) == [1]  # encode | sample decode refine write
+    assert balanced_cuts([5, 5, 5, 5], 2) == [2]
+    assert balanced_cuts([1, 1, 10], 2) == [2]
+    assert balanced_cuts([4, 4, 4], 3) == [1, 2]
+    assert balanced_cuts([7], 2) == []
+    assert balanced_cuts([0, 0, 0], 2) == [1]
+
+
+def test_lanes_refuse_an_unknown_split_step():
+    graph, _ = _graph()
+    with pytest.raises(ValueError, match="no step named 'nope'"):
+        Lanes(split=("nope",)).groups(graph)
+
+
+def test_cpu_plan():
+    assert cpu_plan(1).lanes is None and cpu_plan(1).threads == 1
+    assert cpu_plan(2).lanes.threads == (1, 1)
+    assert cpu_plan(5).lanes.threads == (2, 3)
+    assert cpu_plan(4, pipeline=False).lanes is None
+    assert "2-lane pipeline" in cpu_plan(2).describe() and "no pipeline" in cpu_plan(3, pipeline=False).describe()
+    with pytest.raises(ValueError, match="at least 1"):
+        cpu_plan(0)
+
+
+def test_first_chunk_is_the_first_frame_alone():
+    sizes = [len(c) for c in pl.gbuffer_chunks(synthetic_stream(16, 16, 14), 4)]
+    assert sizes == [1, 4, 4, 4, 1]
+    assert [len(c) for c in pl.gbuffer_chunks(synthetic_stream(16, 16, 3), 1)] == [1, 1, 1]
