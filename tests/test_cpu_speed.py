@@ -178,3 +178,21 @@ def test_first_chunk_is_the_first_frame_alone():
     sizes = [len(c) for c in pl.gbuffer_chunks(synthetic_stream(16, 16, 14), 4)]
     assert sizes == [1, 4, 4, 4, 1]
     assert [len(c) for c in pl.gbuffer_chunks(synthetic_stream(16, 16, 3), 1)] == [1, 1, 1]
+
+
+def test_configure_sets_the_process_plan_and_the_cli_refuses_bad_threads(monkeypatch, capsys):
+    from alaya_flash.streaming.cli import main
+    from alaya_flash.streaming.engine import cpu
+
+    monkeypatch.setattr(cpu, "_configured", None)
+    assert cpu.configured_lanes() is None  # nothing configured: library callers keep the serial loop
+    threads = torch.get_num_threads()
+    try:
+        assert cpu.configure(1).lanes is None and torch.get_num_threads() == 1
+        assert cpu.configure(2, pipeline=False).lanes is None and torch.get_num_threads() == 2
+        if not torch.cuda.is_available():
+            assert cpu.configure(2).lanes == Lanes(threads=(1, 1)) == cpu.configured_lanes()
+    finally:
+        torch.set_num_threads(threads)
+    assert main(["render", "x", "--prompt", "p", "--out", "y.mp4", "--threads", "0"]) == 2
+    assert "--threads" in capsys.readouterr().err

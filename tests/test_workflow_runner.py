@@ -155,11 +155,28 @@ def test_chunked_run_equals_whole_run(chunk):
     assert torch.equal(chunked, whole)
 
 
-def test_abort_runs_on_failure():
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_pipelined_run_equals_whole_run(chunk):
+    """The stream nodes on two worker lanes (the CLI's default on a CPU) give the whole run's frames."""
+    from alaya_flash.streaming.engine.driver import Lanes
+
+    rn.execute_whole(wfm.parse_workflow(api_graph(chunk=10), CLASSES), CLASSES)
+    (_, whole), = Collect.sink
+    Collect.sink.clear()
+    stats = rn.StreamRunner(wfm.parse_workflow(api_graph(chunk=chunk), CLASSES), CLASSES, lanes=Lanes()).run()
+    (_, piped), = Collect.sink
+    assert stats.frames == 10 and stats.ticks == -(-10 // chunk)
+    assert torch.equal(piped, whole)
+
+
+@pytest.mark.parametrize("lanes", [False, True])
+def test_abort_runs_on_failure(lanes):
+    from alaya_flash.streaming.engine.driver import Lanes
+
     g = api_graph()
     g["2"]["class_type"] = "Failing"
     with pytest.raises(RuntimeError, match="boom"):
-        rn.StreamRunner(wfm.parse_workflow(g, CLASSES), CLASSES).run()
+        rn.StreamRunner(wfm.parse_workflow(g, CLASSES), CLASSES, lanes=Lanes() if lanes else None).run()
     assert Collect.sink == [("a", "aborted")]
 
 

@@ -79,6 +79,26 @@ class GBufferEncoder(nn.Module):
 
     def to_input(self, images: Tensor) -> Tensor:
         """Teacher form (B, T, 5, H, W, 3) or (T, 5, H, W, 3), uint8 or [-1, 1] -> (B, T, 15, H, W) in [-1, 1]."""
+        x = self._checked(images)
+        p = next(self.parameters())
+        x = x.float().mul(2.0 / 255.0).sub(1.0) if images.dtype == torch.uint8 else x
+        b, t, g, h, w, c = x.shape
+        return x.permute(0, 1, 2, 5, 3, 4).reshape(b, t, g * c, h, w).to(p.dtype)
+
+    def branch_inputs(self, images: Tensor) -> list[Tensor]:
+        """Teacher form as `to_input` -> per branch (B, T, 3, H, W) in [-1, 1], the same values, held
+        channels-last (the teacher form's own pixel-major order), so no layout copy follows."""
+        x = self._checked(images)
+        p = next(self.parameters())
+        out = []
+        for g in range(self.config.branches):
+            xg = x[:, :, g]  # (B, T, H, W, 3)
+            xg = xg.float().mul_(2.0 / 255.0).sub_(1.0) if images.dtype == torch.uint8 else xg
+            out.append(xg.to(p.dtype).contiguous().permute(0, 1, 4, 2, 3))
+        return out
+
+    def _checked(self, images: Tensor) -> Tensor:
+        """Teacher form, 6-D, on the weights' device (refused with the shape when it is not)."""
         cfg = self.config
         if images.ndim == 5:
             images = images.unsqueeze(0)
@@ -89,11 +109,7 @@ class GBufferEncoder(nn.Module):
             )
         if images.shape[3] % 8 or images.shape[4] % 8:
             raise AlayaError(f"G-buffer encoder input: frame size {tuple(images.shape[3:5])} must be a multiple of 8")
-        p = next(self.parameters())
-        x = images.to(p.device)
-        x = x.float().mul(2.0 / 255.0).sub(1.0) if images.dtype == torch.uint8 else x
-        b, t, g, h, w, c = x.shape
-        return x.permute(0, 1, 2, 5, 3, 4).reshape(b, t, g * c, h, w).to(p.dtype)
+        return images.to(next(self.parameters()).device)
 
     def branch_stacks(self) -> list[nn.Sequential]:
         """The five branches as ungrouped TAEHV-encoder stacks (weights copied, same device and dtype)."""
@@ -159,21 +175,35 @@ class GBufferEncoderStream:
     def encode(self, images: Tensor) -> Tensor | None:
         if images.ndim == 4:  # one frame (5, H, W, 3)
             images = images.unsqueeze(0)
-        x = self.encoder.to_input(images)
-        if x.shape[1] == 0:
-            return None
-        if self.made_for != (x.device, x.dtype):  # the encoder moved since the stacks were made
+        p = next(self.encoder.parameters())
+        if self.made_for != (p.device, p.dtype):  # the encoder moved since the stacks were made
             if self.started:
                 raise AlayaError("G-buffer encoder stream: the encoder changed device or dtype mid-stream; reset() first")
             self._make_stacks()
             self.reset()
+        # one input per stack: five branches (reduced precision) or all 15 channels (the grouped stack)
+        xs = self.encoder.branch_inputs(images) if len(self.stacks) > 1 else [self.encoder.to_input(images)]
+        if xs[0].shape[1] == 0:
+            return None
         if not self.started:  # Wan alignment: frame 0 alone makes latent 0
-            x = torch.cat([x[:, :1].expand(-1, TIME_COMPRESSION - 1, -1, -1, -1), x], 1)
+            xs = [torch.cat([x[:, :1].expand(-1, TIME_COMPRESSION - 1, -1, -1, -1), x], 1) for x in xs]
             self.started = True
-        c = x.shape[2] // len(self.stacks)
-        z = torch.cat([run_causal(stack, x[:, :, g * c:(g + 1) * c], state)
-                       for g, (stack, state) in enumerate(zip(self.stacks, self.states))], 2)
+        if len(self.stacks) > 1:
+            return self._by_frame(xs)
+        z = run_causal(self.stacks[0], xs[0], self.states[0])
         return z.permute(0, 2, 1, 3, 4) if z.shape[1] else None
+
+    def _by_frame(self, branches: list[Tensor]) -> Tensor | None:
+        """Run each branch's stack one frame at a time. Every causal layer then takes its one-frame
+        path: a MemBlock's memory is its last input as it is, with no chunk of earlier frames to
+        concatenate or copy, which at full resolution cost more than the batching saved (docs/codecs.md).
+        branches: per branch (B, T, 3, H, W) -> (B, 80, T', H/8, W/8) or None."""
+        zs = []
+        for t in range(branches[0].shape[1]):
+            z = [run_causal(stack, x[:, t:t + 1], state) for stack, x, state in zip(self.stacks, branches, self.states)]
+            if z[0].shape[1]:
+                zs.append(torch.cat(z, 2))
+        return torch.cat(zs, 1).permute(0, 2, 1, 3, 4) if zs else None
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         """'branch.layer' -> shape of that layer's memory."""

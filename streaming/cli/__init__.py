@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(message)s",
         stream=sys.stderr,
     )
+    if hasattr(args, "no_pipeline"):  # a command that renders here (args.add_cpu_arguments)
+        from ..engine.cpu import configure
+
+        configure(args.threads, pipeline=not args.no_pipeline)
     previous = _stop_on_signals()
     code = 1  # until the command returns
     try:

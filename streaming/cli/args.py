@@ -48,3 +48,13 @@ FPS = bounded(float, 1.0, 240.0)
 FRAMES = bounded(int, 0, MAX_FRAMES)  # 0 where a command reads it as "all"
 SEED = bounded(int, 0, MAX_SEED)
 STEPS = bounded(int, 1, 1000)
+
+
+def add_cpu_arguments(parser) -> None:
+    """--threads / --no-pipeline for commands that render in this process (applied by cli.main)."""
+    group = parser.add_argument_group("CPU")
+    group.add_argument("--threads", type=bounded(int, 1, 1024), metavar="N",
+                       help="CPU threads in all (default: the CPUs this process may use)")
+    group.add_argument("--no-pipeline", action="store_true",
+                       help="run every stage on all threads in turn instead of a 2-lane pipeline "
+                            "(one lane per core, which keeps its speed beside a busy process)")

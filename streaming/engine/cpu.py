@@ -10,6 +10,10 @@ barrier, and on a quiet machine the two lanes keep both cores busy with less ove
     plan = cpu_plan()             # from the CPUs this process may use
     plan = cpu_plan(threads=1)    # --threads 1: one thread, no pipeline
     drive(graph, sources, lanes=plan.lanes)
+
+    configure(threads=None)       # the CLI: this process's plan, which StreamRunner.run and
+    configured_lanes()            # Pipeline.run then use (a library caller that configures nothing
+                                  # keeps torch's threads and the serial loop)
 """
 from __future__ import annotations
 
@@ -55,3 +59,23 @@ def cpu_plan(threads: int | None = None, pipeline: bool = True) -> CpuPlan:
     if not pipeline or n < 2:
         return CpuPlan(n, None)
     return CpuPlan(n, Lanes(threads=(n // 2, n - n // 2)))
+
+
+_configured: CpuPlan | None = None
+
+
+def configure(threads: int | None = None, pipeline: bool = True) -> CpuPlan:
+    """This process's plan (the CLI's --threads / --no-pipeline): applied to the calling thread, and
+    what `configured_lanes` gives the runners. No lanes where CUDA is present: the GPU does the work
+    there, and its stages already overlap with the CPU's."""
+    import torch
+
+    global _configured
+    _configured = cpu_plan(threads, pipeline=pipeline and not torch.cuda.is_available())
+    _configured.apply()
+    return _configured
+
+
+def configured_lanes() -> Lanes | None:
+    """The configured plan's lanes (None: not configured, or no pipeline)."""
+    return None if _configured is None else _configured.lanes

@@ -47,7 +47,7 @@ import torch
 
 from ...model_zoo.errors import AlayaError
 from ...model_zoo.latents import TIME_COMPRESSION
-from .driver import StageGraph, Step, concat_chunks, ticks
+from .driver import Lanes, StageGraph, Step, concat_chunks, ticks
 from ..gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
 from .session import FlashSession, SessionConfig, StreamState, teacher_sample
 
@@ -603,9 +603,13 @@ class Pipeline:
         out = self.graph.finish()[self.last]
         return None if out is None else out[0]
 
-    def run(self, chunks: Iterable[GBuffers]) -> Iterator[torch.Tensor]:
-        """Frames as they are ready, chunk by chunk, to the end of `chunks` (driver.ticks)."""
-        for values, _, _ in ticks(self.graph, {"gbuffers": ((c,) for c in chunks)}):
+    def run(self, chunks: Iterable[GBuffers], lanes: Lanes | None = None) -> Iterator[torch.Tensor]:
+        """Frames as they are ready, chunk by chunk, to the end of `chunks` (driver.ticks). lanes: the
+        stages as a pipeline on worker threads (default: the process's configured plan, engine/cpu.py)."""
+        from .cpu import configured_lanes
+
+        lanes = lanes if lanes is not None else configured_lanes()
+        for values, _, _ in ticks(self.graph, {"gbuffers": ((c,) for c in chunks)}, lanes=lanes):
             out = values[self.last]
             if out is not None and out[0] is not None:
                 yield out[0]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
-from .driver import RunStats, StageGraph, Step, chunk_length, concat_chunks, drive, run_once
+from .driver import Lanes, RunStats, StageGraph, Step, chunk_length, concat_chunks, drive, run_once
 from .workflow import Link, Workflow, WorkflowError, upstream_of, validate
 
 __all__ = ["RunStats", "StreamRunner", "chunk_length", "concat_chunks", "execute_whole", "run_source_whole",
@@ -116,14 +116,18 @@ class StreamRunner:
         static_cache: dict | None = None,
         sync: Callable[[], None] | None = None,
         targets: list[str] | None = None,
+        lanes: Lanes | None = None,
     ):
         """static_cache: a dict kept by the caller across runs; run-once nodes (model loaders, prompt
         encoding) whose class and inputs match an earlier run reuse its outputs (`run --inputs`).
         sync: called at the end of every node's step before its time is read (torch.cuda.synchronize
         in `bench`: GPU work is asynchronous and would otherwise be billed to whichever node waits).
         targets: the nodes whose outputs are wanted (default: the output nodes); only what they
-        depend on runs."""
+        depend on runs.
+        lanes: run the stream nodes as a pipeline on worker threads (driver.Lanes; the CLI passes its
+        configured plan, streaming/engine/cpu.py)."""
         self.wf, self.classes = wf, node_classes
+        self.lanes = lanes
         self.progress, self.should_stop = progress, should_stop
         self.static_cache = static_cache
         self._sync = sync
@@ -218,4 +222,4 @@ class StreamRunner:
         graph = self.start(stats.node_seconds)
         stats.setup_seconds = time.perf_counter() - start
         sinks = [n for n in self.order if getattr(self._cls(n), "OUTPUT_NODE", False) and n in self.streaming]
-        return drive(graph, sources, sinks, self.progress, self.should_stop, stats, start)
+        return drive(graph, sources, sinks, self.progress, self.should_stop, stats, start, self.lanes)

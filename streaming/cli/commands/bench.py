@@ -50,10 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher-steps", type=args_.STEPS, default=50, help="teacher Euler steps")
     parser.add_argument("--format", choices=("mp4", "png"), default="mp4",
                         help="what the Save node writes (png: no video encoder needed, e.g. where PyAV is missing)")
-    parser.add_argument("--threads", type=args_.bounded(int, 1, 1024), metavar="N",
-                        help="CPU threads in all (default: the CPUs this process may use)")
-    parser.add_argument("--no-pipeline", action="store_true",
-                        help="CPU: run every stage on all threads in turn instead of a 2-lane pipeline")
+    args_.add_cpu_arguments(parser)
     parser.add_argument("--busy-neighbour", action="store_true",
                         help="start one busy process beside the renderer for the run (what a game engine is)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -147,7 +144,7 @@ def run(args) -> int:
         flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype,
                                          refiner=None if args.refiner == "none" else args.refiner)
     plan = cpu_plan(args.threads, pipeline=not args.no_pipeline and dev.type == "cpu")
-    plan.apply()
+    plan.apply()  # (cli.main configured the same plan; this one also knows the device chosen)
     result = {"size": [w, h], "frames": args.frames, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
               "weights": str(args.model) if args.model else f"RANDOM ({args.dit}, {args.encoder}, {args.decoder}, {args.refiner})",
               "torch_threads": plan.threads, "cpu": plan.describe(), "busy_neighbour": args.busy_neighbour}

@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, help="Flash model folder (default: the embedded default model)")
     parser.add_argument("--prompt", help="prompt for the model (default: a sunset lighting prompt)")
     parser.add_argument("--preview", action="store_true", help="no model: the passes plus a Lambert shading")
+    args_.add_cpu_arguments(parser)
 
 
 def run(args) -> int:

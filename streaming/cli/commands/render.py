@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth-range", default="0.5", metavar="NEAR[:FAR]|auto",
                         help="depth shown brightest in the 8-bit depth (scene units), or auto from the data; "
                              ":FAR makes anything farther background")
+    args_.add_cpu_arguments(parser)
 
 
 def model_choice(model: Path | None) -> tuple[str, str | None]:

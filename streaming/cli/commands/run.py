@@ -20,6 +20,8 @@ import glob
 import sys
 from pathlib import Path
 
+from .. import args as args_
+
 HELP = "run a saved workflow headless, chunk by chunk (API or UI format)"
 
 
@@ -32,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: the only node with a 'path' input)")
     parser.add_argument("--force", action="store_true", help="with --inputs: render inputs whose outputs already exist")
     parser.add_argument("--validate-only", action="store_true", help="check the workflow and exit")
+    args_.add_cpu_arguments(parser)
 
 
 def node_classes() -> dict:
@@ -93,6 +96,7 @@ def execute(wf, classes, quiet: bool, label: str = "", static_cache: dict | None
     """Run one workflow with a tqdm bar (frames, FPS) on stderr; returns RunStats."""
     from tqdm import tqdm
 
+    from ...engine.cpu import configured_lanes
     from ...engine.runner import StreamRunner
 
     bar = tqdm(desc=label or "run", unit="frame", file=sys.stderr, disable=quiet or not sys.stderr.isatty())
@@ -102,7 +106,7 @@ def execute(wf, classes, quiet: bool, label: str = "", static_cache: dict | None
         bar.set_postfix(fps=f"{stats.fps:.2f}")
 
     try:
-        stats = StreamRunner(wf, classes, progress=progress, static_cache=static_cache).run()
+        stats = StreamRunner(wf, classes, progress=progress, static_cache=static_cache, lanes=configured_lanes()).run()
     finally:
         bar.close()
     return stats
