@@ -44,7 +44,7 @@ def fusable(x: Tensor) -> bool:
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, groups: int = 1,
            relu: bool = False, add: Tensor | None = None) -> Tensor:
     """relu(conv2d(x, weight, bias) + add), the ReLU and the add optional, fused where `fusable`."""
-    if fusable(x) and not (torch.is_grad_enabled() and weight.requires_grad):
+    if fusable(x) and weight.dtype == x.dtype and not (torch.is_grad_enabled() and weight.requires_grad):
         pair = lambda v: [v, v] if isinstance(v, int) else list(v)  # noqa: E731
         args = (weight, bias, pair(padding), pair(stride), [1, 1], groups)
         if add is None:

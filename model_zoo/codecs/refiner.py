@@ -60,6 +60,11 @@ def gbuffer_planes(images: Tensor) -> Tensor:
     return planes.movedim(-1, -3).float().div(255)
 
 
+def _film(x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+    """x * scale + shift, per channel; one pass over x in inference (addcmul), the plain ops in training."""
+    return torch.addcmul(shift, x, scale) if fused.fusable(x) else x * scale + shift
+
+
 class GBufferRefiner(nn.Module):
     def __init__(self, cfg: RefinerConfig):
         super().__init__()
@@ -88,18 +93,25 @@ class GBufferRefiner(nn.Module):
         x = channels_last(torch.cat([rgb, planes], 1).to(p.dtype) * 2 - 1)
         f = fused.sequential(self.head, x)
         film = None
+        c = self.config.width
         if self.text_dim:
             if text is None or text.shape != (rgb.shape[0], self.text_dim):
                 got = None if text is None else tuple(text.shape)
                 raise AlayaError(f"G-buffer refiner: reads a prompt embedding ({rgb.shape[0]}, {self.text_dim}), got {got}")
-            c = self.config.width
             film = self.text(text.to(p.dtype))[:, :, None, None]  # (M, 6c, 1, 1)
-            f = f * (1 + film[:, :c]) + film[:, c:2 * c]
+            f = _film(f, 1 + film[:, :c], film[:, c:2 * c])
         d = fused.sequential(self.down, f)
         if film is not None:
-            d = d * (1 + film[:, 2 * c:4 * c]) + film[:, 4 * c:]
-        d = F.interpolate(d, size=f.shape[-2:], mode="bilinear", align_corners=False)
-        return rgb + fused.sequential(self.tail, torch.cat([f, d.to(f.dtype)], 1)).float()
+            d = _film(d, 1 + film[:, 2 * c:4 * c], film[:, 4 * c:])
+        d = F.interpolate(d, size=f.shape[-2:], mode="bilinear", align_corners=False).to(f.dtype)
+        first, _, last = self.tail
+        if fused.fusable(f):  # tail conv over [f, d] as two convolutions, the second adding onto the first:
+            # no concatenated copy of 3c channels at full resolution
+            h = fused.conv2d(d, first.weight[:, c:], first.bias, 1, 1)
+            h = fused.conv2d(f, first.weight[:, :c], None, 1, 1, relu=True, add=h)
+        else:
+            h = torch.relu(first(torch.cat([f, d], 1)))
+        return rgb + fused.conv(last, h).float()
 
     @torch.no_grad()
     def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None) -> Tensor:
