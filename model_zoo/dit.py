@@ -320,7 +320,11 @@ class SelfAttention(_Attention):
             out = attention(q, *cache.update(layer, apply_rope(k, rope), v))
         else:
             k_all, v_all = cache.update(layer, k, v)
-            out = attention(q, apply_rope(k_all, key_rope), v_all)
+            if k_all.requires_grad:  # training through the cache: rotate the live keys
+                k_all = apply_rope(k_all, key_rope)
+            else:
+                k_all = cache.rotated_keys(layer, lambda keys, first: apply_rope(keys, key_rope[first:first + keys.shape[2]]))
+            out = attention(q, k_all, v_all)
         return _linear(self.o, out.transpose(1, 2).flatten(2))
 
 

@@ -59,6 +59,7 @@ class KVCache:
         shape = (num_layers, batch, num_heads, (sink_frames + window_frames) * tokens_per_frame, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k_rotated: torch.Tensor | None = None  # relative mode: the held keys rotated (rotated_keys)
         self.reset()
 
     @property
@@ -75,6 +76,7 @@ class KVCache:
         self.end_frame = 0  # absolute stream position one past the last frame written
         self.chunk: tuple[int, int] | None = None  # (start_frame, n_frames) of the chunk in its slot
         self.evicted = 0  # frames dropped so far (for inspection)
+        self.rotated_upto = [0] * self.k.shape[0]  # per layer: tokens of k_rotated still valid
 
     def begin(self, start_frame: int, n_frames: int, *, tokens_per_frame: int, batch: int) -> int:
         """Place a chunk; returns the RoPE frame position of its first frame.
@@ -126,6 +128,7 @@ class KVCache:
             buf[:, :, :, dst : dst + keep] = buf[:, :, :, src : src + keep].clone()
         self.frames -= n
         self.evicted += n
+        self.rotated_upto = [0] * self.k.shape[0]  # every moved frame sits at a new position
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the current chunk's k, v (B, heads, n_tokens, head_dim) into its slot.
@@ -144,3 +147,19 @@ class KVCache:
                 torch.cat([self.v[layer, :, :, :start], v.to(self.v.dtype)], dim=2),
             )
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def rotated_keys(self, layer: int, rotate) -> torch.Tensor:
+        """Relative mode: the held keys (after `update`) rotated at their slots, as rotate(keys, first
+        token) gives them. The frames before the current chunk keep their rotation between passes
+        (their keys and slots change only when frames are evicted), so a chunk's denoising passes
+        rotate only its own keys: the same values as rotating every held key on every pass."""
+        end = self.frames * self.tokens_per_frame
+        start = end - self.chunk[1] * self.tokens_per_frame if self.chunk else end
+        if self.k_rotated is None:
+            self.k_rotated = torch.empty_like(self.k)
+        done = self.rotated_upto[layer]
+        if done < start:
+            self.k_rotated[layer, :, :, done:start] = rotate(self.k[layer, :, :, done:start], done)
+        self.k_rotated[layer, :, :, start:end] = rotate(self.k[layer, :, :, start:end], start)
+        self.rotated_upto[layer] = start
+        return self.k_rotated[layer, :, :, :end]

@@ -196,3 +196,21 @@ def test_configure_sets_the_process_plan_and_the_cli_refuses_bad_threads(monkeyp
         torch.set_num_threads(threads)
     assert main(["render", "x", "--prompt", "p", "--out", "y.mp4", "--threads", "0"]) == 2
     assert "--threads" in capsys.readouterr().err
+
+
+def test_cached_key_rotations_equal_rotating_every_key_on_every_pass(monkeypatch):
+    """Relative RoPE keeps the held frames' rotated keys between a chunk's passes; past the window
+    (evictions move every frame) the frames must equal rotating all keys each pass, bit for bit."""
+    from alaya_flash.model_zoo.kv_cache import KVCache
+
+    flash = bundle.load_flash(DEFAULT, torch.device("cpu"), torch.bfloat16)
+    assert flash.settings.window_frames + flash.settings.sink_frames < 10  # 37 frames = 10 latents: evictions
+    chunks = _clip(32, 37)
+    kept = _render(flash, chunks)
+
+    def every_time(self, layer, rotate):
+        end = self.frames * self.tokens_per_frame
+        return rotate(self.k[layer, :, :, :end], 0)
+
+    monkeypatch.setattr(KVCache, "rotated_keys", every_time)
+    assert torch.equal(kept, _render(flash, chunks))
