@@ -256,10 +256,15 @@ def balanced_cuts(costs: list[float], parts: int) -> list[int]:
     return best
 
 
+class _LaneStopped(Exception):
+    """A lane's tick skipped because a step of an earlier tick failed (that failure is raised)."""
+
+
 def _lane_ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], should_stop, lanes: Lanes):
     """ticks() with the steps split into lanes, one worker thread each (see Lanes). Tick k is
     submitted to lane 0 as soon as it is pulled; lane i takes tick k once lane i-1 is done with it
     and lane i is done with tick k-1. At most `lanes.count` ticks are in flight."""
+    import threading
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
@@ -271,11 +276,21 @@ def _lane_ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], shoul
     workers = [ThreadPoolExecutor(1, thread_name_prefix=f"alaya-lane{i}", initializer=start, initargs=(n,))
                for i, n in enumerate(lanes.threads)]
     groups = [graph.steps] if lanes.split is None else lanes.groups(graph)
+    failed = threading.Event()  # once a step fails, no lane starts another step
+
+    def run(values, final, group):
+        if failed.is_set():
+            raise _LaneStopped()
+        try:
+            return graph._run(values, final, group)
+        except BaseException:
+            failed.set()
+            raise
 
     def submit(fed: dict, final: bool):
-        future = workers[0].submit(graph._run, fed, final, groups[0])
+        future = workers[0].submit(run, fed, final, groups[0])
         for i, group in enumerate(groups[1:], 1):
-            future = workers[i].submit(lambda prev=future, g=group: graph._run(prev.result(), final, g))
+            future = workers[i].submit(lambda prev=future, g=group: run(prev.result(), final, g))
         return future
 
     finished, stop, measured, inflight = False, False, 0, deque()
@@ -300,7 +315,17 @@ def _lane_ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], shoul
         while inflight:  # ticks already pulled finish normally
             future, n = inflight.popleft()
             yield future.result(), n, False
-        values = submit({name: None for name in sources}, True).result()
+        # The finishing tick (flushes, sinks committing their outputs) runs in the caller's thread, as
+        # without lanes: a signal or Ctrl-C, which Python delivers to the main thread, then lands
+        # inside it, so a sink never commits after the run was stopped.
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(lanes.threads[-1])
+        try:
+            values = graph.finish({name: None for name in sources})
+        finally:
+            torch.set_num_threads(threads)
         finished = True
         yield values, 0, True
     finally:

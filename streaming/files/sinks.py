@@ -336,6 +336,10 @@ class _VideoWriter:
         if self.container is None:
             if not self.lossless and (h % 2 or w % 2):
                 raise AlayaError(f"{label}: H.264 yuv420p needs even width and height, got {w}x{h}; resize first")
+            # PyAV creates the file only when the encoder's first packet is muxed, which H.264's
+            # look-ahead delays by dozens of frames: create it now, so an output being written shows
+            # from its first frame (and an interruption has a file to remove)
+            self.path.touch()
             self.container = av.open(str(self.path), "w", format="mp4")
             rate = Fraction(self.fps).limit_denominator(1001)
             self.stream = self.container.add_stream("libx264rgb" if self.lossless else "libx264", rate=rate)
