@@ -10,6 +10,8 @@ Frames are float tensors (T, H, W, 3) in [0, 1] (ComfyUI IMAGE layout, what the 
 - boundary_ratio: mean change across chunk boundaries over mean change inside chunks.
 - nearest: which reference (e.g. ground truth under each lighting preset) a render is closest to,
   and the PSNR margin to the runner-up (prompt controllability).
+- shadow_ratio: luminance of shadowed over sunlit pixels given the scene's sun visibility (do
+  renders keep cast shadows?).
 """
 from __future__ import annotations
 
@@ -87,3 +89,28 @@ def nearest(x: torch.Tensor, refs: list[torch.Tensor], target: int) -> dict:
     others = [s for i, s in enumerate(scores) if i != target]
     best = max(range(len(scores)), key=scores.__getitem__)
     return {"hit": best == target, "nearest": best, "margin_db": scores[target] - max(others) if others else math.inf}
+
+
+def shadow_ratio(rgb, sun_visibility, region=None, min_pixels: int = 16) -> float | None:
+    """How dark cast shadows are: mean luminance of shadowed pixels over that of sunlit ones.
+
+    rgb: one frame (H, W, 3), uint8 sRGB or float in [0, 1] (numpy or torch); sun_visibility:
+    (H, W) in [0, 1] from the scene (world v2 frames carry it as extras["sun_visibility"]);
+    region: optional (H, W) bool mask, e.g. the ground's pixels. Shadowed means visibility < 0.01,
+    lit > 0.99. Luminance is Rec. 709 on linear values (sRGB decoded). About 1.0: no visible
+    shadows; ground truth on a sunny street is far below. None when either set has fewer than
+    min_pixels pixels.
+    """
+    import numpy as np
+
+    from .gbuffer import srgb_to_linear
+
+    rgb = rgb.detach().cpu().numpy() if hasattr(rgb, "detach") else np.asarray(rgb)
+    vis = sun_visibility.detach().cpu().numpy() if hasattr(sun_visibility, "detach") else np.asarray(sun_visibility)
+    x = rgb.astype(np.float32) / 255.0 if rgb.dtype == np.uint8 else rgb.astype(np.float32)
+    lum = srgb_to_linear(x) @ np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
+    keep = np.ones(vis.shape, bool) if region is None else np.asarray(region, bool)
+    shadowed, lit = keep & (vis < 0.01), keep & (vis > 0.99)
+    if shadowed.sum() < min_pixels or lit.sum() < min_pixels:
+        return None
+    return float(lum[shadowed].mean() / max(lum[lit].mean(), 1e-8))

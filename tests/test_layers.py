@@ -16,13 +16,13 @@ LAYERS = [
     ("conventions", ["streaming.gbuffer", "streaming.metrics"]),  # what every part shares
     ("sources and sinks", ["streaming.files", "streaming.world"]),
     ("engine", ["streaming.engine"]),                           # the chunk loop, sessions, pipelines, runner
-    ("front ends", ["nodes", "streaming.live"]),                # ComfyUI nodes; the live server
+    ("front ends", ["nodes", "streaming.live", "client"]),      # ComfyUI nodes; the live server; an engine's client
     ("training", ["model_zoo.training"]),                       # a client of the networks and the engine
     ("cli", ["streaming.cli", "streaming"]),
 ]
 # Front ends are siblings: neither looks at the other. Only the CLI, which starts the runner,
 # looks node classes up (a workflow is a graph of nodes).
-SIBLINGS_APART = [("nodes", "streaming.live")]
+SIBLINGS_APART = [("nodes", "streaming.live"), ("nodes", "client")]
 
 
 def layer_of(module: str) -> int:
@@ -38,7 +38,7 @@ def layer_of(module: str) -> int:
 def package_modules():
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT)
-        if rel.parts[0] not in ("model_zoo", "streaming", "nodes"):
+        if rel.parts[0] not in ("model_zoo", "streaming", "nodes") and rel != Path("client.py"):
             continue
         name = ".".join(rel.with_suffix("").parts)
         is_pkg = name.endswith(".__init__")

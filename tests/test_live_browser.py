@@ -94,6 +94,9 @@ def test_page_loads_frames_arrive_and_change(page):
                    "document.getElementById('fps').textContent", what="FPS readout")
     assert float(fps.split()[0]) > 0
     assert driver.execute_script("return document.getElementById('latency').textContent").endswith("ms")
+    # capture -> display from the capture time in each frame's header (one machine: one clock)
+    shown = wait_for(driver, "window.alaya.displayMs.length >= 3 && window.alaya.displayMs", what="display latencies")
+    assert all(0 <= ms < 600_000 for ms in shown)
     options = driver.execute_script("return Array.from(document.querySelectorAll('#preset option')).map(o => o.value)")
     assert "sunset_dramatic" in options
 

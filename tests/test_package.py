@@ -22,6 +22,7 @@ def test_wheel_installs_only_alaya_flash(tmp_path):
     assert top == {"alaya_flash"}
     assert "alaya_flash/nodes/__init__.py" in names
     assert "alaya_flash/streaming/cli/__init__.py" in names
+    assert "alaya_flash/client.py" in names  # an engine's client (docs/live.md, Engine ingest)
     assert not any(n.startswith("alaya_flash/tests/") for n in names)
 
 

@@ -163,6 +163,7 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
     root = Path(__file__).resolve().parents[1]
     script = (root / "model_zoo/training/train_default.sh").read_text().replace("\\\n", " ")
     variables = dict(re.findall(r'^(\w+)="([^"]*)"$', script, flags=re.M))
+    variables = {k: re.sub(r"^\$\{\w+:-(.*)\}$", r"\1", v) for k, v in variables.items()}  # ${X:-default}
     calls = re.findall(r"\$AF --quiet train (\S+) (--config \$C/\S+(?: --set \S+| \$\w+)*)", script)
     assert len(calls) >= 10  # data, 4 vae phases, cache, 4 codecs phases, teacher, students, exports
     steps: dict[str, list[int]] = {}

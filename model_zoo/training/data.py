@@ -15,6 +15,18 @@ G-buffers under another light. The mean over those turns (sun_turns 4) is what a
 cannot see the sun's side should aim for, the expectation of the ground truth given the input;
 the refiner stage can train towards it (its `target`).
 
+World v2 (`world` "pathtrace"): clips come from streaming/world/traced instead: streets,
+courtyards and interiors (`scenes`, cycled with the seed; camera walk / drive / orbit cycled too),
+exact G-buffers, ground truth path traced by Mitsuba 3 at `spp` samples under every world v2
+preset, the sun on a seeded side of the first frame's heading. Each .npz adds
+
+    captions  str (P,)                the clip's caption per preset: its scene and the sun's side
+    sun_visibility uint8 (P, T, H, W) 255 = sunlit, 0 = shadowed or facing away (shadow metrics)
+    ground    bool (T, H, W)          road, pavement or floor pixels
+
+and dataset.json adds "world": "pathtrace" and per-clip "clip_info" (scene, camera, sun side,
+captions); every v1 key keeps its meaning, so the training stages read it unchanged.
+
 Splits are by scene seed: training clips use seeds train_seed .. train_seed + train_clips - 1,
 held-out clips heldout_seed .. (disjoint), so no held-out geometry is ever trained on. Prompts
 have their own split (prompts.py). dataset.json lists clips, presets and prompt wordings.
@@ -52,15 +64,28 @@ class DataConfig:
     backend: str = "auto"
     presets: tuple = ()  # () = every preset
     sun_turns: int = 1  # > 1: also store the ground truth averaged over this many turns of the world
+    world: str = "physics"  # "physics" (MuJoCo, deferred shading) or "pathtrace" (world v2, Mitsuba 3)
+    scenes: tuple = ("street", "courtyard", "interior")  # world v2 scene kinds, cycled with the seed
+    spp: int = 32  # world v2: path-traced samples per pixel
+    max_depth: int = 4  # world v2: path length (3: one indirect bounce)
 
     def validate(self) -> "DataConfig":
-        from ...streaming.world.shading import PRESETS
-
+        if self.world not in WORLDS:
+            raise AlayaError(f"data config: world {self.world!r} is unknown; choose one of {', '.join(WORLDS)}")
         if self.sun_turns < 1:
             raise AlayaError(f"data config: sun_turns {self.sun_turns} must be >= 1")
+        if self.world == "pathtrace":
+            from ...streaming.world.traced import KINDS
+
+            if self.sun_turns > 1:
+                raise AlayaError("data config: sun_turns applies to the physics world; world v2 names the sun's side "
+                                 "in its captions")
+            if not self.scenes or any(k not in KINDS for k in self.scenes):
+                raise AlayaError(f"data config: scenes {list(self.scenes)} must be some of {', '.join(KINDS)}")
+        names = _preset_table(self.world)
         for name in self.presets:
-            if name not in PRESETS:
-                raise AlayaError(f"data config: preset {name!r} is unknown; choose from {', '.join(PRESETS)}")
+            if name not in names:
+                raise AlayaError(f"data config: preset {name!r} is unknown; choose from {', '.join(names)}")
         if self.frames < 5 or self.train_clips < 1 or self.heldout_clips < 0:
             raise AlayaError("data config: need frames >= 5, train_clips >= 1 and heldout_clips >= 0")
         if self.heldout_seed < self.train_seed + self.train_clips and self.heldout_seed + self.heldout_clips > self.train_seed:
@@ -69,14 +94,64 @@ class DataConfig:
 
     @property
     def preset_names(self) -> tuple[str, ...]:
-        from ...streaming.world.shading import PRESETS
+        return tuple(self.presets) or tuple(_preset_table(self.world))
 
-        return tuple(self.presets) or tuple(PRESETS)
+
+WORLDS = ("physics", "pathtrace")
+
+
+def _preset_table(world: str) -> dict:
+    if world == "pathtrace":
+        from ...streaming.world.traced import TRACED_PRESETS
+
+        return TRACED_PRESETS
+    from ...streaming.world.shading import PRESETS
+
+    return PRESETS
+
+
+def traced_config(cfg: DataConfig, seed: int):
+    """The world v2 clip of `seed`: scene kind and camera path cycle with it."""
+    from ...streaming.world.traced import TracedConfig, make_scene
+    from ...streaming.world.traced.paths import available_paths
+
+    kind = cfg.scenes[seed % len(cfg.scenes)]
+    paths = available_paths(make_scene(kind, seed))
+    return TracedConfig(seed=seed, scene=kind, width=cfg.width, height=cfg.height, fps=cfg.fps,
+                        num_frames=cfg.frames, camera=paths[(seed // len(cfg.scenes)) % len(paths)],
+                        presets=cfg.preset_names, spp=cfg.spp, max_depth=cfg.max_depth)
+
+
+def render_traced_clip(cfg: DataConfig, seed: int) -> tuple[dict[str, np.ndarray], dict]:
+    """One world v2 clip (arrays as render_clip's plus captions, sun_visibility, ground) and its clip_info."""
+    from ...streaming.gbuffer import frame_to_teacher
+    from ...streaming.world.traced import TracedWorld
+
+    config = traced_config(cfg, seed)
+    world = TracedWorld(config)
+    names = config.presets
+    ground_ids = np.array(world.desc.ground_objects)
+    gbuffers, rgb, vis, ground = [], [], [], []
+    for index in range(config.num_frames):
+        frame, _ = world.frame(index)
+        gbuffers.append(frame_to_teacher(frame))
+        suffix = (lambda n: f"_{n}") if len(names) > 1 else (lambda n: "")
+        rgb.append([frame.extras["rgb" + suffix(n)] for n in names])
+        vis.append([np.rint(frame.extras["sun_visibility" + suffix(n)] * 255).astype(np.uint8) for n in names])
+        ground.append(np.isin(frame.extras["object_id"], ground_ids))
+    clip = {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
+            "presets": np.array(names), "captions": np.array([world.captions[n] for n in names]),
+            "sun_visibility": np.stack(vis).transpose(1, 0, 2, 3).copy(), "ground": np.stack(ground)}
+    info = {"scene": config.scene, "camera": config.camera, "sun_side": world.side,
+            "captions": dict(world.captions)}
+    return clip, info
 
 
 def render_clip(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
     """One clip: G-buffers (teacher form) and ground truth under every preset (and, with sun_turns > 1,
-    its mean over the world's turns)."""
+    its mean over the world's turns). World v2 clips: render_traced_clip."""
+    if cfg.world == "pathtrace":
+        return render_traced_clip(cfg, seed)[0]
     from ...streaming.gbuffer import frame_to_teacher
     from ...streaming.world import WorldConfig, WorldSource
     from ...streaming.world.shading import get_preset, shade, turned
@@ -119,22 +194,36 @@ def build_dataset(cfg: DataConfig, progress=None, log=None) -> Path:
         if {k: v for k, v in old.items() if k not in ("train_clips", "heldout_clips")} != \
                 {k: v for k, v in _jsonable(cfg).items() if k not in ("train_clips", "heldout_clips")}:
             raise AlayaError(f"{meta_path}: this folder holds a dataset made with another config; use a new 'out'")
-    clips = {}
+    clips, clip_info = {}, {}
     for split, seeds in splits.items():
         (out / split).mkdir(parents=True, exist_ok=True)
         clips[split] = []
         for seed in seeds:
             path = out / split / f"clip-{seed:06d}.npz"
+            name = str(path.relative_to(out))
             if not path.is_file():
-                _save_npz(path, render_clip(cfg, seed))
+                if cfg.world == "pathtrace":
+                    arrays, clip_info[name] = render_traced_clip(cfg, seed)
+                else:
+                    arrays = render_clip(cfg, seed)
+                _save_npz(path, arrays)
                 if log:
                     log.info("rendered %s", path)
-            clips[split].append(str(path.relative_to(out)))
+            elif cfg.world == "pathtrace":  # resumed: the clip's info from its arrays
+                with np.load(path) as z:
+                    tc = traced_config(cfg, seed)
+                    clip_info[name] = {"scene": tc.scene, "camera": tc.camera,
+                                       "sun_side": tc.sun_side(), "captions": dict(zip(z["presets"].tolist(),
+                                                                                    z["captions"].tolist()))}
+            clips[split].append(name)
             if progress:
                 progress(1)
     names = cfg.preset_names
     meta = {"format": DATASET_FORMAT, "config": _jsonable(cfg), "presets": list(names), "clips": clips,
             "prompts": {n: {"train": prompts(n, "train"), "heldout": prompts(n, "heldout")} for n in names}}
+    if cfg.world == "pathtrace":
+        meta["world"] = "pathtrace"
+        meta["clip_info"] = clip_info
     tmp = meta_path.with_name("dataset.json.tmp")
     tmp.write_text(json.dumps(meta, indent=1))
     os.replace(tmp, meta_path)
@@ -146,6 +235,7 @@ def _jsonable(cfg: DataConfig) -> dict:
 
     d = asdict(cfg)
     d["presets"] = list(d["presets"])
+    d["scenes"] = list(d["scenes"])
     return d
 
 
@@ -176,15 +266,19 @@ class ClipSet:
         files = meta["clips"][split]
         if not files:
             raise AlayaError(f"{meta_path}: split {split!r} has no clips")
-        g, r, turned = [], [], []
+        g, r, turned, captions = [], [], [], []
         for name in files:
             with np.load(root / name) as z:
                 g.append(z["gbuffers"])
                 r.append(z["rgb"])
                 if "rgb_turned" in z:
                     turned.append(z["rgb_turned"])
+                if "captions" in z:
+                    captions.append(z["captions"].tolist())
         self.gbuffers = np.stack(g)
         self.rgb = np.stack(r)
+        # World v2: each clip's caption per preset (its scene and the sun's side), else None.
+        self.captions: list[list[str]] | None = captions if len(captions) == len(files) else None
         # The ground truth's mean over the world's turns (a dataset made with sun_turns > 1), else None.
         self.rgb_turned = np.stack(turned) if len(turned) == len(files) else None
 

@@ -299,12 +299,105 @@ ANCHOR_PARAPHRASES: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# World v2's own presets (streaming/world/traced/presets.py): the same four splits, written apart.
+WORLD_V2_PARAPHRASES: dict[str, dict[str, tuple[str, ...]]] = {
+    "rainy_wet": {
+        "train": (
+            "a street just after rain, wet asphalt shining with puddles under a grey sky",
+            "rain-soaked ground, glossy and dark, reflecting the buildings and the pale sky",
+            "a wet day: everything damp, puddles mirroring the light, low grey clouds",
+            "after a downpour the pavement gleams, surfaces dark and slick with water",
+            "grey rainy weather, shiny wet stone and asphalt with soft reflections",
+            "a drizzly afternoon, the ground glistening and the colours deepened by the rain",
+            "overcast and wet, reflections of lights and walls on the rain-slicked ground",
+        ),
+        "heldout": (
+            "the streets still dripping from a shower, slick reflective ground under heavy cloud",
+            "a soggy grey day with mirror-like puddles and darkened, glossy surfaces",
+        ),
+        "refiner": (
+            "wet weather, the floor of the scene reflective after the rain",
+            "a rainy scene with gleaming puddles and a dull grey sky",
+            "damp surfaces shining softly under a cloudy sky after rainfall",
+            "rain has just stopped: slick ground, grey light, glossy reflections",
+            "a moist, moody day with the ground polished by rain",
+            "grey drizzle, the paving dark and wet, reflections everywhere",
+        ),
+        "anchor": (
+            "rainy and wet", "wet ground after the rain", "puddles and reflections on a grey day",
+            "a slick rain-washed scene", "glossy wet paving under clouds", "the world soaked by rain",
+            "shiny wet streets", "after the storm, everything wet", "a damp overcast afternoon",
+            "rain-darkened surfaces with reflections",
+        ),
+    },
+    "foggy": {
+        "train": (
+            "a scene lost in dense fog, far buildings fading into soft grey",
+            "thick mist hanging in the air, shapes dissolving with distance",
+            "a foggy morning, pale haze swallowing everything beyond a few metres",
+            "heavy fog and diffuse light, a quiet, muffled world in grey-white",
+            "mist everywhere: near things clear, distant things ghostly and pale",
+            "a hazy, fog-bound place where the background melts into white",
+            "dense low cloud at ground level, soft light and vanishing distances",
+        ),
+        "heldout": (
+            "a milky fog drifting through, distant walls barely visible",
+            "visibility down to a few metres in a thick grey mist",
+        ),
+        "refiner": (
+            "fog rolling in, distant objects washed out to grey",
+            "a misty scene with soft light and faded depth",
+            "pale fog filling the space, the far end invisible",
+            "a cloudy haze at ground level, everything softened",
+            "murky grey fog, near objects clear and far ones gone",
+            "quiet misty weather with no hard shadows",
+        ),
+        "anchor": (
+            "foggy", "thick fog", "a misty morning", "grey haze everywhere", "dense mist",
+            "fog swallowing the distance", "a fog-bound scene", "soft white fog", "low visibility in the mist",
+            "a hazy grey world",
+        ),
+    },
+    "night_lamps": {
+        "train": (
+            "a night scene lit by warm street lamps, pools of yellow light in the dark",
+            "after dark, glowing lamps casting warm circles of light on the ground",
+            "nighttime with lamplight: golden glows against a black sky",
+            "a dark evening where only the lamps light the scene, warm and orange",
+            "lamps burning at night, soft yellow light and deep shadows between them",
+            "the scene at night under warm artificial light, the sky nearly black",
+            "night-time, warm lamp glow on walls and ground, darkness beyond",
+        ),
+        "heldout": (
+            "a late evening lit by glowing yellow lanterns, the rest in darkness",
+            "warm electric light from lamps in the middle of the night",
+        ),
+        "refiner": (
+            "night with warm lamps shining", "dark surroundings lit by yellow lamplight",
+            "glowing lamps at night, warm light and black sky", "an evening scene under lamp light",
+            "night, golden lamps and long dark shadows", "warm lights in the dark of night",
+        ),
+        "anchor": (
+            "night with lamps", "lamplight at night", "warm lamps in the dark", "street lamps glowing",
+            "yellow lamp light", "a lamp-lit night", "night lit by lamps", "glowing lights after dark",
+            "warm light pools at night", "a dark night with lamps on",
+        ),
+    },
+}
+
 SPLITS = ("train", "heldout", "refiner", "anchor")
 
 
 def prompts(preset: str, split: str) -> list[str]:
     """Wordings of a preset for split 'train' (its caption first, then TRAIN_PARAPHRASES), 'heldout',
     'refiner' (REFINER_PARAPHRASES) or 'anchor' (ANCHOR_PARAPHRASES)."""
+    if preset in WORLD_V2_PARAPHRASES:
+        from ...streaming.world.traced.presets import TRACED_PRESETS
+
+        if split not in SPLITS:
+            raise ValueError(f"prompt split {split!r} is not one of {', '.join(SPLITS)}")
+        caption = [TRACED_PRESETS[preset].prompt] if split == "train" else []
+        return caption + list(WORLD_V2_PARAPHRASES[preset][split])
     if split == "train":
         return [PRESETS[preset].prompt, *TRAIN_PARAPHRASES[preset]]
     if split == "heldout":

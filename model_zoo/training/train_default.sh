@@ -7,7 +7,10 @@ set -e
 export OMP_NUM_THREADS=1  # on a shared CPU, one thread per process is 5-10x faster than oversubscribed ones
 AF=${AF:-.venv/bin/alaya-flash}
 C=model_zoo/training/configs
-$AF --quiet train data --config $C/data.json
+# DATA=data-v2.json sh model_zoo/training/train_default.sh: the same recipe on world v2 (path-traced
+# streets, courtyards and rooms, docs/world.md), in a fresh runs/
+DATA="${DATA:-data.json}"
+$AF --quiet train data --config $C/$DATA
 # the VAE learns on 5-frame crops first, then resumes on 9- and 17-frame ones: its causal caches must
 # carry several latents of the past, as when it encodes and decodes whole clips (trained on 5 frames
 # only, its later frames came out 2-3 dB worse and its latents past the second drifted)

@@ -19,14 +19,14 @@ engine shows it (status "error"), finishes the recording, drops the source and t
 waits; the next start, reset, prompt, preset or source command builds them again and the stream
 starts over (a new epoch), so one bad moment never needs a server restart.
 
-latency_ms of a frame = time from capturing its G-buffers to handing out its JPEG (network excluded).
+latency_ms of a frame = time from capturing its G-buffers to handing out its JPEG (network excluded);
+captured_ms = the capture's wall-clock time (ms since the epoch), from which a page on the same
+machine measures capture -> display.
 """
 from __future__ import annotations
 
 import io
-import json
 import logging
-import struct
 import threading
 import time
 from collections import deque
@@ -41,6 +41,7 @@ from ..world.play import Controls
 from .protocol import Command
 from .recorder import Recorder
 from .sources import FileLiveSource, LiveFrame, WorldLiveSource
+from .wire import pack_frame, unpack_frame  # noqa: F401 (unpack_frame: the frame format's reader, for clients)
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +123,11 @@ def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
     return buf.getvalue()
 
 
-def pack_frame(header: dict, jpeg: bytes) -> bytes:
-    """Binary frame message: uint32 big-endian header length, JSON header, JPEG bytes."""
-    head = json.dumps(header, separators=(",", ":")).encode()
-    return struct.pack(">I", len(head)) + head + jpeg
-
-
-def unpack_frame(message: bytes) -> tuple[dict, bytes]:
-    (n,) = struct.unpack(">I", message[:4])
-    return json.loads(message[4:4 + n]), message[4 + n:]
+def recent_fps(times, now: float) -> float:
+    """Frames/s over the last 64 of `times` (perf_counter stamps) within 10 s, measured up to now:
+    steady for bursty pipelines (a chunk of frames every few seconds), falling to 0 when frames stop."""
+    recent = [t for t in list(times)[-64:] if now - t <= 10.0]
+    return (len(recent) - 1) / (now - recent[0]) if len(recent) >= 2 and now > recent[0] else 0.0
 
 
 def passes_mosaic(teacher: np.ndarray) -> np.ndarray:
@@ -141,8 +138,9 @@ def passes_mosaic(teacher: np.ndarray) -> np.ndarray:
 @dataclass
 class _Captured:
     index: int
-    time: float
+    time: float  # perf_counter at capture
     frame: LiveFrame
+    wall: float = 0.0  # time.time() at capture: the page measures capture -> display against it
 
 
 @dataclass
@@ -238,11 +236,7 @@ class LiveEngine:
         return None
 
     def status(self) -> dict:
-        # frames/s over the last 64 frames (at most 10 s), measured up to now: steady for bursty
-        # pipelines (a chunk of frames every few seconds) and falling to 0 when frames stop
-        now = time.perf_counter()
-        recent = [t for t in list(self._emit_times)[-64:] if now - t <= 10.0]
-        fps = (len(recent) - 1) / (now - recent[0]) if len(recent) >= 2 and now > recent[0] else 0.0
+        fps = recent_fps(self._emit_times, time.perf_counter())
         lat = sorted(self._latencies)
         return {
             "state": "error" if self.error else ("running" if self.running else "paused"),
@@ -403,7 +397,7 @@ class LiveEngine:
         for _ in range(self.pipeline.chunk_frames):
             controls = self._take_controls()
             frame = self.source.next(controls)
-            self._inflight.append(_Captured(self.index, time.perf_counter(), frame))
+            self._inflight.append(_Captured(self.index, time.perf_counter(), frame, time.time()))
             if self.recorder and self.source.playable:
                 self.recorder.controls(self.index, controls)
             self.index += 1
@@ -434,7 +428,7 @@ class LiveEngine:
         now = time.perf_counter()
         latency = 1000 * (now - cap.time)
         header = {"kind": "rgb", "epoch": self.epoch, "index": cap.index, "latency_ms": round(latency, 1),
-                  "player": cap.frame.player, "source": self.source_name}
+                  "captured_ms": round(1000 * cap.wall, 1), "player": cap.frame.player, "source": self.source_name}
         self.publisher.publish("rgb", pack_frame(header, encode_jpeg(image, q)))
         if self.publisher.wants("passes"):
             self.publisher.publish("passes", pack_frame({**header, "kind": "passes"},

@@ -11,10 +11,18 @@ latent frames covers 1 + 4(c - 1) pixel frames, every later one 4c), so each ren
 the frames it was given. A prompt change recomputes the text keys/values and keeps the KV cache
 (FlashSession.set_prompt), so the style changes mid-stream without a cut; reset() starts the
 stream over with the same seed and the current prompt.
+
+Several sessions (the page's stream and each engine's, streaming/live/ingest.py) share one
+factory: the model is loaded once, on the first call, and every session gets its own pipeline
+(its own stream state) over the same weights. Their calls take turns on the weights, in arrival
+order (FairLock), one chunk at a time: on a CPU two concurrent renders would only fight for the
+same cores, and on a GPU they would queue on the same device anyway.
 """
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -89,21 +97,79 @@ def load_flash_model(model: Path | None, random_model: bool, device: str):
     return bundle.load_flash(model, device=device)
 
 
+class FairLock:
+    """A first-come, first-served lock: sessions on shared weights render in the order they asked."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._next = self._serving = 0
+
+    def __enter__(self) -> "FairLock":
+        with self._cond:
+            ticket, self._next = self._next, self._next + 1
+            while ticket != self._serving:
+                self._cond.wait()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
+class TakingTurns:
+    """A live pipeline whose calls hold the shared weights' lock; last_wait: seconds the last render
+    waited for its turn. Everything else reads through to the pipeline."""
+
+    def __init__(self, pipeline, lock: FairLock):
+        self.pipeline, self.lock, self.last_wait = pipeline, lock, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.pipeline, name)
+
+    @property
+    def chunk_frames(self) -> int:
+        return self.pipeline.chunk_frames
+
+    def reset(self) -> None:
+        with self.lock:
+            self.pipeline.reset()
+
+    def set_prompt(self, text: str) -> None:
+        with self.lock:
+            self.pipeline.set_prompt(text)
+
+    def render(self, chunk: np.ndarray) -> np.ndarray:
+        asked = time.perf_counter()
+        with self.lock:
+            self.last_wait = time.perf_counter() - asked
+            return self.pipeline.render(chunk)
+
+
 def pipeline_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
                      seed: int = 0, fps: float = 30.0, device: str = "cpu", chunk_latents: int | None = None,
                      steps: int | None = None, node_classes: dict | None = None, refine: bool = True) -> Callable:
-    """A callable that builds the live pipeline on the render thread (see the module docstring).
+    """A callable that builds a live pipeline on the calling render thread (see the module docstring);
+    every call gives a new pipeline (a session's own stream state) over weights loaded once.
 
     workflow: a saved workflow run by WorkflowLive; node_classes (the CLI looks them up) is then required.
     refine=False leaves out the model's G-buffer refiner (faster frames, the decoder's own).
     """
+    lock = FairLock()
     if workflow is not None:
         if node_classes is None:
             raise AlayaError("a workflow pipeline needs the node classes")
         from ..engine.workflow import load_workflow, validate
 
         validate(load_workflow(workflow, node_classes), node_classes)  # report problems now, not in the thread
-        return lambda: WorkflowLive(workflow, node_classes, fps=fps)
+        static_cache: dict = {}  # run-once node outputs (the loaded models), shared by the sessions
+
+        def make_workflow():
+            with lock:
+                pipeline = WorkflowLive(workflow, node_classes, fps=fps, static_cache=static_cache)
+            return TakingTurns(pipeline, lock)
+
+        return make_workflow
     if model is not None and not Path(model).is_dir():
         raise AlayaError(f"{model}: no such model folder")
     if model is None and not random_model:
@@ -111,12 +177,17 @@ def pipeline_factory(model: Path | None = None, workflow: Path | None = None, ra
 
         if not bundle.has_default_flash():  # say so now, not later inside the render thread
             load_flash_model(None, False, device)
+    loaded = []  # the model, once loaded (a failed load is tried again by the next call)
 
     def make():
-        flash = load_flash_model(model, random_model, device)
-        if not refine:
-            flash.refiner = None
-        return FlashLive(flash, seed=seed, fps=fps, chunk_latents=chunk_latents, steps=steps)
+        with lock:
+            if not loaded:
+                flash = load_flash_model(model, random_model, device)
+                if not refine:
+                    flash.refiner = None
+                loaded.append(flash)
+            pipeline = FlashLive(loaded[0], seed=seed, fps=fps, chunk_latents=chunk_latents, steps=steps)
+        return TakingTurns(pipeline, lock)
 
     return make
 
@@ -136,7 +207,7 @@ class WorkflowLive:
 
     prompt_restarts = True
 
-    def __init__(self, path: Path, node_classes: dict, fps: float = 30.0):
+    def __init__(self, path: Path, node_classes: dict, fps: float = 30.0, static_cache: dict | None = None):
         from ..engine.runner import StreamRunner
         from ..engine.workflow import Link, load_workflow, validate
 
@@ -148,7 +219,8 @@ class WorkflowLive:
         if not shown:
             raise AlayaError(f"{path}: no output node shows frames (an 'images' input, e.g. Stream Preview or Save)")
         self.display = shown[0]
-        self.runner = StreamRunner(wf, node_classes, targets=[self.display.node], static_cache={})
+        self.runner = StreamRunner(wf, node_classes, targets=[self.display.node],
+                                   static_cache={} if static_cache is None else static_cache)
         if len(self.runner.sources) != 1:
             raise AlayaError(f"{path}: the live page feeds exactly one G-buffer source node; the shown frames depend "
                              f"on {len(self.runner.sources)} ({', '.join(self.runner.sources) or 'none'})")

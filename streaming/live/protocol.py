@@ -101,6 +101,8 @@ _SCHEMA = {
     "input": ({"move", "yaw", "pitch", "zoom", "jump", "push"}, lambda m, ctx: _input(m)),
 }
 TYPES = tuple(_SCHEMA)
+ENGINE_TYPES = ("prompt", "preset", "ping")
+"""What an engine session (`/engine`) takes as text; its G-buffer frames are binary (wire.py)."""
 
 
 def _input(msg: dict) -> dict:
@@ -158,7 +160,8 @@ def _check_text(value, where: str = "message") -> None:
 def parse_message(raw, context: dict | None = None) -> Command:
     """Check one client message (str or bytes); returns a Command or raises ProtocolError (nothing else).
 
-    context: {"presets": names, "sources": names} the server currently offers.
+    context: {"presets": names, "sources": names} the server currently offers; "types": the message
+    types this socket takes (default: all of TYPES).
     """
     if not isinstance(raw, str):
         raise ProtocolError("binary messages are not accepted; send JSON text")
@@ -178,8 +181,9 @@ def parse_message(raw, context: dict | None = None) -> Command:
     if not isinstance(msg, dict):
         raise ProtocolError(f"message must be a JSON object, got {type(msg).__name__}")
     kind = msg.get("type")
-    if kind not in _SCHEMA:
-        raise ProtocolError(f"unknown message type {kind!r:.40}; known: {', '.join(TYPES)}")
+    types = (context or {}).get("types", TYPES)  # an engine session takes fewer (ENGINE_TYPES)
+    if kind not in _SCHEMA or kind not in types:
+        raise ProtocolError(f"unknown message type {kind!r:.40}; known: {', '.join(types)}")
     allowed, parse = _SCHEMA[kind]
     extra = sorted(set(msg) - allowed - {"type"})
     if extra:

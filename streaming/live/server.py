@@ -6,8 +6,10 @@
     server.start_background(); server.url; server.stop()
 
 Routes: GET / (the page), GET /static/NAME (only the files shipped in static/, by exact name),
-GET /ws (the WebSocket, protocol.py). Every other path, and any name not in static/, is 404:
-request paths are never joined to the file system. A WebSocket whose Origin names another host
+GET /ws (the page's WebSocket, protocol.py), GET /engine (an engine's session: it sends G-buffer
+frames and gets its rendered frames back, wire.py and ingest.py; at most max_sessions sessions,
+the page's stream included, all on the same loaded weights). Every other path, and any name not
+in static/, is 404: request paths are never joined to the file system. A WebSocket whose Origin names another host
 is refused (403), so other web sites cannot drive a local server. Every request whose Host header
 is not a loopback name (localhost, 127.0.0.1, [::1]), an IP address, the configured --host or (when
 bound to all addresses) this machine's name is refused (403): a DNS-rebinding page (evil.example
@@ -27,14 +29,19 @@ from typing import Callable
 
 from aiohttp import WSMsgType, web
 
+from . import wire
 from .engine import LiveEngine
-from .protocol import MAX_STRIKES, WS_MAX_BYTES, ProtocolError, RateLimiter, parse_message
-from .transport import Client, Hub
+from .ingest import EngineSession
+from .protocol import ENGINE_TYPES, MAX_STRIKES, WS_MAX_BYTES, ProtocolError, RateLimiter, parse_message
+from .transport import Client, Hub, Outbox
 
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_CLIENTS = 32
+MAX_SESSIONS = 4
+"""Render sessions at once by default, the page's stream included: each holds its own stream state
+(and up to its in-flight cap of frames), all share one set of weights and take turns on it."""
 SEND_BUFFER_BYTES = 128 * 1024
 """Kernel send buffer per viewer (fixed, not auto-tuned up to megabytes): a viewer that cannot keep
 up stalls after a few frames and then skips frames, instead of watching seconds-old ones."""
@@ -83,8 +90,14 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
 class LiveServer:
     """Owns the event loop, the hub of clients and the engine (made on startup by engine_factory(hub))."""
 
-    def __init__(self, engine_factory: Callable[[Hub], LiveEngine], host: str = "127.0.0.1", port: int = 8765):
+    def __init__(self, engine_factory: Callable[[Hub], LiveEngine], host: str = "127.0.0.1", port: int = 8765,
+                 make_pipeline: Callable | None = None, max_sessions: int = MAX_SESSIONS):
+        """make_pipeline: what engine sessions render with (the engine's own factory, so the weights are
+        shared); None refuses /engine. max_sessions counts the page's stream as one."""
         self.engine_factory, self.host, self.port = engine_factory, host, port
+        self.make_pipeline, self.max_sessions = make_pipeline, max_sessions
+        self.sessions: dict[int, tuple[EngineSession, Outbox]] = {}  # engine sessions by id
+        self._session_ids = 0
         self.files = _static_files()
         self.engine: LiveEngine | None = None
         self.hub: Hub | None = None
@@ -213,8 +226,121 @@ class LiveServer:
         while True:
             await asyncio.sleep(STATUS_PERIOD)
             status = self.engine.status()
+            engines = {sid: session.status() for sid, (session, _) in self.sessions.items()}
+            sessions = [{"session": 0, "kind": status["source"], "fps": status["fps"], "frames": status["frames"],
+                         "size": status["size"]}]
+            sessions += [{k: s[k] for k in ("session", "kind", "fps", "frames", "size")} for s in engines.values()]
             self.hub.broadcast_status(lambda c: json.dumps(
-                {"type": "status", **status, "dropped": c.dropped, "sent": c.sent, "viewers": len(self.hub.clients)}))
+                {"type": "status", **status, "dropped": c.dropped, "sent": c.sent, "viewers": len(self.hub.clients),
+                 "sessions": sessions}))
+            for sid, (session, outbox) in list(self.sessions.items()):
+                outbox.offer_status(json.dumps({"type": "status", **engines[sid], "prompt": session.prompt,
+                                                "inflight": session.accepted - outbox.answered,
+                                                "sessions": sessions}))
+
+    # ---- engine sessions (/engine) ----------------------------------------------------------
+
+    def _initial_prompt(self) -> str:
+        c = self.engine.config
+        return c.prompt or self.engine.presets[c.preset].prompt
+
+    async def _engine_ws(self, request: web.Request) -> web.StreamResponse:
+        if not self._origin_ok(request):
+            raise web.HTTPForbidden(text="cross-origin WebSocket refused")
+        if self.make_pipeline is None:
+            raise web.HTTPNotFound(text="this server takes no engine sessions")
+        ws = web.WebSocketResponse(max_msg_size=wire.MAX_MESSAGE_BYTES, heartbeat=20.0, compress=False)
+        await ws.prepare(request)
+        if 1 + len(self.sessions) >= self.max_sessions:  # the page's stream is one
+            await ws.send_str(json.dumps({"type": "error", "fatal": True, "message":
+                                          f"too many sessions: {self.max_sessions} of {self.max_sessions} are in use "
+                                          f"(the page's stream counts as one; serve --max-sessions); try again later"}))
+            await ws.close(code=1013, message=b"too many sessions")
+            return ws
+        loop = asyncio.get_running_loop()
+        outbox = Outbox(ws.send_bytes, ws.send_str)
+        pump = asyncio.ensure_future(outbox.pump())
+        self._session_ids += 1
+        sid = self._session_ids
+
+        def deliver(kind: str, payload) -> None:  # loop thread
+            if kind in ("frame", "frame_error"):
+                outbox.frame(payload)
+            elif kind == "hello":
+                outbox.reply(payload)
+            elif kind == "failed":
+                asyncio.ensure_future(self._close_engine(ws, outbox, pump, payload, 1011, b"session failed"))
+
+        def emit(kind: str, payload) -> None:  # the session's render thread
+            try:
+                loop.call_soon_threadsafe(deliver, kind, payload)
+            except RuntimeError:  # loop closed: the server is shutting down
+                pass
+
+        session = EngineSession(sid, self.make_pipeline, self._initial_prompt(), emit)
+        self.sessions[sid] = (session, outbox)
+        session.start()
+        limiter, strikes = RateLimiter(), 0
+        context = {"presets": list(self.engine.presets), "types": ENGINE_TYPES}
+        try:
+            async for msg in ws:
+                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    break  # an error on the socket (a message over wire.MAX_MESSAGE_BYTES, a broken frame)
+                problem = self._handle_engine(msg, session, outbox, limiter, context)
+                if problem is None:
+                    strikes = 0
+                    continue
+                strikes += 1
+                text, frame = problem
+                outbox.reply(json.dumps({"type": "error", "message": text, **({"frame": frame} if frame is not None else {})}))
+                if strikes >= MAX_STRIKES:
+                    await self._close_engine(ws, outbox, pump, json.dumps(
+                        {"type": "error", "fatal": True, "message": f"{text} (closing after {strikes} refused messages)"}),
+                        1008, b"too many refused messages")
+                    break
+        except ConnectionError:
+            log.debug("live: an engine's connection was lost")
+        finally:
+            self.sessions.pop(sid, None)
+            session.close()
+            outbox.close()
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+        return ws
+
+    def _handle_engine(self, msg, session: EngineSession, outbox: Outbox, limiter: RateLimiter,
+                       context: dict) -> tuple[str, int | None] | None:
+        """Apply one engine message; returns (error line, frame number or None) to send back, or None."""
+        try:
+            if msg.type == WSMsgType.BINARY:  # frames are bounded by the in-flight cap, not the rate limit
+                session.admit(wire.unpack_gbuffers(msg.data), outbox.answered)
+                return None
+            if not limiter.allow():
+                raise ProtocolError("rate limit: too many messages; slow down")
+            cmd = parse_message(msg.data, context)
+            if cmd.type == "ping":
+                outbox.reply(json.dumps({"type": "pong", "t": cmd.args["t"]}))
+            elif cmd.type == "prompt":
+                session.offer_prompt(cmd.args["text"])
+            elif cmd.type == "preset":
+                session.offer_prompt(self.engine.presets[cmd.args["name"]].prompt)
+        except ProtocolError as err:
+            return str(err), getattr(err, "frame", None)
+        except Exception as err:  # a bug: say so, keep the socket, the session and the others
+            log.error("live: an engine message could not be handled: %s", err, exc_info=True)
+            return f"the server could not handle that message ({type(err).__name__}); nothing changed", None
+        return None
+
+    async def _close_engine(self, ws, outbox: Outbox, pump, text: str, code: int, reason: bytes) -> None:
+        """Say why, then close an engine's socket (its pump stopped first: one writer per socket)."""
+        outbox.close()
+        pump.cancel()
+        await asyncio.gather(pump, return_exceptions=True)
+        try:
+            await ws.send_str(text)
+            await ws.close(code=code, message=reason)
+        except (ConnectionError, RuntimeError):  # already gone
+            pass
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -223,6 +349,7 @@ class LiveServer:
         app.router.add_get("/", self._index)
         app.router.add_get("/static/{name}", self._static)
         app.router.add_get("/ws", self._ws)
+        app.router.add_get("/engine", self._engine_ws)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app
@@ -237,7 +364,16 @@ class LiveServer:
         self._status_task.cancel()
         for client in list(self.hub.clients):
             self.hub.remove(client)
-        await asyncio.get_running_loop().run_in_executor(None, self.engine.stop)
+        sessions = [session for session, _ in self.sessions.values()]
+        for session in sessions:
+            session.close()
+
+        def stop_all():
+            self.engine.stop()
+            for session in sessions:  # each ends after its current chunk
+                session.join()
+
+        await asyncio.get_running_loop().run_in_executor(None, stop_all)
 
     async def _main(self) -> None:
         runner = web.AppRunner(self.make_app(), access_log=None)

@@ -10,6 +10,9 @@ Memory is bounded whatever the clients do: the hub holds at most one pending pay
 replaces an unsent one: that is a dropped frame, counted per client) plus at most MAX_REPLIES
 small text replies. A client that reads nothing only stalls its own sender task, which waits on
 its socket's write buffer; the hub keeps overwriting its slot.
+
+An engine session (ingest.py) wants every frame it sent, so its replies go through an Outbox
+instead: in order, nothing replaced, bounded by the session's in-flight cap.
 """
 from __future__ import annotations
 
@@ -124,3 +127,54 @@ class Hub:
         """Offer each client its own status text (latest wins, like frames). Loop thread only."""
         for client in self.clients:
             client.offer("status", make(client))
+
+
+class Outbox:
+    """One engine session's replies: every rendered frame, in order, never dropped. Loop thread only.
+
+    Unlike a viewer's slot, nothing is replaced: an engine wants each frame it sent. The bound is
+    the session's in-flight cap (ingest.EngineSession.max_inflight): frames are refused while that
+    many are accepted and not yet written here (`answered`), so `frames` holds at most that many
+    payloads. Status is latest-wins; other text replies (pongs, refusals) at most MAX_REPLIES.
+    """
+
+    def __init__(self, send_bytes: Callable[[bytes], Awaitable], send_str: Callable[[str], Awaitable]):
+        self.send_bytes, self.send_str = send_bytes, send_str
+        self.frames: deque[bytes | str] = deque()  # rendered frames, or a frame's one-line error (text)
+        self.replies: deque[str] = deque(maxlen=MAX_REPLIES)
+        self.status: str | None = None
+        self.answered = 0  # frames (or their errors) written to the socket
+        self._ready = asyncio.Event()
+        self.closed = False
+
+    def frame(self, payload: bytes | str) -> None:
+        self.frames.append(payload)
+        self._ready.set()
+
+    def reply(self, text: str) -> None:
+        self.replies.append(text)
+        self._ready.set()
+
+    def offer_status(self, text: str) -> None:
+        self.status = text
+        self._ready.set()
+
+    async def pump(self) -> None:
+        """Send whatever is waiting until closed: text replies first, then frames, then the status."""
+        while not self.closed:
+            if self.replies:
+                await self.send_str(self.replies.popleft())
+            elif self.frames:
+                payload = self.frames.popleft()
+                await (self.send_str(payload) if isinstance(payload, str) else self.send_bytes(payload))
+                self.answered += 1
+            elif self.status is not None:
+                text, self.status = self.status, None
+                await self.send_str(text)
+            else:
+                self._ready.clear()
+                await self._ready.wait()
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()

@@ -26,27 +26,52 @@ def write_clip(config: WorldConfig, out, overwrite: bool = False, window: int = 
     config.validate()
     if config.num_frames is None:
         raise AlayaError("world: a clip needs a frame count (num_frames is None)")
-    depth_near = DEFAULT_DEPTH_NEAR
-    dst = AtomicOutput(out, overwrite=overwrite, is_dir=True)
-    tmp = dst.tmp
-    sinks = {"teacher": TeacherMp4Sink(tmp / "_teacher", fps=config.fps, depth_near=depth_near),
-             "windows": NpyWindowSink(tmp / "windows", window=window, depth_near=depth_near)}
-    for name in config.presets:
-        sinks[f"preset:{name}"] = Mp4Sink(tmp / "presets" / f"{name}.mp4", fps=config.fps)
-    if exr:
-        sinks["exr"] = ExrSequenceSink(tmp / "exr", depth_near=depth_near)
-    frames_meta, world = [], None
-    extras = _ExtrasWindows(tmp / "extras", window)
-    try:
+    world = None
+
+    def frames():
+        nonlocal world
         world = World(config)
         for _ in range(config.num_frames):
             frame, camera = world.frame()
             world.advance()
+            yield frame, camera
+
+    def finish(cameras, camera) -> dict:
+        meta = _metadata(config, camera, cameras, window, exr, world.backend, DEFAULT_DEPTH_NEAR)
+        return {"clip.json": json.dumps(meta, indent=1), "scene.xml": world.scene.xml}
+
+    try:
+        return write_frames(out, frames(), config.presets, config.fps, finish, overwrite=overwrite, window=window,
+                            exr=exr, progress=progress)
+    finally:
+        if world is not None:
+            world.close()
+
+
+def write_frames(out, frames, presets, fps, finish, overwrite: bool = False, window: int = 16, exr: bool = False,
+                 progress=None) -> Path:
+    """The clip folder of any world: `frames` yields (GBufferFrame, Camera) with the extras of
+    world.py ("rgb", "rgb_<preset>" when several presets, "object_id", "sun_visibility[_<preset>]");
+    `finish(cameras, last_camera)` returns the text files to add ({name: text}, e.g. clip.json).
+    Assembled in OUT.tmp and moved into place at the end; on any error nothing is left behind."""
+    depth_near = DEFAULT_DEPTH_NEAR
+    dst = AtomicOutput(out, overwrite=overwrite, is_dir=True)
+    tmp = dst.tmp
+    sinks = {"teacher": TeacherMp4Sink(tmp / "_teacher", fps=fps, depth_near=depth_near),
+             "windows": NpyWindowSink(tmp / "windows", window=window, depth_near=depth_near)}
+    for name in presets:
+        sinks[f"preset:{name}"] = Mp4Sink(tmp / "presets" / f"{name}.mp4", fps=fps)
+    if exr:
+        sinks["exr"] = ExrSequenceSink(tmp / "exr", depth_near=depth_near)
+    frames_meta, camera = [], None
+    extras = _ExtrasWindows(tmp / "extras", window)
+    try:
+        for frame, camera in frames:
             rgb = frame.extras.get("rgb")
             sinks["teacher"].write(rgb=rgb, gbuffer=frame)
             sinks["windows"].write(rgb=rgb, gbuffer=frame)
-            for name in config.presets:
-                key = f"rgb_{name}" if len(config.presets) > 1 else "rgb"
+            for name in presets:
+                key = f"rgb_{name}" if len(presets) > 1 else "rgb"
                 sinks[f"preset:{name}"].write(rgb=frame.extras[key])
             if exr:
                 sinks["exr"].write(gbuffer=frame)
@@ -59,20 +84,16 @@ def write_clip(config: WorldConfig, out, overwrite: bool = False, window: int = 
         for sink in sinks.values():
             sink.close()
         extras.flush()
-        for name in MODALITIES + (("rgb",) if config.presets else ()):
+        for name in MODALITIES + (("rgb",) if presets else ()):
             os.replace(tmp / "_teacher" / f"{name}.mp4", tmp / f"{name}.mp4")
         os.rmdir(tmp / "_teacher")
-        meta = _metadata(config, camera, frames_meta, window, exr, world.backend, depth_near)
-        (tmp / "clip.json").write_text(json.dumps(meta, indent=1))
-        (tmp / "scene.xml").write_text(world.scene.xml)
+        for name, text in finish(frames_meta, camera).items():
+            (tmp / name).write_text(text)
     except BaseException:
         for sink in sinks.values():
             sink.abort()
         dst.abort()
         raise
-    finally:
-        if world is not None:
-            world.close()
     return dst.commit()
 
 

@@ -10,7 +10,9 @@ lighting presets, FPS / latency / dropped-frame readouts, start / pause / reset,
 choice and a record button. In the physics world the keyboard moves the player and the camera
 (WASD, arrows, Q/E, Space, F). The server binds 127.0.0.1 unless --host says otherwise.
 Ctrl-C, SIGTERM and SIGHUP stop it and finish an open recording (a renderer error does not:
-Start or Reset on the page tries again). docs/live.md describes the page, the protocol and the limits.
+Start or Reset on the page tries again). An external engine renders through the same server with
+`alaya_flash.client` (/engine: its own session on the same weights; --max-sessions bounds them).
+docs/live.md describes the page, the protocols and the limits.
 """
 from __future__ import annotations
 
@@ -60,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record-gbuffers", action="store_true",
                         help="record the G-buffers too (the teacher's lossless {mod}.mp4 layout) besides RGB")
     parser.add_argument("--paused", action="store_true", help="start paused (press Start on the page)")
+    parser.add_argument("--max-sessions", type=args_.bounded(int, 1, 64), default=None,
+                        help="render sessions at once, the page's stream included (default 4): engines connecting to "
+                        "/engine (alaya_flash.client) each get their own stream on the same loaded weights")
+    args_.add_cpu_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from ....model_zoo.errors import AlayaError
     from ...live.engine import LiveConfig, LiveEngine
     from ...live.pipeline import pipeline_factory
-    from ...live.server import LiveServer
+    from ...live.server import MAX_SESSIONS, LiveServer
 
     height, width = args.size
     if args.workflow is not None and args.no_refiner:
@@ -92,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
                                      seed=args.seed, fps=args.fps, device=args.device,
                                      chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes,
                                      refine=not args.no_refiner)
-    server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port)
+    server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port,
+                        make_pipeline=make_pipeline, max_sessions=args.max_sessions or MAX_SESSIONS)
 
     def ready(url: str) -> None:
         print(f"alaya-flash live: {url}  (Ctrl-C stops)", file=sys.stderr, flush=True)

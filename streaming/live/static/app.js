@@ -5,7 +5,9 @@
 const $ = (id) => document.getElementById(id);
 const HISTORY = 400; // frame records kept for inspection (kind, epoch, index, digest)
 const alaya = (window.alaya = { connected: false, frames: 0, passes: 0, last: null, lastPasses: null,
-                                 history: [], status: null, errors: [], clientFps: 0, rttMs: null });
+                                 history: [], status: null, errors: [], clientFps: 0, rttMs: null,
+                                 displayMs: [] });
+const DISPLAY_SAMPLES = 512; // capture -> display latencies kept (ms; same clock only on one machine)
 let ws = null;
 let recording = false;
 
@@ -48,6 +50,12 @@ async function onFrame(buf) {
   }
   alaya.frames += 1;
   alaya.last = record;
+  if (typeof header.captured_ms === "number") { // shown at the next paint: capture -> display
+    requestAnimationFrame(() => {
+      alaya.displayMs.push(performance.timeOrigin + performance.now() - header.captured_ms);
+      if (alaya.displayMs.length > DISPLAY_SAMPLES) alaya.displayMs.shift();
+    });
+  }
   const now = performance.now();
   arrivals.push(now);
   if (arrivals.length > 64) arrivals.shift();
@@ -69,6 +77,10 @@ function showStatus(s) {
   $("dropped").textContent = String(s.dropped);
   $("frames").textContent = String(alaya.frames);
   $("viewers").textContent = String(s.viewers);
+  if (s.sessions) { // this page's stream and each engine's, with its FPS
+    $("sessions").textContent = String(s.sessions.length);
+    $("sessions").title = s.sessions.map((x) => `${x.session} ${x.kind}: ${x.fps.toFixed(1)} FPS`).join("\n");
+  }
   $("error").hidden = !s.error;
   $("error").textContent = s.error ? `${s.error} (Start or Reset tries again)` : "";
   recording = !!s.recording;
