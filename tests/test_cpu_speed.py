@@ -214,3 +214,20 @@ def test_cached_key_rotations_equal_rotating_every_key_on_every_pass(monkeypatch
 
     monkeypatch.setattr(KVCache, "rotated_keys", every_time)
     assert torch.equal(kept, _render(flash, chunks))
+
+
+def test_a_live_stream_thread_takes_one_thread_when_lanes_are_planned(monkeypatch):
+    from alaya_flash.streaming.engine import cpu
+
+    seen = {}
+
+    def stream(key):
+        cpu.use_stream_threads()
+        seen[key] = torch.get_num_threads()
+
+    for key, plan in (("lanes", cpu.CpuPlan(2, Lanes(threads=(1, 1)))), ("serial", cpu.CpuPlan(2, None))):
+        monkeypatch.setattr(cpu, "_configured", plan)
+        t = threading.Thread(target=stream, args=(key,))
+        t.start()
+        t.join()
+    assert seen == {"lanes": 1, "serial": 2}

@@ -79,3 +79,15 @@ def configure(threads: int | None = None, pipeline: bool = True) -> CpuPlan:
 def configured_lanes() -> Lanes | None:
     """The configured plan's lanes (None: not configured, or no pipeline)."""
     return None if _configured is None else _configured.lanes
+
+
+def use_stream_threads() -> None:
+    """In a thread that renders one live stream (a page or an engine session): its torch threads by
+    the configured plan. With lanes planned (a small CPU), one thread: the stream never waits at an
+    OpenMP barrier for a core that the engine beside it holds (docs/benchmarks.md, "CPU"), and
+    several streams share the cores by the operating system's scheduling."""
+    if _configured is None:
+        return
+    import torch
+
+    torch.set_num_threads(1 if _configured.lanes is not None else _configured.threads)

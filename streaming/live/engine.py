@@ -37,6 +37,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
+from ..engine.cpu import use_stream_threads
 from ..world.play import Controls
 from .protocol import Command
 from .recorder import Recorder
@@ -277,6 +278,7 @@ class LiveEngine:
         self._clock0, self._paced = time.perf_counter(), 0
 
     def _run(self) -> None:
+        use_stream_threads()
         self.source = self.pipeline = self.recorder = None
         self._inflight = deque()
         try:

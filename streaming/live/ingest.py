@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
+from ..engine.cpu import use_stream_threads
 from ..gbuffer import DEFAULT_DEPTH_NEAR, GBufferFrame, frame_to_teacher
 from .engine import MAX_INFLIGHT, LivePipeline, recent_fps
 from .wire import FORM_UINT8, MAX_PIXELS, MAX_SIDE, VERSION, FrameError, GBufferMessage, pack_frame
@@ -130,6 +131,7 @@ class EngineSession:
             return None if self._closed else self._queue.popleft()
 
     def _run(self) -> None:
+        use_stream_threads()
         try:
             self.pipeline = self.make_pipeline()
             self.pipeline.set_prompt(self.prompt)
