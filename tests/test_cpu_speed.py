@@ -10,6 +10,7 @@ import torch
 
 from alaya_flash import model_zoo
 from alaya_flash.model_zoo import bundle, fused
+from alaya_flash.model_zoo.codecs import gbuffer_encoder
 from alaya_flash.streaming.engine import pipelines as pl
 from alaya_flash.streaming.engine.cpu import cpu_plan
 from alaya_flash.streaming.engine.driver import Lanes, StageGraph, Step, balanced_cuts, drive, ticks
@@ -34,11 +35,13 @@ def _clip(size: int, frames: int) -> list[pl.GBuffers]:
 
 
 def test_default_model_frames_are_unchanged_by_fusion_and_lanes(monkeypatch):
-    """The shipped model in bf16: fused ops on a 2-lane pipeline against plain ops in one loop."""
+    """The shipped model in bf16: fused ops and folded pools on a 2-lane pipeline against plain ops
+    and separate pools in one loop."""
     flash = bundle.load_flash(DEFAULT, torch.device("cpu"), torch.bfloat16)
     chunks = _clip(64, 13)
     fast = _render(flash, chunks, Lanes(threads=(1, 1)))
     monkeypatch.setattr(fused, "FUSED_OP", False)
+    monkeypatch.setattr(gbuffer_encoder, "fold_pools", lambda stack: stack)  # the encoder's pools unfolded
     plain = _render(flash, chunks)
     assert fast.shape == plain.shape == (13, 64, 64, 3)
     psnr = 10 * torch.log10(1 / ((fast - plain) ** 2).mean())

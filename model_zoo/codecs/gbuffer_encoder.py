@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION, latent_frames
-from .tiny import REDUCED_PRECISION, MemBlock, TinyCodecConfig, TPool, build_encoder, conv, run_causal
+from .tiny import REDUCED_PRECISION, MemBlock, TinyCodecConfig, TPool, build_encoder, conv, fold_pools, run_causal
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class GBufferEncoder(nn.Module):
             stack.load_state_dict({k.removeprefix("encoder."): v for k, v in part.items()}, strict=True, assign=True)
             stack = stack.to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
             if p.dtype in REDUCED_PRECISION:  # keeps every activation channels-last (tiny.channels_last)
-                stack = stack.to(memory_format=torch.channels_last)
+                stack = fold_pools(stack.to(memory_format=torch.channels_last))
             stacks.append(stack)
         return stacks
 
