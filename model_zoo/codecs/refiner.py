@@ -61,8 +61,12 @@ def gbuffer_planes(images: Tensor) -> Tensor:
 
 
 def _film(x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
-    """x * scale + shift, per channel; one pass over x in inference (addcmul), the plain ops in training."""
-    return torch.addcmul(shift, x, scale) if fused.fusable(x) else x * scale + shift
+    """x * scale + shift, per channel. One frame in inference: a depthwise 1x1 convolution, one pass
+    over x (8x faster than the broadcast ops on channels-last bf16 at 256x256: 0.19 against 1.6 ms)."""
+    if fused.fusable(x) and x.shape[0] == 1:
+        c = x.shape[1]
+        return F.conv2d(x, scale.reshape(c, 1, 1, 1).to(x.dtype), shift.reshape(c).to(x.dtype), groups=c)
+    return x * scale + shift
 
 
 class GBufferRefiner(nn.Module):
@@ -103,7 +107,8 @@ class GBufferRefiner(nn.Module):
         d = fused.sequential(self.down, f)
         if film is not None:
             d = _film(d, 1 + film[:, 2 * c:4 * c], film[:, 4 * c:])
-        d = F.interpolate(d, size=f.shape[-2:], mode="bilinear", align_corners=False).to(f.dtype)
+        # (upsampled in float32: faster than bf16 on the CPU, 1.06 against 1.37 ms at 256x256, and rounded once)
+        d = F.interpolate(d.float(), size=f.shape[-2:], mode="bilinear", align_corners=False).to(f.dtype)
         first, _, last = self.tail
         if fused.fusable(f):  # tail conv over [f, d] as two convolutions, the second adding onto the first:
             # no concatenated copy of 3c channels at full resolution
