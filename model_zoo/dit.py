@@ -339,6 +339,11 @@ class CrossAttention(_Attention):
         q = self._heads(self.norm_q(_linear(self.q, x)))
         return _linear(self.o, attention(q, k, v).transpose(1, 2).flatten(2))
 
+    def single_key(self, v: torch.Tensor) -> torch.Tensor:
+        """The output for a prompt of one token (a pooled embedding, text_len 1): softmax over one key
+        is exactly 1, so every query reads v and the output is o(v) for all of them, (B, 1, dim)."""
+        return _linear(self.o, v.transpose(1, 2).flatten(2))
+
 
 class Block(nn.Module):
     """One Wan block: modulated self-attention, cross-attention (affine norm3, no gate), modulated FFN."""
@@ -367,7 +372,11 @@ class Block(nn.Module):
 
         y = self.self_attn(modulate(self._norm(x), shift_sa, scale_sa), rope, mask, cache, layer, key_rope)
         x = x + gated(y, gate_sa)
-        x = x + self.cross_attn(F.layer_norm(x, x.shape[-1:], self.norm3.weight.float(), self.norm3.bias.float(), self.eps), *prompt_kv).float()
+        if prompt_kv[0].shape[2] == 1 and not torch.is_grad_enabled():  # one prompt token: no query needed
+            x = x + self.cross_attn.single_key(prompt_kv[1]).float()
+        else:
+            x = x + self.cross_attn(F.layer_norm(x, x.shape[-1:], self.norm3.weight.float(), self.norm3.bias.float(),
+                                                 self.eps), *prompt_kv).float()
         h = modulate(self._norm(x), shift_ff, scale_ff)
         y = _linear(self.ffn[2], linear_gelu(h.to(self.ffn[0].weight.dtype), self.ffn[0]))
         return x + gated(y, gate_ff)

@@ -234,3 +234,18 @@ def test_a_live_stream_thread_takes_one_thread_when_lanes_are_planned(monkeypatc
         t.start()
         t.join()
     assert seen == {"lanes": 1, "serial": 2}
+
+
+def test_one_token_prompts_skip_the_cross_attention_query():
+    """A pooled prompt (text_len 1): every query reads the one value, so the block adds o(v)."""
+    from alaya_flash.model_zoo import dit
+
+    torch.manual_seed(0)
+    block = dit.Block(dit.CONFIGS["dit-tiny"]).eval()
+    x = torch.randn(1, 12, block.cross_attn.q.in_features)
+    heads = block.cross_attn.num_heads
+    k, v = torch.randn(1, heads, 1, 32 // heads), torch.randn(1, heads, 1, 32 // heads)
+    full = block.cross_attn(torch.nn.functional.layer_norm(x, x.shape[-1:]), k, v)
+    with torch.no_grad():
+        short = block.cross_attn.single_key(v).expand_as(full)
+    assert torch.allclose(full, short, atol=1e-6)
