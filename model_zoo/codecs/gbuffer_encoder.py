@@ -185,22 +185,34 @@ class GBufferEncoderStream:
         xs = self.encoder.branch_inputs(images) if len(self.stacks) > 1 else [self.encoder.to_input(images)]
         if xs[0].shape[1] == 0:
             return None
-        if not self.started:  # Wan alignment: frame 0 alone makes latent 0
-            xs = [torch.cat([x[:, :1].expand(-1, TIME_COMPRESSION - 1, -1, -1, -1), x], 1) for x in xs]
-            self.started = True
+        lead = 0 if self.started else TIME_COMPRESSION - 1  # Wan alignment: frame 0 alone makes latent 0
+        self.started = True
         if len(self.stacks) > 1:
-            return self._by_frame(xs)
+            return self._by_frame(xs, lead)
+        if lead:
+            xs = [torch.cat([x[:, :1].expand(-1, lead, -1, -1, -1), x], 1) for x in xs]
         z = run_causal(self.stacks[0], xs[0], self.states[0])
         return z.permute(0, 2, 1, 3, 4) if z.shape[1] else None
 
-    def _by_frame(self, branches: list[Tensor]) -> Tensor | None:
+    def _by_frame(self, branches: list[Tensor], lead: int = 0) -> Tensor | None:
         """Run each branch's stack one frame at a time. Every causal layer then takes its one-frame
         path: a MemBlock's memory is its last input as it is, with no chunk of earlier frames to
         concatenate or copy, which at full resolution cost more than the batching saved (docs/codecs.md).
-        branches: per branch (B, T, 3, H, W) -> (B, 80, T', H/8, W/8) or None."""
-        zs = []
-        for t in range(branches[0].shape[1]):
-            z = [run_causal(stack, x[:, t:t + 1], state) for stack, x, state in zip(self.stacks, branches, self.states)]
+        branches: per branch (B, T, 3, H, W) -> (B, 80, T', H/8, W/8) or None. lead: copies of frame 0
+        in front (a stream's start); the stateless head (the full-resolution conv and its ReLU) runs
+        once for all of them, which shortens the stream's first frame."""
+        head = next(i for i, layer in enumerate(self.stacks[0]) if hasattr(layer, "forward_seq"))
+        order = [0] * lead + list(range(branches[0].shape[1]))
+        zs, repeated = [], {}  # repeated: branch -> frame 0's head output, while frame 0 repeats
+        for t in order:
+            z = []
+            for g, (stack, x, state) in enumerate(zip(self.stacks, branches, self.states)):
+                h = repeated.get(g) if t == 0 else None
+                if h is None:
+                    h = run_causal(stack, x[:, t:t + 1], state, stop=head)
+                    if t == 0 and lead:
+                        repeated[g] = h
+                z.append(run_causal(stack, h, state, start=head))
             if z[0].shape[1]:
                 zs.append(torch.cat(z, 2))
         return torch.cat(zs, 1).permute(0, 2, 1, 3, 4) if zs else None

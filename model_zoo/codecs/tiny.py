@@ -261,14 +261,18 @@ class TGrow(nn.Module):
         return y.unflatten(1, (self.stride, c)).flatten(0, 1).unflatten(0, (n, t * self.stride)), None
 
 
-def run_causal(layers: nn.Sequential, x: Tensor, state: dict[int, Tensor | None]) -> Tensor:
+def run_causal(layers: nn.Sequential, x: Tensor, state: dict[int, Tensor | None], start: int = 0,
+               stop: int | None = None) -> Tensor:
     """Run a causal layer stack over a chunk x (N, T, C, H, W), updating `state` (layer index -> memory).
 
     An empty dict is a fresh stream. Returns (N, T_out, C', H', W'); T_out may be 0 while a TPool
     waits for more frames. Per-frame layers run on all frames of the chunk at once.
+    start, stop: run only layers[start:stop] (a stateless head can be run once for repeated frames).
     """
     relu_next = False
     for i, layer in enumerate(layers):
+        if i < start or (stop is not None and i >= stop):
+            continue
         if x.shape[1] == 0:
             break
         if relu_next:  # already applied (a ReLU fused into the convolution before it, or a swapped TGrow)
