@@ -78,7 +78,9 @@ class TextEncoder:
 
     >>> enc = TextEncoder.load()
     >>> ctx = enc(["a moonlit night"])     # (1, 1, 384) float32, unit norm
-    Embeddings of recent prompts are cached (bounded LRU), since streams re-use their prompts.
+    Embeddings of recent prompts are cached (bounded LRU), since streams re-use their prompts. Each
+    prompt is embedded alone: padded beside longer ones its floats differ in the last bits, so a
+    cached embedding would depend on which prompts came first in this process.
     """
 
     text_dim = MINILM_DIM  # all-MiniLM-L6-v2's width; an instance reports its own model's
@@ -132,10 +134,9 @@ class TextEncoder:
 
     def __call__(self, prompts: list[str]) -> torch.Tensor:
         """Context for the DiT: (B, text_len=1, 384), with an LRU cache per prompt."""
-        missing = [p for p in dict.fromkeys(prompts) if p not in self._cache]
-        if missing:
-            for p, e in zip(missing, self.embed(missing)):
-                self._cache[p] = e
+        for p in dict.fromkeys(prompts):
+            if p not in self._cache:  # alone, never padded beside others: its embedding depends on its text only
+                self._cache[p] = self.embed([p])[0]
         for p in prompts:
             self._cache.move_to_end(p)
         context = torch.stack([self._cache[p] for p in prompts])[:, None, :]

@@ -572,7 +572,8 @@ class UMT5Encoder:
     >>> ctx = enc(["a moonlit night"])    # (1, 512, 4096)
     >>> enc.release()                     # frees the weights; the next call reads them again
 
-    Recent prompts' outputs are cached (bounded LRU, real tokens only).
+    Recent prompts' outputs are cached (bounded LRU, real tokens only), each encoded alone so that it
+    does not depend on which prompts shared its batch.
     """
 
     text_len = TEXT_LEN
@@ -645,10 +646,9 @@ class UMT5Encoder:
         """(B, 512, d_model) float32: each prompt's tokens, then zeros (Wan's padded context)."""
         if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
             raise AlayaError(f"umT5: expected a list of prompt strings, got {prompts!r:.80}")
-        missing = [p for p in dict.fromkeys(prompts) if p not in self._cache]
-        if missing:
-            for p, e in zip(missing, self.encode(missing)):
-                self._cache[p] = e
+        for p in dict.fromkeys(prompts):
+            if p not in self._cache:  # alone, never padded beside others: its output depends on its text only
+                self._cache[p] = self.encode([p])[0]
         out = None
         for row, p in enumerate(prompts):
             self._cache.move_to_end(p)

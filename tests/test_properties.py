@@ -27,6 +27,7 @@ FLAGS = {  # command line prefix -> its numeric flags
     ("world", "--out", "w"): ["--fps", "--frames", "--seed", "--objects", "--window", "--fov", "--size"],
     ("gbuffers", "convert", "a", "b", "--to", "png"): ["--start", "--stop", "--stride", "--window", "--fps", "--size"],
     ("serve",): ["--port", "--fps", "--seed", "--steps", "--chunk-latents", "--size"],
+    ("batch", "wf.json", "--inputs", "x"): ["--retries", "--workers", "--threads", "--gpus-per-worker", "--split", "--preroll"],
 }
 
 

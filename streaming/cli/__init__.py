@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve",
     "world": "world",
     "run": "run",
+    "batch": "batch",
     "render": "render",
     "bench": "bench",
 }

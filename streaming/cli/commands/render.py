@@ -97,9 +97,9 @@ def run(args) -> int:
         if warning:
             print(f"alaya-flash: warning: {warning}", file=sys.stderr)
         wf, classes = load(WORKFLOW, sets + [f"2.model={model}"])
-    from .run import _outputs
+    from ..shots import outputs
 
-    (written,) = _outputs(wf)  # what Save writes: an mp4 gets its .mp4 suffix
+    (written,) = outputs(wf)  # what Save writes: an mp4 gets its .mp4 suffix
     if written.exists() and not args.overwrite:
         raise AlayaError(f"{written}: already exists; pass --overwrite to replace it")
     stats = execute(wf, classes, args.quiet, label="render")

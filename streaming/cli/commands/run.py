@@ -10,7 +10,9 @@ so memory stays flat however long the input. --set NODE.INPUT=VALUE overrides a 
 node id, a unique title or a unique node type). --inputs GLOB renders every match in one process
 (models loaded once): each match replaces the G-buffer source's path, '{name}' in a Save filename
 becomes the match's name (without one, '-{name}' is added), and inputs whose outputs all exist
-already are skipped (outputs appear only when complete, so an existing one is finished).
+already are skipped (outputs appear only when complete, so an existing one is finished); two
+inputs that would write the same output are refused before anything runs. `alaya-flash batch`
+does the same on a pool of workers, with a manifest, fingerprints and retries.
 An interruption (Ctrl-C) removes the output being written; nothing partial is left.
 """
 from __future__ import annotations
@@ -38,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def node_classes() -> dict:
-    from ....nodes import NODE_CLASS_MAPPINGS
+    from ..shots import node_classes as classes
 
-    return NODE_CLASS_MAPPINGS
+    return classes()
 
 
 def load(path: Path, sets: list[str], check: bool = True):
@@ -53,43 +55,6 @@ def load(path: Path, sets: list[str], check: bool = True):
     if check:
         validate(wf, classes)
     return wf, classes
-
-
-def _source_node(wf, ref: str | None) -> str:
-    from ....model_zoo.errors import AlayaError
-
-    if ref is not None:
-        hits = [n for n, s in wf.nodes.items() if ref in (n, s.title, s.class_type)]
-    else:
-        hits = [n for n, s in wf.nodes.items() if "path" in s.inputs]
-    if len(hits) != 1:
-        raise AlayaError(f"{wf.source}: --inputs needs exactly one source node with a 'path' input; found "
-                         f"{len(hits)} ({', '.join(hits) or 'none'}); name one with --input-node")
-    return hits[0]
-
-
-def _save_nodes(wf) -> list[str]:
-    return [n for n, s in wf.nodes.items() if s.class_type == "AlayaFlash_Save"]
-
-
-def _outputs(wf) -> list[Path]:
-    from ....nodes.output import destination
-
-    return [destination(wf.nodes[n].inputs["filename"], wf.nodes[n].inputs.get("format", "mp4")) for n in _save_nodes(wf)]
-
-
-def _per_input(wf, source: str, path: str, name: str):
-    import copy
-
-    one = copy.deepcopy(wf)
-    one.nodes[source].inputs["path"] = path
-    for n in _save_nodes(one):
-        fn = one.nodes[n].inputs["filename"]
-        if "{name}" not in fn:
-            p = Path(fn)
-            fn = str(p.with_name(f"{p.stem}-{{name}}{p.suffix}"))
-        one.nodes[n].inputs["filename"] = fn.replace("{name}", name)
-    return one
 
 
 def execute(wf, classes, quiet: bool, label: str = "", static_cache: dict | None = None):
@@ -114,10 +79,11 @@ def execute(wf, classes, quiet: bool, label: str = "", static_cache: dict | None
 
 def run(args) -> int:
     from ...engine.runner import StreamRunner
+    from ..shots import input_name, outputs, per_input, refuse_collisions, save_nodes, source_node
 
     wf, classes = load(args.workflow, args.sets, check=not args.inputs)  # with --inputs: checked per input
     if args.validate_only:
-        for one in ([_per_input(wf, _source_node(wf, args.input_node), p, "x") for p in sorted(glob.glob(args.inputs))[:1]]
+        for one in ([per_input(wf, source_node(wf, args.input_node), p, "x") for p in sorted(glob.glob(args.inputs))[:1]]
                     if args.inputs else [wf]):
             StreamRunner(one, classes)  # also checks the stream roles (a run-once node fed a stream, no source)
         if not args.quiet:
@@ -125,26 +91,27 @@ def run(args) -> int:
         return 0
     if not args.inputs:
         stats = execute(wf, classes, args.quiet)
-        _report(stats, [p for p in _outputs(wf)], args.quiet)
+        _report(stats, outputs(wf), args.quiet)
         return 0
-    source = _source_node(wf, args.input_node)
+    source = source_node(wf, args.input_node)
     matches = sorted(glob.glob(args.inputs))
     if not matches:
         from ....model_zoo.errors import AlayaError
 
         raise AlayaError(f"--inputs {args.inputs!r}: no files or folders match")
+    planned = [(path, per_input(wf, source, path, input_name(path))) for path in matches]
+    refuse_collisions([(path, outputs(one)) for path, one in planned])
     cache: dict = {}  # run-once outputs (models, prompts) shared by every input
     done = skipped = 0
-    for path in matches:
-        name = Path(path).stem if Path(path).is_file() else Path(path).name
-        one = _per_input(wf, source, path, name)
-        outs = _outputs(one)
+    for path, one in planned:
+        name = input_name(path)
+        outs = outputs(one)
         if outs and all(p.exists() for p in outs) and not args.force:
             skipped += 1
             if not args.quiet:
                 print(f"{name}: skipped, {', '.join(map(str, outs))} already exist(s)", file=sys.stderr)
             continue
-        for n in _save_nodes(one):
+        for n in save_nodes(one):
             one.nodes[n].inputs["overwrite"] = True  # a stale output of an unfinished set is replaced
         stats = execute(one, classes, args.quiet, label=name, static_cache=cache)
         _report(stats, outs, args.quiet, name)

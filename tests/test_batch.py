@@ -1,0 +1,204 @@
+"""`alaya-flash batch` without Ray (in this process): manifest, resume by fingerprint, retries, a bad
+shot among good ones, output-name collisions, and the same bits for the same shot in this process,
+in another process, and whatever thread count the environment gives. The Ray pool: test_batch_ray.py."""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from batch_helpers import CLI, RENDER, ROOT, TINY, batch, leftovers, make_clips, manifest, output_bytes, write_list
+
+LOCAL = ["--engine", "local"]
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    return make_clips(tmp_path_factory.mktemp("clips"), 3)
+
+
+def test_resume_renders_only_what_changed(clips, tmp_path, capsys):
+    shots = write_list(tmp_path / "shots.jsonl", [{"input": str(c), "prompt": f"street {i}"} for i, c in enumerate(clips)])
+    out = tmp_path / "out"
+    code, s = batch("--inputs", str(shots), "--out", f"{out}/{{name}}.mp4", *LOCAL, capsys=capsys)
+    assert code == 0 and (s["rendered"], s["skipped"], s["failed"]) == (3, 0, [])
+    records = manifest(out / "manifest.jsonl")
+    first = records["c0"]
+    assert first["status"] == "done" and first["frames"] == 12 and first["attempts"] == 1 and first["error"] is None
+    assert first["input"] == str(clips[0]) and first["outputs"] == [str(out / "c0.mp4")]
+    assert set(first["seconds"]) == {"render", "setup", "wall"} and len(first["fingerprint"]) == 32
+    assert first["bytes"] == {str(out / "c0.mp4"): (out / "c0.mp4").stat().st_size}
+    assert len({r["fingerprint"] for r in records.values()}) == 3
+    stamps = {n: (out / f"{n}.mp4").stat().st_mtime_ns for n in records}
+
+    code, s = batch("--inputs", str(shots), "--out", f"{out}/{{name}}.mp4", *LOCAL, capsys=capsys)
+    assert code == 0 and (s["rendered"], s["skipped"]) == (0, 3)
+
+    # a changed prompt, changed input content, and a deleted output: exactly those shots again
+    write_list(shots, [{"input": str(c), "prompt": "a rainy night" if i == 1 else f"street {i}"} for i, c in enumerate(clips)])
+    code, s = batch("--inputs", str(shots), "--out", f"{out}/{{name}}.mp4", *LOCAL, capsys=capsys)
+    assert code == 0 and (s["rendered"], s["skipped"]) == (1, 2)
+    after = manifest(out / "manifest.jsonl")
+    assert after["c1"]["fingerprint"] != records["c1"]["fingerprint"]
+    assert [after[n]["fingerprint"] for n in ("c0", "c2")] == [records[n]["fingerprint"] for n in ("c0", "c2")]
+    assert (out / "c0.mp4").stat().st_mtime_ns == stamps["c0"] and (out / "c2.mp4").stat().st_mtime_ns == stamps["c2"]
+
+    moved = tmp_path / "c2-copy"
+    shutil.copytree(clips[2], moved)
+    window = next(moved.glob("*.npy"))
+    data = np.load(window)
+    data[0, 0, 0, 0, 0] ^= 1  # one bit of one G-buffer pixel
+    np.save(window, data)
+    (out / "c0.mp4").unlink()
+    write_list(shots, [{"input": str(clips[0]), "prompt": "street 0"}, {"input": str(clips[1]), "prompt": "a rainy night"},
+                       {"input": str(moved), "name": "c2", "prompt": "street 2"}])
+    code, s = batch("--inputs", str(shots), "--out", f"{out}/{{name}}.mp4", *LOCAL, capsys=capsys)
+    assert code == 0 and (s["rendered"], s["skipped"]) == (2, 1)
+    assert manifest(out / "manifest.jsonl")["c2"]["input"] == str(moved)
+    assert not leftovers(tmp_path)
+
+
+def test_a_bad_shot_is_retried_listed_and_the_batch_goes_on(clips, tmp_path, capsys):
+    inputs = tmp_path / "in"
+    for c in clips[:2]:
+        shutil.copytree(c, inputs / c.name)
+    shutil.copytree(clips[0], inputs / "bad")
+    (next((inputs / "bad").glob("*.npy"))).write_bytes(b"not an npy file")
+    out = tmp_path / "out"
+    code, s = batch("--inputs", f"{inputs}/*", "--out", f"{out}/{{name}}.mp4", "--retries", "1", *LOCAL, capsys=capsys)
+    assert code == 1
+    assert (s["rendered"], len(s["failed"])) == (2, 1)
+    (failed,) = s["failed"]
+    assert failed["name"] == "bad" and failed["attempts"] == 2 and "not a readable .npy file" in failed["error"]
+    assert (out / "c0.mp4").is_file() and (out / "c1.mp4").is_file() and not (out / "bad.mp4").exists()
+    record = manifest(out / "manifest.jsonl")["bad"]
+    assert record["status"] == "failed" and "window-0000.npy" in record["error"]
+    assert not leftovers(tmp_path)
+    # the rerun tries the failed shot again and skips the finished ones
+    code, s = batch("--inputs", f"{inputs}/*", "--out", f"{out}/{{name}}.mp4", "--retries", "0", *LOCAL, capsys=capsys)
+    assert code == 1 and (s["rendered"], s["skipped"], len(s["failed"])) == (0, 2, 1)
+
+
+def test_inputs_writing_the_same_output_are_refused_before_anything_runs(clips, tmp_path, capsys):
+    inputs = tmp_path / "in"
+    shutil.copytree(clips[0], inputs / "c1")
+    shutil.copy(next(clips[1].glob("*.npy")), inputs / "c1.npy")  # a file named c1 too: {name} = c1 for both
+    out = tmp_path / "out"
+    code, _ = batch("--inputs", f"{inputs}/*", "--out", f"{out}/{{name}}.mp4", *LOCAL)
+    err = capsys.readouterr().err
+    assert code == 2 and "c1'" in err and "c1.npy'" in err and "c1.mp4" in err
+    assert not out.exists()
+    from alaya_flash.streaming.cli import main
+
+    code = main(["run", str(RENDER), *TINY, "--inputs", f"{inputs}/*", "--set", f"Save.filename={out}/{{name}}.mp4"])
+    assert code == 2 and "would all write" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"input": "c0", "promt": "x"}, "unknown key 'promt'"),
+    ({"input": "c0", "seed": "7"}, "'seed' must be an integer"),
+    ({"name": "x"}, "an 'input' path"),
+])
+def test_bad_input_list_entries_are_one_line_naming_the_line(clips, tmp_path, capsys, entry, message):
+    shots = write_list(tmp_path / "shots.jsonl", [{"input": str(clips[0])}, entry])
+    code, _ = batch("--inputs", str(shots), "--out", f"{tmp_path}/o/{{name}}.mp4", *LOCAL)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and f"{shots}:2:" in err and message in err and len(err.splitlines()) == 1
+
+
+def test_same_shot_same_bits_in_this_process_and_another_whatever_its_default_threads(clips, tmp_path, capsys):
+    """The shot's frames do not depend on the process, on what it rendered before, or on the thread
+    count the environment gives (the worker sets its own). Float32 EXR frames show every bit: in a
+    process started with OMP_NUM_THREADS=2 the tiny model's frames differ in their last bits unless
+    the worker sets its thread count (checked by removing ShotWorker's torch.set_num_threads)."""
+    threads = torch.get_num_threads()
+    args = ["--inputs", str(clips[2]), "--set", "Save.format=exr", "--set", "3.text=0: a street\n4: a long rainy night road"]
+    code, _ = batch(*args, "--out", f"{tmp_path}/a/{{name}}", *LOCAL, capsys=capsys)
+    assert code == 0
+    write_list(tmp_path / "other.jsonl", [{"input": str(clips[0]), "prompt": "a street"}])
+    assert batch("--inputs", str(tmp_path / "other.jsonl"), "--out", f"{tmp_path}/x/{{name}}", *LOCAL, capsys=capsys)[0] == 0
+    code, _ = batch(*args, "--out", f"{tmp_path}/b/{{name}}", *LOCAL, capsys=capsys)  # after another shot in this process
+    assert code == 0
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    proc = subprocess.run([*CLI, "--quiet", "batch", str(RENDER), *TINY, *args, "--out", f"{tmp_path}/c/{{name}}", *LOCAL],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    a, b, c = (output_bytes(tmp_path / d / "c2") for d in "abc")
+    assert len(a) == 12
+    assert a == b and a == c
+    fingerprints = {manifest(tmp_path / d / "manifest.jsonl")["c2"]["fingerprint"] for d in "abc"}
+    assert len(fingerprints) == 1
+    # the thread count is part of the fingerprint: a batch with another one renders again
+    code, s = batch(*args, "--out", f"{tmp_path}/d/{{name}}", "--threads", "2", *LOCAL, capsys=capsys)
+    assert code == 0 and s["rendered"] == 1
+    assert manifest(tmp_path / "d" / "manifest.jsonl")["c2"]["fingerprint"] not in fingerprints
+    assert torch.get_num_threads() == threads  # an in-process batch gives its caller's thread count back
+
+
+def test_a_prompt_embeds_the_same_alone_or_beside_others():
+    """The prompt cache keeps what the first encoding gave; padded beside a longer prompt the floats
+    differed in their last bits, so a shot's frames depended on which prompts came before it."""
+    from alaya_flash.model_zoo.text_encoder import TextEncoder
+
+    base = TextEncoder.load()
+    alone = TextEncoder(base.model, base.tokenizer)(["a sunny street"])[0]
+    beside = TextEncoder(base.model, base.tokenizer)(["a rainy night over a long and winding road", "a sunny street"])[1]
+    assert torch.equal(alone, beside)
+
+
+def test_no_ray_needed_and_ray_imported_only_by_the_pool():
+    """The batch command and the engine import without Ray; only ray_pool's functions import it."""
+    code = ("import sys; sys.path.insert(0, 'tests'); import conftest; from alaya_flash.streaming.cli import main; from alaya_flash.streaming.engine import batch, ray_pool; "
+            "from alaya_flash.streaming.cli.commands import batch as b; print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_help_lists_batch(capsys):
+    from alaya_flash.streaming.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["batch", "--help"])
+    assert "--inputs GLOB|LIST" in capsys.readouterr().out
+
+
+def test_a_split_shot_is_its_parts_pre_roll_dropped_joined_in_order(clips, tmp_path, capsys):
+    """--split 5 --preroll 3 on 12 frames: parts read [0, 5), [2, 10), [7, 12) and keep [0, 5), [5, 10),
+    [10, 12); the joined output equals those three ranges rendered as shots of their own, each with
+    its pre-roll frames dropped."""
+    png = ["--set", "Save.format=png"]
+    code, s = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/split/{{name}}", "--split", "5", "--preroll", "3",
+                    *png, *LOCAL, capsys=capsys)
+    assert code == 0 and s["frames"] == 12
+    record = manifest(tmp_path / "split" / "manifest.jsonl")["c0"]
+    assert record["frames"] == 12 and record["attempts"] == 1
+    ranges = [(0, 5, 0), (2, 8, 3), (7, 5, 3)]  # (start, frames read, pre-roll dropped)
+    write_list(tmp_path / "ranges.jsonl", [{"input": str(clips[0]), "name": f"r{i}", "set": [f"1.start={a}", f"1.frames={n}"]}
+                                           for i, (a, n, _) in enumerate(ranges)])
+    code, _ = batch("--inputs", str(tmp_path / "ranges.jsonl"), "--out", f"{tmp_path}/ranges/{{name}}", *png, *LOCAL,
+                    capsys=capsys)
+    assert code == 0
+    joined = [f for i, (_, _, drop) in enumerate(ranges)
+              for f in list(output_bytes(tmp_path / "ranges" / f"r{i}").values())[drop:]]
+    assert list(output_bytes(tmp_path / "split" / "c0").values()) == joined
+    assert not list((tmp_path / "split").glob(".*parts*")) and not leftovers(tmp_path)
+    # the split settings are in the fingerprint; the same split again is complete
+    code, s = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/split/{{name}}", "--split", "5", "--preroll", "3",
+                    *png, *LOCAL, capsys=capsys)
+    assert code == 0 and s["skipped"] == 1
+    code, s = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/split/{{name}}", *png, *LOCAL, capsys=capsys)
+    assert code == 0 and s["rendered"] == 1
+
+
+def test_without_ray_the_same_command_renders_here(clips, tmp_path, monkeypatch, capsys):
+    from alaya_flash.streaming.engine import ray_pool
+
+    monkeypatch.setattr(ray_pool, "available", lambda: False)
+    code, s = batch("--inputs", str(clips[1]), "--out", f"{tmp_path}/{{name}}.mp4", capsys=capsys)  # --engine auto
+    assert code == 0 and (s["rendered"], s["workers"]) == (1, 1)
+    assert manifest(tmp_path / "manifest.jsonl")["c1"]["status"] == "done"
+    code, _ = batch("--inputs", str(clips[1]), "--out", f"{tmp_path}/{{name}}.mp4", "--address", "127.0.0.1:1")
+    assert code == 2 and "--address needs Ray" in capsys.readouterr().err
