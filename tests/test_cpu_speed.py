@@ -249,3 +249,17 @@ def test_one_token_prompts_skip_the_cross_attention_query():
     with torch.no_grad():
         short = block.cross_attn.single_key(v).expand_as(full)
     assert torch.allclose(full, short, atol=1e-6)
+
+
+def test_lanes_give_the_one_thread_frames_bit_for_bit():
+    """Each lane runs its stages on one thread, so the pipelined CLI default renders exactly what
+    `--threads 1` renders (a frame's last bits depend on the thread count, docs/runner.md)."""
+    flash = bundle.load_flash(DEFAULT, torch.device("cpu"), torch.bfloat16)
+    chunks = _clip(32, 9)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        serial = _render(flash, chunks)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(serial, _render(flash, chunks, Lanes(threads=(1, 1))))
