@@ -5,6 +5,7 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -54,7 +55,7 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
     out = tiny_models / "report.json"
     rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--clips", "1", "--frames", "9", "--size", "32",
                "--presets", "bright_sunny,moonlit_night", "--runtime-size", "32", "--runtime-frames", "5",
-               "--out", str(out), "--json"])
+               "--long-frames", "12", "--long-block", "4", "--long-size", "32", "--out", str(out), "--json"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     assert json.loads(out.read_text()) == report
@@ -77,6 +78,12 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
     assert report["student"]["content"]["vs_teacher"]["psnr_db"] > 0
     assert report["student"]["runtime"]["size"] == [32, 32] and report["student"]["runtime"]["fps"] > 0
     assert report["setup"]["teacher_steps"] == 2 and report["setup"]["frames"] == 9
+    long = report["student"]["long_stream"]  # the student only: the default pipeline's stream
+    assert "long_stream" not in report["teacher"]
+    assert long["frames"] == 12 and long["size"] == [32, 32] and len(long["psnr_db_by_block"]) == 3
+    assert long["first_block_psnr_db"] == long["psnr_db_by_block"][0]
+    assert long["drop_db"] == pytest.approx(long["first_block_psnr_db"] - long["last_block_psnr_db"])
+    assert long["fresh_start"]["frame"] == 4 and long["fresh_start"]["stream_psnr_db"] == long["psnr_db_by_block"][1]
 
 
 def test_eval_scores_the_refiners_frames_unless_told_not_to(tmp_path, capsys):
@@ -89,7 +96,7 @@ def test_eval_scores_the_refiners_frames_unless_told_not_to(tmp_path, capsys):
     bundle.save_flash(flash, tmp_path / "model")
     args = ["--quiet", "eval", "--model", str(tmp_path / "model"), "--no-teacher", "--clips", "1", "--frames", "5",
             "--size", "32", "--presets", "bright_sunny,moonlit_night", "--runtime-size", "32", "--runtime-frames", "5",
-            "--json"]
+            "--no-long-stream", "--json"]
     reports = []
     for extra in ([], ["--no-refiner"]):
         assert main([*args, *extra]) == 0
@@ -118,3 +125,44 @@ def test_eval_refuses_a_negative_heldout_wording_count(tiny_models, capsys):
     rc = main(["eval", "--model", str(tiny_models / "model"), "--heldout-wordings", "-1"])
     assert rc == 2
     assert "--heldout-wordings -1: give a count >= 1, or 0 for all" in capsys.readouterr().err
+
+
+def test_long_stream_scores_one_continuous_stream_block_by_block():
+    """The block curve is PSNR of a whole-clip render of the same world frames, block by block; the
+    fresh start is a new stream over the midpoint block's frames."""
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.streaming.cli.commands import eval as ev
+    from alaya_flash.streaming.engine.pipelines import FlashPipeline, PromptSchedule
+    from alaya_flash.streaming.gbuffer import frame_to_teacher
+    from alaya_flash.streaming.world import WorldConfig, WorldSource
+
+    flash = bundle.make_random_flash(settings=bundle.FlashSettings(chunk_frames=1, window_frames=3, sink_frames=0))
+    text = flash.text_encoder()
+    report = ev.long_stream(flash, text, 15, 5, (32, 32))
+    world = WorldConfig(seed=ev.LONG_SEED, width=32, height=32, fps=ev.LONG_FPS, num_frames=15,
+                        num_objects=ev.LONG_OBJECTS, camera=report["camera"], presets=(ev.LONG_PRESET,))
+    frames = list(WorldSource(world))
+    gb = np.stack([frame_to_teacher(f) for f in frames])
+    gt = torch.from_numpy(np.stack([f.extras["rgb"] for f in frames])).float() / 255
+    sched = PromptSchedule.encode(text, report["prompt"])
+    whole, _, _ = ev._render(FlashPipeline(flash, sched), gb)
+    want = [metrics.psnr(whole[a:a + 5], gt[a:a + 5]) for a in (0, 5, 10)]
+    assert report["psnr_db_by_block"] == pytest.approx(want, abs=1e-4)
+    assert report["first_block_psnr_db"] == report["psnr_db_by_block"][0]
+    assert report["last_block_psnr_db"] == report["psnr_db_by_block"][2]
+    fresh, _, _ = ev._render(FlashPipeline(flash, sched), gb[5:10])
+    assert report["fresh_start"]["frame"] == 5
+    assert report["fresh_start"]["psnr_db"] == pytest.approx(metrics.psnr(fresh, gt[5:10]), abs=1e-4)
+    assert report["fresh_start"]["psnr_db"] != pytest.approx(report["psnr_db_by_block"][1])  # a new stream's state
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--long-frames", "0"], "argument --long-frames: 0 is out of range"),
+    (["--long-frames", "60", "--long-block", "25"], "--long-frames 60: give a multiple of --long-block 25"),
+    (["--long-frames", "25", "--long-block", "25"], "--long-frames 25: give at least two blocks of --long-block 25"),
+    (["--long-size", "40x32"], "--long-size 40x32: each side must be a multiple of 16"),
+])
+def test_eval_refuses_a_long_stream_it_cannot_score(tiny_models, capsys, extra, message):
+    assert main(["eval", "--model", str(tiny_models / "model"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) <= 2, err  # argparse adds a usage line

@@ -20,6 +20,11 @@ reports made before 2026-12-04 did), and scored on the five axes:
                 (pooled over the paraphrases, and each paraphrase's rate), with each miss as
                 "clip K: prompted -> nearest preset (margin) [paraphrase N]"
   runtime       frames per second and first-frame latency of the streaming render, peak memory
+  long_stream   one long world stream (--long-frames, default 1,000, at --long-size, default 128x128;
+                an unseen seed, a held-out sunset wording) rendered as ONE stream by the student:
+                PSNR per --long-block frames against its ground truth, first and last block, the
+                drop, and a fresh stream started at the midpoint (its first block against the long
+                stream's same block: what the stream's state costs); --no-long-stream leaves it out
 
 Speed figures come from this machine as it is (say whether it was shared when quoting them).
 """
@@ -36,7 +41,7 @@ from pathlib import Path
 from .. import args as args_
 from ..args import parse_size
 
-HELP = "evaluate student vs teacher on held-out clips (content, temporal, cross-window, control, runtime)"
+HELP = "evaluate student vs teacher on held-out clips (content, temporal, cross-window, control, runtime, long stream)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,8 +64,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime-size", type=parse_size, default=(256, 256), metavar="N|WxH",
                         help="frame size of the student runtime measurement")
     parser.add_argument("--runtime-frames", type=args_.FRAMES, default=33, help="frames of the runtime measurement")
+    parser.add_argument("--long-frames", type=args_.bounded(int, 1, args_.MAX_FRAMES), default=1000, metavar="N",
+                        help="frames of the long-stream axis (a multiple of --long-block, at least 2 blocks)")
+    parser.add_argument("--long-size", type=parse_size, default="128", metavar="N|WxH",
+                        help="frame size of the long stream (multiples of 16)")
+    parser.add_argument("--long-block", type=args_.bounded(int, 1, args_.MAX_FRAMES), default=25, metavar="N",
+                        help="frames per PSNR block of the long stream")
+    parser.add_argument("--no-long-stream", action="store_true", help="leave out the long-stream axis")
     parser.add_argument("--out", type=Path, help="also write the JSON report here (atomically)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
+    args_.add_cpu_arguments(parser)
 
 
 def _clips(args, size):
@@ -145,6 +158,8 @@ def evaluate(args) -> dict:
     from ... import metrics
     from ...engine.pipelines import FlashPipeline, PromptSchedule, TeacherPipeline, latent_start_pixel
 
+    if not args.no_long_stream:
+        check_long_stream(args.long_frames, args.long_block, args.long_size)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     flash = bundle.load_flash(args.model, dtype=dtype)
     teacher = None
@@ -234,6 +249,9 @@ def evaluate(args) -> dict:
     if vs_teacher["psnr"]:
         report["student"]["content"]["vs_teacher"] = {"psnr_db": _mean(vs_teacher["psnr"]), "ssim": _mean(vs_teacher["ssim"])}
     report["student"]["runtime"] = _runtime(flash, text, args)
+    if not args.no_long_stream:
+        report["student"]["long_stream"] = long_stream(flash, text, args.long_frames, args.long_block, args.long_size,
+                                                       seed=args.seed, refine=not args.no_refiner, quiet=getattr(args, "quiet", False))
     report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return report
 
@@ -252,6 +270,106 @@ def _runtime(flash, text, args) -> dict:
     return {"size": [h, w], "frames": int(out.shape[0]), "fps": out.shape[0] / secs, "first_frame_s": first,
             "seconds": secs, "peak_rss_mb": max(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024,
             "goal_fps": 30}
+
+
+# The long stream: a scene seed no stage trains or evaluates on (training 0-127, held-out 100000-,
+# runtime 200000), the world settings of model_zoo/training/configs/data.json, and the first held-out
+# wording of the sunset preset (issue #32's measurement was a sunset stream).
+LONG_SEED = 300_000
+LONG_PRESET = "sunset_dramatic"
+LONG_FPS, LONG_OBJECTS = 16.0, 12
+
+
+def check_long_stream(frames: int, block: int, size: tuple[int, int]) -> None:
+    """One line naming the option for a long stream the axis cannot score."""
+    from ....model_zoo.errors import AlayaError
+
+    if block < 1 or frames < 2 * block:
+        raise AlayaError(f"--long-frames {frames}: give at least two blocks of --long-block {block} frames")
+    if frames % block:
+        raise AlayaError(f"--long-frames {frames}: give a multiple of --long-block {block}")
+    if size[0] % 16 or size[1] % 16:
+        raise AlayaError(f"--long-size {size[1]}x{size[0]}: each side must be a multiple of 16")
+
+
+def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], seed: int = 0, refine: bool = True,
+                quiet: bool = True) -> dict:
+    """PSNR per `block` frames of one `frames`-frame world stream rendered as one continuous stream
+    (first block, last block, drop = first - last), and of a fresh stream started at the midpoint
+    block (its PSNR against the long stream's over the same frames: the cost of the stream's state,
+    with the content held equal). The world is rendered as the stream goes: memory stays bounded."""
+    from collections import deque
+
+    import numpy as np
+    import torch
+    from tqdm import tqdm
+
+    from ....model_zoo.training.data import CAMERAS
+    from ....model_zoo.training.prompts import prompts as wordings
+    from ... import metrics
+    from ...engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
+    from ...gbuffer import frame_to_teacher
+    from ...world import WorldConfig, WorldSource
+
+    check_long_stream(frames, block, size)
+    h, w = size
+    world = WorldConfig(seed=LONG_SEED, width=w, height=h, fps=LONG_FPS, num_frames=frames, num_objects=LONG_OBJECTS,
+                        camera=CAMERAS[LONG_SEED % len(CAMERAS)], presets=(LONG_PRESET,))
+    wording = wordings(LONG_PRESET, "heldout")[0]
+    sched = PromptSchedule.encode(text, wording)
+    mid = frames // block // 2 * block  # the fresh stream's first frame, on a block boundary
+    truth = deque()  # ground truth (H, W, 3) uint8 of frames fed to the pipeline and not yet scored
+    fresh = []  # (G-buffers, ground truth) of the block from `mid`: the fresh stream's input
+
+    def chunks(items):
+        """G-buffers (5, H, W, 3) uint8 in GBuffers chunks: frame 0 alone, then 4 at a time (whole latents)."""
+        part = []
+        for k, gb in enumerate(items):
+            part.append(gb)
+            if k == 0 or len(part) == 4:
+                yield GBuffers(torch.from_numpy(np.stack(part)))
+                part = []
+        if part:
+            yield GBuffers(torch.from_numpy(np.stack(part)))
+
+    def world_gbuffers():
+        for frame in WorldSource(world):
+            gb, rgb = frame_to_teacher(frame), frame.extras["rgb"]
+            truth.append(rgb)
+            if mid <= frame.index < mid + block:
+                fresh.append((gb, rgb))
+            yield gb
+
+    def blocks(pipe, items, gts):
+        """PSNR of each block of the pipeline's frames against gts.popleft()'s, as they come."""
+        out, ref = [], []
+        for chunk in pipe.run(chunks(items)):
+            for frame in chunk:
+                out.append(frame)
+                ref.append(torch.from_numpy(gts.popleft()).float() / 255)
+                if len(out) == block:
+                    yield metrics.psnr(torch.stack(out), torch.stack(ref))
+                    out, ref = [], []
+
+    bar = tqdm(total=frames // block + 1, desc="long stream", unit="block", file=sys.stderr,
+               disable=quiet or not sys.stderr.isatty())
+    curve = []
+    t0 = time.perf_counter()
+    for value in blocks(FlashPipeline(flash, sched, seed=seed, refine=refine), world_gbuffers(), truth):
+        curve.append(value)
+        bar.update()
+    secs = time.perf_counter() - t0
+    restart = next(blocks(FlashPipeline(flash, sched, seed=seed, refine=refine), [g for g, _ in fresh],
+                          deque(r for _, r in fresh)))
+    bar.update()
+    bar.close()
+    stream_at_mid = curve[mid // block]
+    return {"frames": frames, "size": [h, w], "block_frames": block, "scene_seed": LONG_SEED, "camera": world.camera,
+            "preset": LONG_PRESET, "prompt": wording, "fps": frames / secs, "seconds": secs,
+            "first_block_psnr_db": curve[0], "last_block_psnr_db": curve[-1], "drop_db": curve[0] - curve[-1],
+            "psnr_db_by_block": curve,
+            "fresh_start": {"frame": mid, "psnr_db": restart, "stream_psnr_db": stream_at_mid,
+                            "gain_db": restart - stream_at_mid}}
 
 
 def run(args) -> int:
@@ -275,4 +393,9 @@ def run(args) -> int:
                 print(f"{m}: PSNR {r['content']['psnr_db']:.2f} dB, SSIM {r['content']['ssim']:.3f}, "
                       f"temporal ratio {r['temporal']['ratio']:.2f}, control (held-out wordings) "
                       f"{r['control']['heldout_wordings']['nearest_rate']:.0%}", file=sys.stderr)
+                if "long_stream" in r:
+                    ls = r["long_stream"]
+                    print(f"{m} long stream ({ls['frames']} frames): first block {ls['first_block_psnr_db']:.2f} dB, "
+                          f"last {ls['last_block_psnr_db']:.2f} dB, fresh start at frame {ls['fresh_start']['frame']} "
+                          f"{ls['fresh_start']['psnr_db']:.2f} dB", file=sys.stderr)
     return 0
