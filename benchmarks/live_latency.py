@@ -6,6 +6,7 @@ and each session's FPS. Figures, no asserts.
     .venv/bin/python benchmarks/live_latency.py --no-refiner --sessions 1 2
     .venv/bin/python benchmarks/live_latency.py --transport          # pass-through pipeline: the socket alone
     .venv/bin/python benchmarks/live_latency.py --browser            # capture -> display in Debian's chromium
+    .venv/bin/python benchmarks/live_latency.py --browser --video webrtc   # the same over WebRTC (aiortc)
 
 Engines: the server is `alaya-flash serve --paused` in its own process (the page's stream is
 paused, so only the engines render, unless --world; --model, --size, --no-refiner, --chunk-latents
@@ -27,6 +28,9 @@ shared-memory path could save at most.
 --browser: `alaya-flash serve` (the physics world running, the default model) and Debian's
 chromium on the page for --seconds; the page measures each frame from its capture (the wall-clock
 time carried in the frame header) to the next paint after it is drawn (window.alaya.displayMs).
+--video webrtc: the page's WebRTC video instead of JPEG over the WebSocket (the default here, so
+the figure stays comparable); the frame's capture time comes on the data channel, matched to the
+displayed frame by RTP timestamp, taken at the video frame callback.
 """
 from __future__ import annotations
 
@@ -176,7 +180,7 @@ def browser(args) -> dict:
         with tempfile.TemporaryDirectory() as profile:
             driver = chromium(profile)
             try:
-                driver.get(url)
+                driver.get(f"{url}?video={args.video}")
                 deadline = time.monotonic() + 600
                 while not driver.execute_script("return window.alaya.frames > 8") and time.monotonic() < deadline:
                     time.sleep(0.5)
@@ -184,13 +188,14 @@ def browser(args) -> dict:
                 time.sleep(args.seconds)
                 shown = driver.execute_script("return window.alaya.displayMs.slice()")
                 status = driver.execute_script("return window.alaya.status")
+                video = driver.execute_script("return window.alaya.video")
             finally:
                 driver.quit()
     finally:
         stop(proc)
-    row = {"run": "browser", "frames": len(shown), "display_p50": pct(shown, 50), "display_p99": pct(shown, 99),
+    row = {"run": f"browser {video}", "frames": len(shown), "display_p50": pct(shown, 50), "display_p99": pct(shown, 99),
            "server_fps": status.get("fps"), "handout_latency_p50": status.get("latency_ms")}
-    print(f"browser: {len(shown)} frames, capture -> display p50 {row['display_p50']:.1f} ms, p99 "
+    print(f"browser ({video}): {len(shown)} frames, capture -> display p50 {row['display_p50']:.1f} ms, p99 "
           f"{row['display_p99']:.1f} ms; capture -> handed out p50 {row['handout_latency_p50']} ms; "
           f"renderer {row['server_fps']} FPS", flush=True)
     return row
@@ -218,6 +223,7 @@ def main(argv=None) -> int:
     p.add_argument("--transport", action="store_true", help="pass-through pipeline at 256 and 1024: the socket alone")
     p.add_argument("--browser", action="store_true", help="capture -> display in chromium instead")
     p.add_argument("--seconds", type=float, default=30.0, help="--browser: how long to watch")
+    p.add_argument("--video", choices=("jpeg", "webrtc"), default="jpeg", help="--browser: the page's video transport")
     p.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     p.add_argument("--passthrough-server", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -22,7 +22,7 @@ def page(tmp_path_factory):
     server = start_server(**LIVE_OPTIONS)
     driver = chromium(tmp_path_factory.mktemp("chromium"))
     try:
-        driver.get(server.url)
+        driver.get(server.url + "?video=jpeg")  # JPEG digests per frame (WebRTC: tests/test_live_webrtc.py)
         yield driver, server
     finally:
         driver.quit()

@@ -67,7 +67,7 @@ class LivePipeline(Protocol):
 
 
 class Publisher(Protocol):
-    def publish(self, kind: str, payload: bytes) -> None: ...
+    def publish(self, kind: str, payload) -> None: ...
 
     def wants(self, kind: str) -> bool: ...
 
@@ -432,6 +432,8 @@ class LiveEngine:
         header = {"kind": "rgb", "epoch": self.epoch, "index": cap.index, "latency_ms": round(latency, 1),
                   "captured_ms": round(1000 * cap.wall, 1), "player": cap.frame.player, "source": self.source_name}
         self.publisher.publish("rgb", pack_frame(header, encode_jpeg(image, q)))
+        if self.publisher.wants("video"):  # WebRTC viewers: the raw frame, for their video encoders
+            self.publisher.publish("video", (header, image.copy()))
         if self.publisher.wants("passes"):
             self.publisher.publish("passes", pack_frame({**header, "kind": "passes"},
                                                         encode_jpeg(passes_mosaic(cap.frame.teacher), q)))

@@ -12,6 +12,10 @@ Client -> server: JSON text messages, at most MAX_MESSAGE_BYTES, one object with
   {"type": "record", "on": true | false}            start / stop recording (when the server allows it)
   {"type": "passes", "on": true | false}            this client also wants the G-buffer passes
   {"type": "ping", "t": number}                     answered with {"type": "pong", "t": same}
+  {"type": "webrtc", "on": true | false}            ask for WebRTC video (answered with {"type": "offer",
+                                                    "sdp"}), or close it and return to JPEG frames
+  {"type": "answer", "sdp": "v=0..."}               the page's SDP answer to that offer (webrtc.py);
+                                                    the one message allowed up to MAX_SDP_MESSAGE_BYTES
 
 Anything else (binary, not JSON, not an object, nested deeper than MAX_DEPTH, text that is not
 valid Unicode (a lone surrogate such as "\\ud800" in JSON), unknown type, unknown or missing
@@ -38,6 +42,9 @@ MAX_DEPTH = 4
 """Deepest nesting of arrays/objects a message may have (the protocol's own messages nest 2 deep:
 the object and input's "move"); checked before parsing, so no message can exhaust the parser's stack."""
 MAX_PROMPT_CHARS = 1000
+MAX_SDP_MESSAGE_BYTES = 16384
+"""An SDP answer's message limit: a browser's answer with every ICE candidate of a machine with
+many interfaces can pass 4 KiB (one host candidate line is ~100 bytes)."""
 RATE_PER_SECOND = 60.0  # sustained messages per second per client (key repeat is ~30/s)
 RATE_BURST = 120
 MAX_STRIKES = 50
@@ -82,6 +89,17 @@ def _string(msg: dict, key: str, max_chars: int) -> str:
     return v.strip()
 
 
+def _sdp(msg: dict) -> str:
+    """An SDP answer's text: printable ASCII lines, starting with the version line; aiortc parses the rest."""
+    v = msg.get("sdp")
+    if not isinstance(v, str) or not v.startswith("v=0\r\n"):
+        raise ProtocolError(f"{msg['type']}: 'sdp' must be SDP text starting with 'v=0' and CRLF, got {v!r:.40}")
+    bad = next((i for i, ch in enumerate(v) if not (" " <= ch <= "~" or ch in "\r\n")), None)
+    if bad is not None:
+        raise ProtocolError(f"{msg['type']}: 'sdp' character {bad + 1} ({v[bad]!r}) is not printable ASCII")
+    return v
+
+
 def _choice(msg: dict, key: str, choices) -> str:
     v = msg.get(key)
     if v not in choices:
@@ -98,6 +116,8 @@ _SCHEMA = {
     "record": ({"on"}, lambda m, ctx: {"on": _bool(m, "on")}),
     "passes": ({"on"}, lambda m, ctx: {"on": _bool(m, "on")}),
     "ping": ({"t"}, lambda m, ctx: {"t": _number(m, "t", -1e15, 1e15)}),
+    "webrtc": ({"on"}, lambda m, ctx: {"on": _bool(m, "on")}),
+    "answer": ({"sdp"}, lambda m, ctx: {"sdp": _sdp(m)}),
     "input": ({"move", "yaw", "pitch", "zoom", "jump", "push"}, lambda m, ctx: _input(m)),
 }
 TYPES = tuple(_SCHEMA)
@@ -166,8 +186,11 @@ def parse_message(raw, context: dict | None = None) -> Command:
     if not isinstance(raw, str):
         raise ProtocolError("binary messages are not accepted; send JSON text")
     size = len(raw.encode("utf-8", "surrogatepass"))
-    if size > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {size} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes")
+    # only an SDP answer (its type first, as the page sends it) may be longer; its type is checked once parsed
+    answer = raw.startswith(('{"type":"answer"', '{"type": "answer"'))
+    limit = MAX_SDP_MESSAGE_BYTES if answer else MAX_MESSAGE_BYTES
+    if size > limit:
+        raise ProtocolError(f"message of {size} bytes is over the limit of {limit} bytes")
     depth = _depth(raw)
     if depth > MAX_DEPTH:
         raise ProtocolError(f"message nests {depth} levels deep; the limit is {MAX_DEPTH} levels")
@@ -184,6 +207,8 @@ def parse_message(raw, context: dict | None = None) -> Command:
     types = (context or {}).get("types", TYPES)  # an engine session takes fewer (ENGINE_TYPES)
     if kind not in _SCHEMA or kind not in types:
         raise ProtocolError(f"unknown message type {kind!r:.40}; known: {', '.join(types)}")
+    if size > MAX_MESSAGE_BYTES and kind != "answer":  # '{"type":"answer", ..., "type":"prompt"}'
+        raise ProtocolError(f"message of {size} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes")
     allowed, parse = _SCHEMA[kind]
     extra = sorted(set(msg) - allowed - {"type"})
     if extra:

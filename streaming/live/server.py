@@ -15,6 +15,9 @@ is not a loopback name (localhost, 127.0.0.1, [::1]), an IP address, the configu
 bound to all addresses) this machine's name is refused (403): a DNS-rebinding page (evil.example
 re-pointed at 127.0.0.1) reaches the socket but not the server. At most MAX_CLIENTS at once.
 A message the server cannot handle gets an error reply; the socket and the renderer go on.
+A viewer may ask for its video over WebRTC (webrtc.py, when aiortc is installed): signalling goes
+over /ws ({"type": "webrtc", "on": true} -> an offer; {"type": "answer", "sdp"}), and once the peer
+connects its JPEG frames stop; when it fails or closes they resume.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from typing import Callable
 
 from aiohttp import WSMsgType, web
 
-from . import wire
+from . import webrtc, wire
 from .engine import LiveEngine
 from .ingest import EngineSession
 from .protocol import ENGINE_TYPES, MAX_STRIKES, WS_MAX_BYTES, ProtocolError, RateLimiter, parse_message
@@ -45,6 +48,8 @@ MAX_SESSIONS = 4
 SEND_BUFFER_BYTES = 128 * 1024
 """Kernel send buffer per viewer (fixed, not auto-tuned up to megabytes): a viewer that cannot keep
 up stalls after a few frames and then skips frames, instead of watching seconds-old ones."""
+MAX_PEERS = 8
+"""WebRTC viewers at once: each has its own video encoder (CPU); more viewers stay on JPEG."""
 STATUS_PERIOD = 0.25  # seconds between status messages to each client
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 SECURITY_HEADERS = {
@@ -91,9 +96,10 @@ class LiveServer:
     """Owns the event loop, the hub of clients and the engine (made on startup by engine_factory(hub))."""
 
     def __init__(self, engine_factory: Callable[[Hub], LiveEngine], host: str = "127.0.0.1", port: int = 8765,
-                 make_pipeline: Callable | None = None, max_sessions: int = MAX_SESSIONS):
+                 make_pipeline: Callable | None = None, max_sessions: int = MAX_SESSIONS, use_webrtc: bool = True):
         """make_pipeline: what engine sessions render with (the engine's own factory, so the weights are
-        shared); None refuses /engine. max_sessions counts the page's stream as one."""
+        shared); None refuses /engine. max_sessions counts the page's stream as one. use_webrtc=False:
+        JPEG over WebSocket only (WebRTC also needs aiortc)."""
         self.engine_factory, self.host, self.port = engine_factory, host, port
         self.make_pipeline, self.max_sessions = make_pipeline, max_sessions
         self.sessions: dict[int, tuple[EngineSession, Outbox]] = {}  # engine sessions by id
@@ -108,6 +114,8 @@ class LiveServer:
         self._stopped: asyncio.Event | None = None
         self._error: BaseException | None = None
         self.hosts = self._allowed_hosts(host)
+        self.webrtc_reason = webrtc.unavailable() if use_webrtc else "turned off (serve --no-webrtc)"
+        self._rtc_tasks: set[asyncio.Task] = set()  # offers and answers under way (referenced until done)
 
     @staticmethod
     def _allowed_hosts(host: str) -> frozenset[str]:
@@ -169,8 +177,9 @@ class LiveServer:
         pump = asyncio.ensure_future(client.pump())
         engine, limiter, strikes = self.engine, RateLimiter(), 0
         presets = list(engine.presets)
+        rtc = {"webrtc": self.webrtc_reason is None, **({"webrtc_reason": self.webrtc_reason} if self.webrtc_reason else {})}
         client.reply(json.dumps({"type": "hello", "presets": {n: p.prompt for n, p in engine.presets.items()},
-                                 "sources": list(engine.sources), "status": engine.status()}))
+                                 "sources": list(engine.sources), **rtc, "status": engine.status()}))
         context = {"presets": presets, "sources": ("world", "file")}
         try:
             async for msg in ws:
@@ -199,6 +208,8 @@ class LiveServer:
             self.hub.remove(client)
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
+            if client.rtc is not None:
+                await client.rtc.close()
         return ws
 
     def _handle(self, data, client: Client, limiter: RateLimiter, context: dict) -> str | None:
@@ -211,6 +222,8 @@ class LiveServer:
                 client.reply(json.dumps({"type": "pong", "t": cmd.args["t"]}))
             elif cmd.type == "passes":
                 (client.wants.add if cmd.args["on"] else client.wants.discard)("passes")
+            elif cmd.type in ("webrtc", "answer"):
+                self._rtc_command(cmd, client)
             else:
                 problem = self.engine.command(cmd)
                 if problem:
@@ -222,6 +235,77 @@ class LiveServer:
             return f"the server could not handle that message ({type(err).__name__}); nothing changed"
         return None
 
+    # ---- WebRTC signalling (webrtc.py) -------------------------------------------------------
+
+    def _rtc_command(self, cmd, client: Client) -> None:
+        """webrtc on/off and the page's answer; refusals raise ProtocolError, the async part runs as a task."""
+        peer = client.rtc
+        if cmd.type == "webrtc" and not cmd.args["on"]:
+            if peer is not None:
+                self._rtc_task(peer.close())
+            return
+        if self.webrtc_reason is not None:
+            raise ProtocolError(f"{cmd.type}: this server has no WebRTC ({self.webrtc_reason}); "
+                                f"video stays JPEG over WebSocket")
+        if cmd.type == "webrtc":
+            if peer is not None:
+                raise ProtocolError("webrtc: a peer connection is already open or being set up; "
+                                    "send {\"type\": \"webrtc\", \"on\": false} first")
+            if sum(c.rtc is not None for c in self.hub.clients) >= MAX_PEERS:
+                raise ProtocolError(f"webrtc: {MAX_PEERS} viewers are on WebRTC already (the limit); "
+                                    f"video stays JPEG over WebSocket")
+            client.rtc = peer = webrtc.RtcPeer(client, loopback=self.host in webrtc.LOOPBACK_HOSTS,
+                                               on_state=lambda p: self._rtc_state(client, p))
+            self._rtc_task(self._rtc_offer(client, peer))
+        else:
+            if peer is None or peer.state != "offered":
+                raise ProtocolError("answer: no WebRTC offer is waiting for an answer; "
+                                    "send {\"type\": \"webrtc\", \"on\": true} first")
+            self._rtc_task(self._rtc_answer(client, peer, cmd.args["sdp"]))
+
+    def _rtc_task(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._rtc_tasks.add(task)
+        task.add_done_callback(self._rtc_tasks.discard)
+
+    @staticmethod
+    def _rtc_failed(client: Client, what: str, err: Exception) -> None:
+        line = " ".join(f"{type(err).__name__}: {err}".split())[:160]
+        client.reply(json.dumps({"type": "error", "message": f"{what} ({line}); video stays JPEG over WebSocket"}))
+
+    async def _rtc_offer(self, client: Client, peer) -> None:
+        try:
+            sdp = await peer.offer()
+        except Exception as err:  # aiortc could not set up (no usable address, ...)
+            log.warning("live: a WebRTC offer failed: %s", err)
+            await peer.close()
+            self._rtc_failed(client, "webrtc: the server could not make an offer", err)
+            return
+        if peer.state == "offered":
+            client.reply(json.dumps({"type": "offer", "sdp": sdp}))
+
+    async def _rtc_answer(self, client: Client, peer, sdp: str) -> None:
+        try:
+            await peer.answer(sdp)
+        except Exception as err:  # SDP that passed protocol.py's checks but that aiortc cannot use
+            await peer.close()
+            self._rtc_failed(client, "answer: the SDP could not be used", err)
+
+    def _rtc_state(self, client: Client, peer) -> None:
+        """A peer connected (its JPEG frames stop) or ended (they resume); the page hears of it."""
+        if client.rtc is not peer:
+            return
+        if peer.state == "connected":
+            client.wants.discard("rgb")
+            client.wants.add("video")
+        elif peer.state in ("failed", "closed"):
+            client.wants.discard("video")
+            client.wants.add("rgb")
+            client.rtc = None
+            if peer.state == "failed":
+                self._rtc_task(peer.close())
+        client.reply(json.dumps({"type": "webrtc", "state": peer.state}))
+
     async def _status_loop(self) -> None:
         while True:
             await asyncio.sleep(STATUS_PERIOD)
@@ -232,7 +316,7 @@ class LiveServer:
             sessions += [{k: s[k] for k in ("session", "kind", "fps", "frames", "size")} for s in engines.values()]
             self.hub.broadcast_status(lambda c: json.dumps(
                 {"type": "status", **status, "dropped": c.dropped, "sent": c.sent, "viewers": len(self.hub.clients),
-                 "sessions": sessions}))
+                 "video": "webrtc" if "video" in c.wants else "jpeg", "sessions": sessions}))
             for sid, (session, outbox) in list(self.sessions.items()):
                 outbox.offer_status(json.dumps({"type": "status", **engines[sid], "prompt": session.prompt,
                                                 "inflight": session.accepted - outbox.answered,
@@ -362,8 +446,10 @@ class LiveServer:
 
     async def _on_shutdown(self, app: web.Application) -> None:
         self._status_task.cancel()
+        peers = [c.rtc for c in self.hub.clients if c.rtc is not None]
         for client in list(self.hub.clients):
             self.hub.remove(client)
+        await asyncio.gather(*(peer.close() for peer in peers), *self._rtc_tasks, return_exceptions=True)
         sessions = [session for session, _ in self.sessions.values()]
         for session in sessions:
             session.close()

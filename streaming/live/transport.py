@@ -11,6 +11,9 @@ replaces an unsent one: that is a dropped frame, counted per client) plus at mos
 small text replies. A client that reads nothing only stalls its own sender task, which waits on
 its socket's write buffer; the hub keeps overwriting its slot.
 
+A viewer on WebRTC (webrtc.py) wants "video" instead of "rgb": the raw frame (header, RGB array)
+goes to its peer's own latest-frame slot (`client.rtc.put`), which its video encoder empties.
+
 An engine session (ingest.py) wants every frame it sent, so its replies go through an Outbox
 instead: in order, nothing replaced, bounded by the session's in-flight cap.
 """
@@ -32,7 +35,8 @@ class Client:
         self.send_bytes, self.send_str = send_bytes, send_str
         self.slot: dict[str, bytes | str] = {}  # kind -> latest unsent payload ("status" is text)
         self.replies: deque[str] = deque(maxlen=MAX_REPLIES)
-        self.wants = {"rgb"}  # kinds this client receives; "passes" on request
+        self.wants = {"rgb"}  # kinds this client receives; "passes" on request; "video" instead of rgb on WebRTC
+        self.rtc = None  # its WebRTC peer (webrtc.RtcPeer), which takes the "video" frames
         self.sent = 0  # rgb frames sent
         self.dropped = 0  # rgb frames replaced before they could be sent
         self._ready = asyncio.Event()
@@ -102,8 +106,9 @@ class Hub:
         """Whether any client receives this kind (the renderer skips encoding unwanted passes)."""
         return any(kind in c.wants for c in list(self.clients))
 
-    def publish(self, kind: str, payload: bytes) -> None:
-        """Hand a frame to every client that wants its kind; callable from any thread."""
+    def publish(self, kind: str, payload) -> None:
+        """Hand a frame to every client that wants its kind; callable from any thread. payload: bytes, or
+        for "video" (header, RGB array)."""
         with self._lock:
             self._pending[kind] = payload
             self.published += kind == "rgb"
@@ -120,7 +125,12 @@ class Hub:
             pending, self._pending, self._scheduled = self._pending, {}, False
         for kind, payload in pending.items():
             for client in self.clients:
-                if kind in client.wants:
+                if kind not in client.wants:
+                    continue
+                if kind == "video":
+                    if client.rtc is not None:
+                        client.rtc.put(payload)
+                else:
                     client.offer(kind, payload)
 
     def broadcast_status(self, make: Callable[[Client], str]) -> None:

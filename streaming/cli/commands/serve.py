@@ -65,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sessions", type=args_.bounded(int, 1, 64), default=None,
                         help="render sessions at once, the page's stream included (default 4): engines connecting to "
                         "/engine (alaya_flash.client) each get their own stream on the same loaded weights")
+    parser.add_argument("--no-webrtc", action="store_true",
+                        help="send the page's video as JPEG over the WebSocket only (WebRTC needs the webrtc extra: aiortc)")
     args_.add_cpu_arguments(parser)
 
 
@@ -99,10 +101,12 @@ def run(args: argparse.Namespace) -> int:
                                      chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes,
                                      refine=not args.no_refiner)
     server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port,
-                        make_pipeline=make_pipeline, max_sessions=args.max_sessions or MAX_SESSIONS)
+                        make_pipeline=make_pipeline, max_sessions=args.max_sessions or MAX_SESSIONS,
+                        use_webrtc=not args.no_webrtc)
 
     def ready(url: str) -> None:
-        print(f"alaya-flash live: {url}  (Ctrl-C stops)", file=sys.stderr, flush=True)
+        video = "WebRTC or JPEG" if server.webrtc_reason is None else f"JPEG (no WebRTC: {server.webrtc_reason})"
+        print(f"alaya-flash live: {url}  video: {video}  (Ctrl-C stops)", file=sys.stderr, flush=True)
 
     server.serve_forever(on_ready=ready)
     return 0

@@ -6,7 +6,7 @@ const $ = (id) => document.getElementById(id);
 const HISTORY = 400; // frame records kept for inspection (kind, epoch, index, digest)
 const alaya = (window.alaya = { connected: false, frames: 0, passes: 0, last: null, lastPasses: null,
                                  history: [], status: null, errors: [], clientFps: 0, rttMs: null,
-                                 displayMs: [] });
+                                 displayMs: [], video: "jpeg", videoNote: "", rtcFrames: 0, rtcMatched: 0 });
 const DISPLAY_SAMPLES = 512; // capture -> display latencies kept (ms; same clock only on one machine)
 let ws = null;
 let recording = false;
@@ -35,6 +35,7 @@ async function onFrame(buf) {
                    digest: await digest(jpeg) };
   alaya.history.push(record);
   if (alaya.history.length > HISTORY) alaya.history.shift();
+  if (header.kind === "rgb" && alaya.video === "webrtc") return; // overlap while the server switches
   const canvas = header.kind === "passes" ? $("passes") : $("view");
   const bitmap = await createImageBitmap(new Blob([jpeg], { type: "image/jpeg" }));
   if (canvas.width !== bitmap.width || canvas.height !== bitmap.height) {
@@ -59,6 +60,112 @@ async function onFrame(buf) {
   const now = performance.now();
   arrivals.push(now);
   if (arrivals.length > 64) arrivals.shift();
+}
+
+// ---- WebRTC video (streaming/live/webrtc.py): the server offers, the page answers over /ws ----------
+// ?video=jpeg keeps the JPEG frames; ?video=webrtc (or nothing) tries WebRTC when the server has it and
+// falls back to JPEG when it fails. Each frame's capture time comes on the data channel "frames",
+// keyed by pts (the capture time on the 90 kHz RTP clock); the displayed frame's RTP timestamp is
+// pts + one unknown per-stream constant, found as the one offset every recent frame agrees on.
+const VIDEO_CHOICE = new URLSearchParams(location.search).get("video"); // "webrtc" | "jpeg" | null (auto)
+const RTC_FIRST_FRAME_MS = 15000; // no WebRTC frame by then: back to JPEG
+const METAS = 256; // frame metadata kept for matching
+let rtc = null; // { pc, metas: Map(pts -> meta), offsets: Set | null, offset: number | null, agreed, timer }
+
+function setVideo(mode, note = "") {
+  alaya.video = mode;
+  alaya.videoNote = note;
+  $("video-mode").textContent = mode === "webrtc" ? "WebRTC" : "JPEG over WebSocket";
+  $("video-mode").title = note;
+  $("rtc").hidden = mode !== "webrtc";
+  $("view").hidden = mode === "webrtc";
+  $("switch-video").textContent = mode === "webrtc" ? "Use JPEG" : "Use WebRTC";
+}
+
+function closeRtc() {
+  if (!rtc) return;
+  clearTimeout(rtc.timer);
+  rtc.pc.close();
+  rtc = null;
+}
+
+function fallback(why) { // WebRTC failed or was refused: JPEG frames (the server resumes them)
+  if (rtc) send({ type: "webrtc", on: false });
+  closeRtc();
+  setVideo("jpeg", `WebRTC: ${why}`);
+}
+
+function startRtc() {
+  closeRtc();
+  rtc = { pc: null, metas: new Map(), offsets: null, offset: null, agreed: 0,
+          timer: setTimeout(() => fallback(`no frame within ${RTC_FIRST_FRAME_MS / 1000} s`), RTC_FIRST_FRAME_MS) };
+  send({ type: "webrtc", on: true });
+}
+
+async function onOffer(sdp) {
+  if (!rtc || rtc.pc) return;
+  const pc = (rtc.pc = new RTCPeerConnection({ iceServers: [] })); // no STUN/TURN: this machine only
+  pc.ontrack = (ev) => {
+    const video = $("rtc");
+    video.srcObject = ev.streams[0] || new MediaStream([ev.track]);
+    video.play().catch(() => {});
+    video.requestVideoFrameCallback(onVideoFrame);
+  };
+  pc.ondatachannel = (ev) => { ev.channel.onmessage = (m) => onMeta(JSON.parse(m.data)); };
+  pc.onconnectionstatechange = () => { if (pc.connectionState === "failed") fallback("the connection failed"); };
+  try {
+    await pc.setRemoteDescription({ type: "offer", sdp });
+    await pc.setLocalDescription(await pc.createAnswer());
+    await new Promise((done) => { // every candidate in the answer (the server takes no trickled ones)
+      if (pc.iceGatheringState === "complete") return done();
+      pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === "complete") done(); };
+      setTimeout(done, 3000);
+    });
+    if (rtc && rtc.pc === pc) send({ type: "answer", sdp: pc.localDescription.sdp });
+  } catch (err) {
+    fallback(`the offer could not be answered (${err.name})`);
+  }
+}
+
+function onMeta(meta) {
+  if (!rtc) return;
+  rtc.metas.set(meta.pts, meta);
+  if (rtc.metas.size > METAS) rtc.metas.delete(rtc.metas.keys().next().value);
+}
+
+function matchRtp(rtp) { // the frame metadata of a displayed frame, by its RTP timestamp
+  if (typeof rtp !== "number") return null;
+  if (rtc.offset === null) { // candidate offsets, intersected frame after frame until one is left
+    const mine = new Set(Array.from(rtc.metas.keys(), (pts) => (rtp - pts) >>> 0));
+    rtc.offsets = rtc.offsets === null ? mine : new Set([...rtc.offsets].filter((o) => mine.has(o)));
+    rtc.agreed += 1;
+    if (rtc.offsets.size === 0) { rtc.offsets = null; rtc.agreed = 0; } // a frame without its metadata: start over
+    else if (rtc.offsets.size === 1 && rtc.agreed >= 5) rtc.offset = [...rtc.offsets][0];
+    if (rtc.offset === null) return null;
+  }
+  return rtc.metas.get((rtp - rtc.offset) >>> 0) || null;
+}
+
+function onVideoFrame(now, info) {
+  const video = $("rtc");
+  if (!rtc || !video.srcObject) return;
+  const shown = performance.timeOrigin + performance.now();
+  if (alaya.video !== "webrtc") { clearTimeout(rtc.timer); setVideo("webrtc"); }
+  alaya.rtcFrames += 1;
+  alaya.frames += 1;
+  arrivals.push(performance.now());
+  if (arrivals.length > 64) arrivals.shift();
+  const meta = matchRtp(info.rtpTimestamp);
+  if (meta) {
+    alaya.rtcMatched += 1;
+    const record = { kind: "video", epoch: meta.epoch, index: meta.index, player: meta.player, digest: null };
+    alaya.last = record;
+    alaya.history.push(record);
+    if (alaya.history.length > HISTORY) alaya.history.shift();
+    alaya.displayMs.push(shown - meta.captured_ms);
+    if (alaya.displayMs.length > DISPLAY_SAMPLES) alaya.displayMs.shift();
+  }
+  video.requestVideoFrameCallback(onVideoFrame);
 }
 
 function receiveFps() { // frames/s over the last 64 frames (at most 10 s), measured up to now
@@ -102,6 +209,10 @@ function onHello(msg) {
   $("record").hidden = false;
   $("prompt").value = msg.status.prompt;
   alaya.presets = msg.presets;
+  alaya.webrtc = !!msg.webrtc;
+  if (msg.webrtc && VIDEO_CHOICE !== "jpeg" && typeof RTCPeerConnection === "function") startRtc();
+  else setVideo("jpeg", msg.webrtc ? (VIDEO_CHOICE === "jpeg" ? "chosen (?video=jpeg)" : "this browser has no WebRTC")
+                                   : `the server has no WebRTC: ${msg.webrtc_reason}`);
   showStatus({ ...msg.status, dropped: 0, viewers: "–" });
 }
 
@@ -109,14 +220,20 @@ function connect() {
   ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
   ws.binaryType = "arraybuffer";
   ws.onopen = () => { alaya.connected = true; };
-  ws.onclose = () => { alaya.connected = false; $("state").textContent = "disconnected"; setTimeout(connect, 1000); };
+  ws.onclose = () => { alaya.connected = false; closeRtc(); $("state").textContent = "disconnected"; setTimeout(connect, 1000); };
   ws.onmessage = (ev) => {
     if (typeof ev.data !== "string") { onFrame(ev.data); return; }
     const msg = JSON.parse(ev.data);
     if (msg.type === "hello") onHello(msg);
     else if (msg.type === "status") showStatus(msg);
     else if (msg.type === "pong") alaya.rttMs = performance.now() - msg.t;
-    else if (msg.type === "error") { alaya.errors.push(msg.message); if (alaya.errors.length > 50) alaya.errors.shift(); }
+    else if (msg.type === "offer") onOffer(msg.sdp);
+    else if (msg.type === "webrtc" && msg.state === "failed") fallback("the server's connection failed");
+    else if (msg.type === "error") {
+      alaya.errors.push(msg.message);
+      if (alaya.errors.length > 50) alaya.errors.shift();
+      if (rtc && /^(webrtc|answer):/.test(msg.message)) fallback(msg.message);
+    }
   };
 }
 
@@ -132,6 +249,7 @@ $("preset").onchange = () => {
   $("prompt").value = alaya.presets[name];
   send({ type: "preset", name });
 };
+$("switch-video").onclick = () => { location.search = `?video=${alaya.video === "webrtc" ? "jpeg" : "webrtc"}`; };
 $("source").onchange = () => send({ type: "source", name: $("source").value });
 $("show-passes").onchange = () => {
   $("passes").hidden = !$("show-passes").checked;
