@@ -84,7 +84,7 @@ def configured_lanes() -> Lanes | None:
 def use_stream_threads() -> None:
     """In a thread that renders one live stream (a page or an engine session): its torch threads by
     the configured plan. With lanes planned (a small CPU), one thread: the stream never waits at an
-    OpenMP barrier for a core that the engine beside it holds (docs/benchmarks.md, "CPU"), and
+    OpenMP barrier for a core that the engine beside it holds (docs/benchmarks.md, "On the CPU"), and
     several streams share the cores by the operating system's scheduling."""
     if _configured is None:
         return

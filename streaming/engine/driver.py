@@ -210,7 +210,7 @@ class Lanes:
     thread with its own number of torch threads, so chunk k+1's first steps run while chunk k's last
     ones do. On a small CPU this beats splitting every operation over all cores: one thread per lane
     never waits at OpenMP's barriers, which is what collapses a 2-thread renderer when another busy
-    process (a game engine) holds a core (docs/benchmarks.md, "CPU").
+    process (a game engine) holds a core (docs/benchmarks.md, "On the CPU").
 
     threads: torch intra-op threads per lane (its length is the number of lanes).
     split: the first step of each lane after the first; None: chosen after `measure` ticks run on the
