@@ -269,14 +269,14 @@ def run_causal(layers: nn.Sequential, x: Tensor, state: dict[int, Tensor | None]
     waits for more frames. Per-frame layers run on all frames of the chunk at once.
     start, stop: run only layers[start:stop] (a stateless head can be run once for repeated frames).
     """
-    relu_next = False
+    applied = False  # the next layer was already applied with this one
     for i, layer in enumerate(layers):
         if i < start or (stop is not None and i >= stop):
             continue
         if x.shape[1] == 0:
             break
-        if relu_next:  # already applied (a ReLU fused into the convolution before it, or a swapped TGrow)
-            relu_next = False
+        if applied:  # a ReLU fused into the convolution before it, or a TGrow run before its upsampling
+            applied = False
             continue
         if isinstance(layer, nn.Upsample) and i + 1 < len(layers) and isinstance(layers[i + 1], TGrow) \
                 and layer.mode == "nearest" and reduced_inference(x):
@@ -284,12 +284,12 @@ def run_causal(layers: nn.Sequential, x: Tensor, state: dict[int, Tensor | None]
             # per-pixel conv of repeated pixels is the repeated conv (the same values, in any order)
             x, _ = layers[i + 1].forward_seq(x, None)
             x = layer(channels_last(x.flatten(0, 1))).unflatten(0, x.shape[:2])
-            relu_next = True  # (skips the TGrow just applied)
+            applied = True
         elif hasattr(layer, "forward_seq"):
             x, state[i] = layer.forward_seq(x, state.get(i))
         elif isinstance(layer, nn.Conv2d):
-            relu_next = i + 1 < len(layers) and isinstance(layers[i + 1], nn.ReLU)
-            x = fused.conv(layer, channels_last(x.flatten(0, 1)), relu=relu_next).unflatten(0, x.shape[:2])
+            applied = i + 1 < len(layers) and isinstance(layers[i + 1], nn.ReLU)
+            x = fused.conv(layer, channels_last(x.flatten(0, 1)), relu=applied).unflatten(0, x.shape[:2])
         else:
             x = layer(channels_last(x.flatten(0, 1))).unflatten(0, x.shape[:2])
     return x

@@ -79,8 +79,6 @@ def parse_presets(text: str, names=None) -> tuple[str, ...]:
 
 
 def run(args) -> int:
-    from tqdm import tqdm
-
     from ....model_zoo.errors import AlayaError
     from ...world import WorldConfig
     from ...world.clip import write_clip
@@ -99,18 +97,11 @@ def run(args) -> int:
                          num_objects=args.objects, camera=args.camera, fov_y=args.fov,
                          presets=parse_presets(args.presets), shadows=args.shadows, backend=args.renderer)
     config.validate()
-    with tqdm(total=args.frames, desc="world", unit="frame", file=sys.stderr,
-              disable=args.quiet or not sys.stderr.isatty()) as bar:
-        out = write_clip(config, args.out, overwrite=args.overwrite, window=args.window, exr=args.exr,
-                         progress=bar.update)
-    if not args.quiet:
-        print(f"wrote {args.frames} frames to {out}", file=sys.stderr)
-    return 0
+    return _write(args, "world", lambda bar: write_clip(config, args.out, overwrite=args.overwrite, window=args.window,
+                                                        exr=args.exr, progress=bar.update))
 
 
 def _run_traced(args, w: int, h: int) -> int:
-    from tqdm import tqdm
-
     from ....model_zoo.errors import AlayaError
     from ...world.traced import TRACED_PRESETS, TracedConfig
     from ...world.traced.clip import write_traced_clip
@@ -121,10 +112,17 @@ def _run_traced(args, w: int, h: int) -> int:
                           camera=args.camera, fov_y=args.fov, presets=parse_presets(args.presets, TRACED_PRESETS),
                           sun=args.sun, spp=args.spp, max_depth=args.max_depth)
     config.validate()
-    with tqdm(total=args.frames, desc="world v2", unit="frame", file=sys.stderr,
+    return _write(args, "world v2", lambda bar: write_traced_clip(config, args.out, overwrite=args.overwrite,
+                                                                  window=args.window, exr=args.exr, progress=bar.update))
+
+
+def _write(args, label: str, write) -> int:
+    """Run write(bar) under a frame progress bar on stderr, then say where the clip went."""
+    from tqdm import tqdm
+
+    with tqdm(total=args.frames, desc=label, unit="frame", file=sys.stderr,
               disable=args.quiet or not sys.stderr.isatty()) as bar:
-        out = write_traced_clip(config, args.out, overwrite=args.overwrite, window=args.window, exr=args.exr,
-                                progress=bar.update)
+        out = write(bar)
     if not args.quiet:
         print(f"wrote {args.frames} frames to {out}", file=sys.stderr)
     return 0
