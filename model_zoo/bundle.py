@@ -326,8 +326,15 @@ def save_flash(model: FlashModel, folder: str | os.PathLike, config_names: dict[
 
 def load_flash(folder: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.bfloat16) -> FlashModel:
-    """Load a Flash model folder strictly; folder=None loads the embedded default."""
+    """Load a Flash model folder strictly; folder=None loads the embedded default. A Flash release
+    folder (transformer/, transformer_partial.safetensors, ...: model_zoo/release.py) loads too."""
     folder = Path(folder) if folder is not None else default_flash_dir()
+    from . import helios
+
+    if helios.is_release(folder):
+        from .release import load_release
+
+        return load_release(folder, device, dtype)
     cfg = _read_config(folder, "flash")
     nets = _load_networks(folder, cfg, FLASH_ROLES, device, dtype)
     optional = {r: f for r, f in FLASH_OPTIONAL_ROLES.items() if r in cfg["networks"]}
@@ -437,7 +444,11 @@ def make_random_teacher(dit: str = "dit-tiny", vae: str = "wan2.1-vae-small", se
 
 
 def is_model_folder(path: Path) -> str | None:
-    """'flash' or 'teacher' when path is a model folder of that kind, else None."""
+    """'flash' or 'teacher' when path is a model folder of that kind (a Flash release is 'flash'), else None."""
+    from .helios import is_release
+
+    if is_release(path):
+        return "flash"
     try:
         fmt = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("format", "")
     except (OSError, ValueError, AttributeError):

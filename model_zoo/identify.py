@@ -225,7 +225,8 @@ def _describe_unit(path: Path, report: Report, label: str | None = None) -> None
     header = {k: v for _, h in parts for k, v in h.items()}
     if _helios(header) is not None:
         report.lines.append(f"{label}: Flash-student DiT in diffusers' Helios naming (patch_short/norm_out.scale_shift_table); "
-                            f"not loadable as a Wan DiT; {layout}; dtype: {published.header_dtype(header)}")
+                            f"not a Wan DiT: it renders as part of a Flash release folder (transformer/ beside "
+                            f"transformer_partial.safetensors and the codecs); {layout}; dtype: {published.header_dtype(header)}")
         report.found.append(Found("flash-dit", "Flash-student DiT (Helios)", path))
         return
     sets = published.open_file(path)
@@ -273,10 +274,29 @@ def _scan(folder: Path, report: Report, label: str, depth: int) -> None:
             report.lines.append(f"{p}: a PyTorch pickle ({p.suffix}); never loaded (only .safetensors)")
     if depth > 0 and not handled:
         for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if _describe_release(sub, report):
+                continue
             if _model_folder_kind(sub):
                 _describe_model_folder(sub, report)
             else:
                 _scan(sub, report, str(sub), depth - 1)
+
+
+def _describe_release(folder: Path, report: Report) -> bool:
+    """A Flash release folder (model_zoo/release.py); True if it is one."""
+    from . import helios
+
+    if not helios.is_release(folder):
+        return False
+    from .release import describe_release
+
+    lines, ok = describe_release(folder)
+    report.lines += lines
+    if ok:
+        report.found.append(Found("model-folder", "Flash release", folder))
+    else:
+        report.unknown += 1
+    return True
 
 
 def _model_folder_kind(path: Path) -> str | None:
@@ -372,6 +392,8 @@ def identify_path(path: str | os.PathLike) -> Report:
     if not path.exists():
         raise AlayaError(f"{path}: no such file or folder")
     if path.is_dir():
+        if _describe_release(path, report):
+            return report
         if _model_folder_kind(path):
             _describe_model_folder(path, report)
             return report

@@ -218,7 +218,8 @@ def _collect(parts: list[tuple[Path, dict]], component: str, prefix: str, source
             stored[name] = TensorRef(path, key, tuple(shape), dtype)
     if component == "dit" and any(m in stored for m in HELIOS_MARKERS):
         raise CheckpointError(f"{source}: a DiT in diffusers' Helios naming (the Flash student: {', '.join(m for m in HELIOS_MARKERS if m in stored)}); "
-                              "only Wan DiTs load into this renderer")
+                              "it loads as part of a Flash release folder (transformer/ beside transformer_partial.safetensors and the codecs: "
+                              "pass that folder as the Flash model), not as a Wan DiT")
     if component == "vae" and _is_wan22_vae(stored):
         raise CheckpointError(f"{source}: the Wan2.2 VAE (48 latent channels); this renderer reads the Wan2.1 VAE (e.g. ComfyUI's wan_2.1_vae.safetensors)")
     # ComfyUI fp8: pair each weight with its scale; consume markers and activation scales

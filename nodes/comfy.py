@@ -48,14 +48,17 @@ def searched(kind: str) -> str:
 
 
 def list_entries(kind: str, folders: bool = False, suffix: str = ".safetensors") -> list[str]:
-    """Names (relative to their search folder) of model folders (with config.json) or files."""
+    """Names (relative to their search folder) of model folders (with config.json, or a Flash
+    release's transformer_partial.safetensors) or files."""
     names: list[str] = []
     for root in model_dirs(kind):
         if not root.is_dir():
             continue
         if folders:
-            for cfg in sorted(root.glob("*/config.json")) + sorted(root.glob("*/*/config.json")):
-                names.append(cfg.parent.relative_to(root).as_posix())
+            marks = [m for pattern in ("config.json", "transformer_partial.safetensors")
+                     for m in sorted(root.glob(f"*/{pattern}")) + sorted(root.glob(f"*/*/{pattern}"))]
+            for mark in marks:
+                names.append(mark.parent.relative_to(root).as_posix())
         else:
             for f in sorted(root.rglob(f"*{suffix}")):
                 names.append(f.relative_to(root).as_posix())

@@ -49,6 +49,7 @@ from ...model_zoo.errors import AlayaError
 from ...model_zoo.latents import TIME_COMPRESSION
 from .driver import Lanes, StageGraph, Step, concat_chunks, ticks
 from ..gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
+from .history_session import HistoryConfig, HistorySession
 from .session import FlashSession, SessionConfig, StreamState, teacher_sample
 
 # ---------------------------------------------------------------------------------------------
@@ -257,15 +258,22 @@ class FlashSample:
                  shift: float | None = None):
         s = model.settings
         self.chunk_frames = chunk_frames or s.chunk_frames
-        window = window_frames or s.window_frames
-        sink = s.sink_frames if sink_frames is None else sink_frames
-        if window < self.chunk_frames:
-            raise AlayaError(f"KV window ({window} latent frames) must hold at least one chunk ({self.chunk_frames})")
         if prompts.text_dim != model.text_dim:
             raise AlayaError(f"prompt embeddings are {prompts.text_dim} wide, the model's text input is {model.text_dim}")
-        cfg = SessionConfig(nominal_steps=nominal_steps(steps or s.steps), shift=s.shift if shift is None else shift,
-                            window_frames=window, sink_frames=sink, rope=s.rope)
-        self.session = FlashSession(model.dit, cfg)
+        steps_, shift_ = nominal_steps(steps or s.steps), s.shift if shift is None else shift
+        if getattr(model.dit, "session_kind", "kv-cache") == "history":  # a Flash release: compressed history, no KV cache
+            for name, value, own in (("window", window_frames, s.window_frames), ("sink", sink_frames, s.sink_frames)):
+                if value is not None and value != own:
+                    raise AlayaError(f"{name} {value}: this model keeps a compressed history (long/mid/short windows, "
+                                     f"first frame as anchor), not a KV cache; leave {name} on the model's value")
+            self.session = HistorySession(model.dit, HistoryConfig(nominal_steps=steps_, shift=shift_))
+        else:
+            window = window_frames or s.window_frames
+            sink = s.sink_frames if sink_frames is None else sink_frames
+            if window < self.chunk_frames:
+                raise AlayaError(f"KV window ({window} latent frames) must hold at least one chunk ({self.chunk_frames})")
+            cfg = SessionConfig(nominal_steps=steps_, shift=shift_, window_frames=window, sink_frames=sink, rope=s.rope)
+            self.session = FlashSession(model.dit, cfg)
         self.prompts = prompts
         self.prompt_index, emb = prompts.at(0)
         self.state: StreamState = self.session.new_state(emb, seed=seed)
