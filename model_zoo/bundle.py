@@ -159,6 +159,10 @@ def load_text_encoder(name: str, device: str | torch.device = "cpu"):
 
 @functools.lru_cache(maxsize=2)  # models share one encoder: loading it costs seconds, it never changes
 def _load_text_encoder(name: str, device: str):
+    if name == UMT5_PREFIX[:-1]:  # a published model's need, with no file found for it
+        raise AlayaError("this model reads umT5-XXL prompt embeddings and no umT5-XXL file was given or found beside it: "
+                         "pass --text-encoder FILE (e.g. ComfyUI's text_encoders/umt5_xxl_fp16.safetensors) or pick one "
+                         "in the loader's text_encoder input")
     if name not in TEXT_ENCODERS:
         raise AlayaError(f"text encoder {name!r} is unknown; known: {', '.join(TEXT_ENCODERS)}")
     if name.startswith(UMT5_PREFIX):  # umT5-XXL (~11 GB in bf16): its release() frees the weights, a call reloads

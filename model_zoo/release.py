@@ -175,3 +175,24 @@ def describe_release(folder: str | Path) -> tuple[list[str], bool]:
             lines.append(f"  text encoder: umT5-XXL {found}")
     lines.append(f"  missing: {', '.join(missing)}" if missing else ("  nothing missing to render" if ok else "  see above"))
     return lines, ok
+
+
+RANDOM_BACKBONES = {  # bench and tests: the release's structure at a named size, random weights
+    "helios-flash-1.3b": helios.FLASH_1_3B,  # the release's size (research model.md 2.2)
+    "helios-flash-small": {**helios.FLASH_1_3B, "num_attention_heads": 6, "attention_head_dim": 64, "ffn_dim": 1536,
+                           "num_layers": 6, "rope_dim": [24, 20, 20]},  # dit-small's widths, for CPU comparisons with the KV-cache session
+}
+
+
+def make_random_release(name: str = "helios-flash-small", device: str | torch.device = "cpu",
+                        dtype: torch.dtype = torch.float32, encoder_hidden: int = 128, seed: int = 0) -> FlashModel:
+    """A release-shaped FlashModel with RANDOM weights: the named backbone (prompts MiniLM-wide, 384),
+    the grouped encoder at `encoder_hidden`, taew2_1. Speed does not depend on the weights' values."""
+    if name not in RANDOM_BACKBONES:
+        raise AlayaError(f"unknown release backbone {name!r}; known: {', '.join(RANDOM_BACKBONES)}")
+    torch.manual_seed(seed)
+    transformer = helios.build_transformer({**RANDOM_BACKBONES[name], "text_dim": 384}, device=device, dtype=dtype)
+    encoder = GBufferEncoder(GBufferEncoderConfig(hidden=encoder_hidden)).to(device=device, dtype=dtype)
+    decoder = TinyCodec(TINY_CONFIGS["taew2_1"]).to(device=device, dtype=dtype)
+    return FlashModel(helios.HeliosDiT(transformer.eval().requires_grad_(False)), encoder.eval().requires_grad_(False),
+                      decoder.eval().requires_grad_(False), settings=RELEASE_SETTINGS, random_weights=True)

@@ -40,16 +40,16 @@ def partial_state(model, history_channels: int = 96, seed: int = 1) -> dict[str,
         out[f"{name}.weight"] = torch.randn(shape, generator=g) * 0.05
         out[f"{name}.bias"] = torch.randn(conv.bias.shape, generator=g) * 0.05
     out["norm_out.scale_shift_table"] = torch.randn(model.norm_out.scale_shift_table.shape, generator=g) * 0.1
-    for key, shape in TEXT_SINK.items():
-        out[key] = torch.randn(shape, generator=g)
+    for key, (n, _width) in TEXT_SINK.items():
+        out[key] = torch.randn(n, model.config.text_dim, generator=g)
     return out
 
 
 def write_tiny_release(folder: Path, history_channels: int = 96, encoder_names: str = "grouped",
-                       decoder_only: bool = False) -> Path:
+                       decoder_only: bool = False, text_dim: int = 384) -> Path:
     """RELEASE/transformer/, transformer_partial.safetensors, gbuf_small_encoder.safetensors, tiny_decoder/taew2_1_ft.safetensors."""
     folder = Path(folder)
-    model = tiny_transformer()
+    model = tiny_transformer(text_dim=text_dim)
     model.save_pretrained(folder / helios.TRANSFORMER_DIR)
     save_safetensors(partial_state(model, history_channels), folder / helios.PARTIAL_FILE)
     torch.manual_seed(2)

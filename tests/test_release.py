@@ -22,6 +22,7 @@ from alaya_flash.model_zoo.loading import read_state_dict, save_safetensors  # n
 from alaya_flash.streaming.cli import main  # noqa: E402
 from alaya_flash.streaming.engine.history_session import HistoryConfig, HistorySession, positions  # noqa: E402
 from release_helpers import TEXT_SINK, TINY, partial_state, tiny_transformer, write_tiny_release  # noqa: E402
+from test_umt5 import spiece, state, write_comfy  # noqa: E402,F401  (module-scoped fixtures: a tiny umT5)
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +258,24 @@ def test_render_and_sample_windows_with_a_release(release_dir, tmp_path, capsys)
     del big
     stream = open_gbuffers(tmp_path / "sample.npy")
     assert (stream.info.num_frames, stream.info.height, stream.info.width) == (16, 448, 832)
+
+
+def test_a_umt5_wide_release_renders_with_the_text_encoder_given(tmp_path, state, spiece, capsys):  # noqa: F811
+    """A release whose backbone reads umT5 (here a tiny umT5, 32 wide) renders with --text-encoder;
+    without one, identify says what is missing."""
+    folder = write_tiny_release(tmp_path / "umt5-release", text_dim=32)
+    report = "\n".join(identify_path(folder).lines)
+    assert "text 32" in report and report.endswith("nothing missing to render")  # 32 wide is not umT5-XXL's 4096
+    umt5 = tmp_path / "umt5_tiny.safetensors"
+    write_comfy(umt5, state, spiece)
+    np.save(tmp_path / "w.npy", np.zeros((5, 5, 16, 16, 3), np.uint8))
+    out = tmp_path / "u.mp4"
+    assert main(["render", str(tmp_path / "w.npy"), "--model", str(folder), "--prompt", "snow", "--out", str(out),
+                 "--text-encoder", str(umt5)]) == 0
+    assert out.is_file()
+    assert main(["render", str(tmp_path / "w.npy"), "--model", str(folder), "--prompt", "snow", "--out",
+                 str(tmp_path / "v.mp4")]) == 2
+    assert "no umT5-XXL file was given or found beside it: pass --text-encoder FILE" in capsys.readouterr().err
 
 
 def test_comfyui_load_flash_model_lists_and_loads_a_release(release_dir, monkeypatch):

@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=args_.FRAMES, default=48, help="frames to render")
     parser.add_argument("--chunk", type=args_.bounded(int, 1, 4096), default=12, help="frames per runner tick (one AR chunk = 12 frames)")
     parser.add_argument("--model", type=Path, help="Flash model folder (default: random weights, configs below)")
-    parser.add_argument("--dit", default="dit-small", help="DiT config for random weights (alayarenderer-teacher = full 1.3B)")
+    parser.add_argument("--dit", default="dit-small", help="DiT config for random weights (alayarenderer-teacher = full "
+                        "1.3B); helios-flash-1.3b / helios-flash-small: the Flash release's Helios backbone with "
+                        "its compressed-history session, its grouped encoder (hidden 128) and taew2_1")
     parser.add_argument("--encoder", default="gbuffer-encoder-slim", help="G-buffer encoder config for random weights")
     parser.add_argument("--decoder", default="taew-slim", help="tiny decoder config for random weights")
     parser.add_argument("--refiner", default="gbuffer-refiner-16-prompt",
@@ -140,6 +142,11 @@ def run(args) -> int:
         flash = bundle.load_flash(args.model, dev, dtype)
         if args.refiner == "none":
             flash.refiner = None
+    elif args.dit.startswith("helios-"):
+        from ....model_zoo.release import make_random_release
+
+        flash = make_random_release(args.dit, dev, dtype)
+        args.encoder, args.decoder, args.refiner = "release grouped encoder (hidden 128)", "taew2_1", "none"
     else:
         flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype,
                                          refiner=None if args.refiner == "none" else args.refiner)

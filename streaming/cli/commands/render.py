@@ -7,7 +7,8 @@ render-gbuffer-sequence) or a teacher (workflows/render-teacher: 50 steps, CFG, 
   alaya-flash render clip/ --prompt "a sunny street" --out out/teacher.mp4 \
       --model AlayaRenderer/model.safetensors --vae wan_2.1_vae.safetensors --text-encoder umt5_xxl_fp16.safetensors
 
---model is a Flash model folder, or a teacher: one of our teacher folders, or the published files as
+--model is a Flash model folder, a Flash release folder (docs/model.md, "The Flash release"; umT5-XXL
+from --text-encoder or found beside it), or a teacher: one of our teacher folders, or the published files as
 users download them (a DiT .safetensors or shard index, Wan-native, diffusers-named, ComfyUI-prefixed
 or fp8-scaled; a diffusers or Wan repo folder). A published teacher takes the Wan2.1 VAE from --vae
 (else the one next to it) and umT5-XXL from --text-encoder (ComfyUI's text_encoders/ file, a Hugging
@@ -36,11 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", required=True, help="prompt, or lines 'FRAME: prompt' (a schedule)")
     parser.add_argument("--out", type=Path, required=True, help="output file (mp4) or folder (png, exr, npy)")
     parser.add_argument("--format", choices=("mp4", "png", "exr", "npy"), default="mp4", help="output format")
-    parser.add_argument("--model", type=Path, help="Flash model folder, or a teacher folder or published teacher "
+    parser.add_argument("--model", type=Path, help="Flash model folder or Flash release folder (transformer/, "
+                        "transformer_partial.safetensors, ...), or a teacher folder or published teacher "
                         "file/folder (default: the embedded default Flash model)")
     parser.add_argument("--vae", type=Path, help="teacher: the Wan2.1 VAE file (default: the model's, or one next to it)")
-    parser.add_argument("--text-encoder", type=Path, help="teacher: umT5-XXL file or folder (default: the model's, "
-                        "or one next to it)")
+    parser.add_argument("--text-encoder", type=Path, help="umT5-XXL file or folder for a teacher or a Flash release "
+                        "(default: the model's, or one next to it)")
     parser.add_argument("--negative-prompt", help="teacher: the CFG negative prompt (default: the model's)")
     parser.add_argument("--cfg", type=args_.bounded(float, 1.0, 30.0), help="teacher: guidance scale (default: the model's)")
     parser.add_argument("--window-frames", type=args_.bounded(int, 1, 1001),
@@ -77,7 +79,7 @@ def run(args) -> int:
     if args.out.exists() and not args.overwrite:
         raise AlayaError(f"{args.out}: already exists; pass --overwrite to replace it")
     teacher = _is_teacher(args.model)
-    teacher_flags = [f for f in ("vae", "text_encoder", "negative_prompt", "cfg", "window_frames") if getattr(args, f) is not None]
+    teacher_flags = [f for f in ("vae", "negative_prompt", "cfg", "window_frames") if getattr(args, f) is not None]
     if teacher_flags and not teacher:
         raise AlayaError(f"--{teacher_flags[0].replace('_', '-')} applies to a teacher; --model names a Flash model")
     h, w = args.size or (0, 0)
@@ -96,6 +98,7 @@ def run(args) -> int:
         model, warning = model_choice(args.model)
         if warning:
             print(f"alaya-flash: warning: {warning}", file=sys.stderr)
+        sets += [f"2.text_encoder={args.text_encoder.resolve()}"] if args.text_encoder else []
         wf, classes = load(WORKFLOW, sets + [f"2.model={model}"])
     from ..shots import outputs
 
