@@ -91,3 +91,14 @@ def test_profile_bench_profiles_a_plain_and_a_profiled_run(capsys):
     assert len(reports) == 3 and all(r["flash"]["frames"] == 4 for r in reports)
     assert "Flash pipeline: run " in out and "profiled, CPU)" in out
     assert "aten::" in out  # the operators' table
+
+
+def test_bench_times_the_release_structure_with_its_history_session(capsys):
+    """--dit helios-flash-small: the release's Helios backbone (diffusers), its grouped encoder and
+    taew2_1, streaming with the compressed-history session, no refiner."""
+    pytest.importorskip("diffusers")
+    r = bench(capsys, "--dit", "helios-flash-small", "--device", "cpu", "--precision", "fp32", "--format", "png")
+    assert r["weights"] == "RANDOM (helios-flash-small, release grouped encoder (hidden 128), taew2_1, none)"
+    assert r["flash"]["frames"] == 6 and set(r["flash"]["ms_per_frame"]) == STAGES
+    assert main(["--quiet", "bench", "--dit", "helios-flash-9b", "--size", "32", "--frames", "2"]) == 2
+    assert "unknown release backbone 'helios-flash-9b'" in capsys.readouterr().err
