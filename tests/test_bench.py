@@ -35,6 +35,8 @@ def test_bench_reports_every_stage_of_the_flash_pipeline(fmt, capsys):
     assert abs(6 / f["fps_overall"] - f["seconds"]) <= 0.006  # seconds is rounded to 0.01
     assert f["fps_steady"] > 0 and f["first_frame_latency_s"] > 0  # latency counts set-up, seconds do not
     assert r["peak_rss_mib"] > 0 and "peak_gpu_mib" not in r
+    lat = f["chunk_latency_ms"]
+    assert 0 < lat["p50"] <= lat["p99"] <= 1000 * f["seconds"]
 
 
 def test_bench_compares_the_teacher_on_the_same_input(capsys):
@@ -102,3 +104,13 @@ def test_bench_times_the_release_structure_with_its_history_session(capsys):
     assert r["flash"]["frames"] == 6 and set(r["flash"]["ms_per_frame"]) == STAGES
     assert main(["--quiet", "bench", "--dit", "helios-flash-9b", "--size", "32", "--frames", "2"]) == 2
     assert "unknown release backbone 'helios-flash-9b'" in capsys.readouterr().err
+
+
+def test_bench_runs_sessions_at_once_over_one_model(capsys):
+    """--sessions 2: two streams share the weights, each with its own state and writer; each one's
+    figures are reported (the frames of each are checked by the sessions' own tests)."""
+    r = bench(capsys, *TINY, "--device", "cpu", "--precision", "fp32", "--format", "png", "--sessions", "2")
+    ss = r["sessions"]
+    assert ss["count"] == 2 and len(ss["fps_steady"]) == len(ss["chunk_latency_ms"]) == 2
+    assert all(v > 0 for v in ss["fps_steady"]) and ss["fps_steady_total"] == pytest.approx(sum(ss["fps_steady"]), abs=0.01)
+    assert all(0 < c["p50"] <= c["p99"] for c in ss["chunk_latency_ms"])

@@ -108,3 +108,24 @@ def test_full_vae_decodes_flash_latents_to_same_frame_count(flash, prompts):
     lat = pl.concat_chunks([smp.step(enc.step(g)), smp.step(enc.flush()), smp.flush()])
     frames = pl.Decode(pl.VAEDecoder(teacher.vae)).step(lat)
     assert frames.shape == (6, 16, 16, 3)
+
+
+@pytest.mark.parametrize("kind", ["kv-cache", "history"])
+def test_two_streams_at_once_over_one_model_give_each_its_own_frames(flash, prompts, kind):
+    """Sessions share the weights, never state: two streams rendered at the same time on two threads
+    give exactly the frames each gives alone (what `bench --sessions 2` and two live viewers rely on)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = flash
+    if kind == "history":
+        pytest.importorskip("diffusers")
+        from alaya_flash.model_zoo.release import make_random_release
+
+        model = make_random_release("helios-flash-small", encoder_hidden=8)
+    prompts = pl.PromptSchedule.encode(model.text_encoder(), "0: a sunny street\n8: a rainy night")
+    clips = [[pl.GBuffers(_gbuffers(13, seed=s).images[i : i + 4]) for i in range(0, 13, 4)] for s in (1, 2)]
+    alone = [_render(pl.FlashPipeline(model, prompts, seed=s), clip) for s, clip in enumerate(clips)]
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(lambda s: _render(pl.FlashPipeline(model, prompts, seed=s), clips[s]), range(2)))
+    assert all(torch.equal(a, b) for a, b in zip(alone, together))
+    assert not torch.equal(alone[0], alone[1])

@@ -29,6 +29,8 @@ classmethod. Consumers must not modify chunk values in place: one output can fee
 """
 from __future__ import annotations
 
+from collections import deque
+
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
@@ -109,6 +111,7 @@ class StageGraph:
         self.feeds, self.steps = list(feeds), list(steps)
         self.seconds: dict[str, float] = {s.name: 0.0 for s in steps}
         self.source_seconds: dict[str, float] = {}  # filled by ticks()
+        self.pulled_at: deque[float] = deque()  # when each tick not yet yielded began pulling (ticks())
         self._sync = sync or (lambda: None)
 
     def __getitem__(self, name: str) -> Step:
@@ -153,6 +156,7 @@ class RunStats:
     first_chunk_frames: int = 0  # frames the first tick pulled
     setup_seconds: float = 0.0  # loading models, opening sources and starting stages (the caller's)
     first_output_seconds: float | None = None  # from the end of setup to the first tick a sink got frames
+    tick_latencies: list[float] = field(default_factory=list)  # per tick: from pulling its chunk to its last step done
     node_seconds: dict[str, float] = field(default_factory=dict)  # step or node name -> time in it
 
     @property
@@ -163,6 +167,7 @@ class RunStats:
 def _pull(graph: StageGraph, sources: Mapping[str, Iterator[tuple]]) -> tuple[dict, int] | None:
     """One chunk from every source (None when all have ended), timed into graph.source_seconds."""
     fed, frames = {}, 0
+    graph.pulled_at.append(time.perf_counter())
     for name, it in sources.items():
         t0 = time.perf_counter()
         chunk = next(it, None)
@@ -265,7 +270,6 @@ def _lane_ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], shoul
     submitted to lane 0 as soon as it is pulled; lane i takes tick k once lane i-1 is done with it
     and lane i is done with tick k-1. At most `lanes.count` ticks are in flight."""
     import threading
-    from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
     def start(n):
@@ -354,6 +358,8 @@ def drive(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], sinks: list
             stats.first_output_seconds = time.perf_counter() - start - stats.setup_seconds
         if final:
             break
+        if graph.pulled_at:
+            stats.tick_latencies.append(time.perf_counter() - graph.pulled_at.popleft())
         stats.frames += frames
         stats.ticks += 1
         stats.seconds = time.perf_counter() - start

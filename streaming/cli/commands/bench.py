@@ -7,7 +7,8 @@ Drives the Flash stage list (pipelines.flash_steps: encode, sample, decode, refi
 has a G-buffer refiner) between a generated npy clip read chunk by chunk and an mp4 (or png) writer,
 on the one chunk loop (streaming/engine/driver.py), and reports from its per-step timings: steady-state FPS
 (after the first chunk), first-frame latency (from the end of setup to the first frames reaching
-the writer), peak resident memory and per-stage milliseconds per frame (read, encode, sample,
+the writer), p50/p99 latency of a runner tick (`--chunk` frames, from pulling them to their last
+step), peak resident memory and per-stage milliseconds per frame (read, encode, sample,
 decode, refine, write; the writer encodes on a worker thread, so write is only what the loop still
 waits for). --compare-teacher runs the teacher on the same input and size (bidirectional, 50
 steps, CFG, full Wan VAE) and prints the speed-up. Without --model the networks have RANDOM
@@ -53,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("mp4", "png"), default="mp4",
                         help="what the Save node writes (png: no video encoder needed, e.g. where PyAV is missing)")
     args_.add_cpu_arguments(parser)
+    parser.add_argument("--sessions", type=args_.bounded(int, 1, 16), default=1,
+                        help="then also run N streams at once sharing the weights (two live viewers, two batch "
+                             "shots): each one's FPS and latency, and the memory an extra session costs")
     parser.add_argument("--busy-neighbour", action="store_true",
                         help="start one busy process beside the renderer for the run (what a game engine is)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -110,14 +114,60 @@ def measure(make_steps, clip: Path, size, frames: int, chunk: int, out: Path, fm
     first_tick = (stats.first_chunk_seconds or stats.seconds) - stats.setup_seconds
     steady_frames = stats.frames - stats.first_chunk_frames
     steady = steady_frames / (loop - first_tick) if steady_frames and loop > first_tick else stats.frames / loop
+    ticks = stats.tick_latencies[1:] or stats.tick_latencies  # after the first tick (it pays one-off costs)
     return {
         "frames": stats.frames,
         "fps_steady": round(steady, 3),
         "fps_overall": round(stats.frames / loop, 3),
         "first_frame_latency_s": round(stats.first_output_seconds or 0.0, 3),
         "ms_per_frame": {k: round(1000 * v / max(1, stats.frames), 2) for k, v in stats.node_seconds.items()},
+        "chunk_latency_ms": {"p50": _percentile(ticks, 50), "p99": _percentile(ticks, 99)},
         "seconds": round(loop, 2),
     }
+
+
+def _percentile(seconds: list[float], q: float) -> float:
+    """The q-th percentile of `seconds` in milliseconds (nearest rank), 0 when empty."""
+    if not seconds:
+        return 0.0
+    ordered = sorted(seconds)
+    rank = max(0, min(len(ordered) - 1, -(-len(ordered) * q // 100) - 1))
+    return round(1000 * ordered[int(rank)], 2)
+
+
+def concurrent_sessions(count: int, make_steps, clip: Path, size, frames: int, chunk: int, folder: Path, fmt: str,
+                        device, threads: int) -> dict:
+    """`count` streams at once over one model (each its own session state, writer and thread; on CUDA
+    each on its own stream), measured like one: per-stream figures, their sum, and memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.max_memory_allocated(device)
+
+    def one(i: int) -> dict:
+        torch.set_num_threads(max(1, threads // count))  # this thread's share of the CPU
+        if not cuda:
+            return measure(make_steps, clip, size, frames, chunk, _out(folder, f"session-{i}", fmt), fmt)
+        stream = torch.cuda.Stream(device)
+        with torch.cuda.stream(stream):
+            return measure(make_steps, clip, size, frames, chunk, _out(folder, f"session-{i}", fmt), fmt,
+                           sync=stream.synchronize)
+
+    with ThreadPoolExecutor(count, thread_name_prefix="alaya-bench-session") as pool:
+        runs = list(pool.map(one, range(count)))
+    out = {"count": count, "fps_steady": [r["fps_steady"] for r in runs],
+           "fps_steady_total": round(sum(r["fps_steady"] for r in runs), 3),
+           "first_frame_latency_s": [r["first_frame_latency_s"] for r in runs],
+           "chunk_latency_ms": [r["chunk_latency_ms"] for r in runs]}
+    if cuda:
+        out["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+        out["gpu_mib_per_session_beyond_weights"] = round((torch.cuda.max_memory_allocated(device) - before) / 2**20 / count, 1)
+    return out
 
 
 def run(args) -> int:
@@ -175,6 +225,9 @@ def run(args) -> int:
         result["warm_up_s"] = round(time.perf_counter() - t0, 3)
         result["flash"] = measure(flash_steps, clip, args.size, args.frames, args.chunk, _out(tmp, "flash", args.format),
                                   args.format, sync, plan.lanes)
+        if args.sessions > 1:
+            result["sessions"] = concurrent_sessions(args.sessions, flash_steps, clip, args.size, args.frames, args.chunk,
+                                                     tmp, args.format, dev, plan.threads)
         if args.compare_teacher:
             teacher = bundle.make_random_teacher(args.dit, "wan2.1-vae", device=dev, dtype=dtype)
             teacher.dit = flash.dit  # same DiT architecture as the student (the paper's setting)
@@ -200,6 +253,11 @@ def run(args) -> int:
         print(f"Flash {w}x{h}, {args.frames} frames, {result['weights']}, {result['cpu']}"
               f"{', beside a busy process' if args.busy_neighbour else ''}: {f['fps_steady']} FPS steady, "
               f"first frames after {f['first_frame_latency_s']} s, ms/frame {f['ms_per_frame']}, peak RSS {result['peak_rss_mib']} MiB")
+        if "sessions" in result:
+            ss = result["sessions"]
+            print(f"{ss['count']} sessions at once: {ss['fps_steady']} FPS steady each ({ss['fps_steady_total']} in all)"
+                  + (f", {ss['gpu_mib_per_session_beyond_weights']} MiB of GPU memory per session beyond the weights"
+                     if "peak_gpu_mib" in ss else ""))
         if "teacher" in result:
             print(f"teacher: {result['teacher']['fps_overall']} FPS; speed-up {result['speedup']}x")
     if result["weights"].startswith("RANDOM") and not args.quiet:
