@@ -18,10 +18,19 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+# Blender as a Python module (bpy) for tests/test_blender_addon.py, in a venv of its own: bpy 5.0.1
+# pins numpy<2 and Python 3.11 (the project's venv has numpy 2). ~375 MB download, ~1 GB installed.
+# Without python3.11 the test is skipped, and says so.
+BPY_VENV := .venv-bpy
+$(BPY_VENV)/.installed: Makefile
+	@if command -v python3.11 >/dev/null; then \
+		python3.11 -m venv $(BPY_VENV) && $(BPY_VENV)/bin/pip install --quiet "bpy==5.0.1" && touch $@; \
+	else echo "no python3.11: bpy==5.0.1 needs it; tests/test_blender_addon.py will be skipped"; fi
+
 setup: system-deps $(STAMP)
 
 demo: setup
 	$(BIN)/alaya-flash demo --out out/demo.mp4 --overwrite
 
-test: setup
+test: setup $(BPY_VENV)/.installed
 	$(BIN)/python -m pytest

@@ -11,10 +11,21 @@ Then Render Properties > "Alaya Flash G-buffers" panel:
   Write camera.json       writes the active camera's matrix_world for every frame of the range
                           into camera.json beside the output (also done after each animation
                           render while the add-on is enabled).
+  Render G-Buffers (Fast) sets up as above, then renders the frame range with Cycles at 1 sample,
+                          no bounces, a pixel-centre filter, no denoising, motion blur or depth of
+                          field (the G-buffer passes are exact first-hit values; the Combined image
+                          is a noisy direct-light preview), writes camera.json, and puts the scene's
+                          settings back. One frame per step: the UI stays live, Esc stops it.
 
-The same functions run headless with the `bpy` wheel (scripts/blender_fixtures.py uses them to
-render tests/data/engines/). Materials without a Principled BSDF get no AOV Output: their pixels
-read albedo/metallic/roughness 0, which `alaya-flash gbuffers info` shows.
+The same functions run headless with the `bpy` wheel:
+
+    import alaya_flash_blender_addon as addon
+    addon.render_gbuffers(bpy.context.scene, "out/shot")   # setup + fast render + camera.json
+    # then: alaya-flash render out/shot --prompt "..." --out shot.mp4
+
+(scripts/blender_fixtures.py and tests/blender_addon_scene.py use them). Materials without a
+Principled BSDF get no AOV Output: their pixels read albedo/metallic/roughness 0, which
+`alaya-flash gbuffers info` shows.
 """
 from __future__ import annotations
 
@@ -27,7 +38,7 @@ import bpy
 bl_info = {
     "name": "Alaya Flash G-buffers",
     "author": "alaya-flash",
-    "version": (0, 1, 0),
+    "version": (0, 2, 0),
     "blender": (4, 2, 0),
     "location": "Properties > Render > Alaya Flash G-buffers",
     "description": "Export depth, normals, albedo, metallic and roughness as multilayer EXR + camera.json for alaya-flash",
@@ -138,6 +149,114 @@ def write_camera_json(scene, folder: str | None = None) -> str:
     return path
 
 
+# Fast G-buffer render: what changes for the render, put back afterwards. (owner, attribute, value);
+# owner "cycles" = scene.cycles, "render" = scene.render, "dof" = the active camera's depth of field.
+FAST_SETTINGS = (
+    ("render", "engine", "CYCLES"),
+    ("cycles", "samples", 1),
+    ("cycles", "use_adaptive_sampling", False),
+    ("cycles", "use_denoising", False),
+    ("cycles", "max_bounces", 0),
+    ("cycles", "diffuse_bounces", 0),
+    ("cycles", "glossy_bounces", 0),
+    ("cycles", "transmission_bounces", 0),
+    ("cycles", "volume_bounces", 0),
+    ("cycles", "transparent_max_bounces", 0),
+    ("cycles", "pixel_filter_type", "BOX"),  # with the narrowest width: one ray through each pixel's centre,
+    ("cycles", "filter_width", 0.01),        # so passes hold one surface's values (no blending at edges)
+    ("render", "use_motion_blur", False),
+    ("render", "use_persistent_data", True),  # keep the scene in memory between frames
+    ("dof", "use_dof", False),
+)
+
+_rendering = False  # while a fast render runs, the render-complete handler leaves camera.json alone
+
+
+class FastRender:
+    """The fast G-buffer render of a scene's frame range, one frame per step(): set up (setup_scene),
+    switch to FAST_SETTINGS, render each frame to the output path as multilayer EXR; finish() writes
+    camera.json and puts every setting back (also after an error or a cancel)."""
+
+    def __init__(self, scene, folder: str | None = None):
+        self.scene, self.folder = scene, folder
+        self.frames = list(range(scene.frame_start, scene.frame_end + 1, scene.frame_step))
+        self.done: list[str] = []
+        self.skipped: list[str] = []
+        self._saved: list = []
+        self._started = False
+
+    def _owner(self, name):
+        if name == "dof":
+            cam = self.scene.camera
+            return cam.data.dof if cam is not None and cam.type == "CAMERA" else None
+        return getattr(self.scene, name)
+
+    def start(self) -> None:
+        global _rendering
+        scene = self.scene
+        if scene.camera is None:
+            raise RuntimeError("the scene has no active camera")
+        if not self.frames:
+            raise RuntimeError(f"the frame range {scene.frame_start}-{scene.frame_end} is empty")
+        self._saved = [("render", "filepath", scene.render.filepath), ("frame", None, scene.frame_current)]
+        self._started, _rendering = True, True
+        if self.folder:
+            os.makedirs(self.folder, exist_ok=True)
+            scene.render.filepath = os.path.join(os.path.abspath(self.folder), "####")
+        self.skipped = setup_scene(scene)
+        for owner, attr, value in FAST_SETTINGS:  # engine first: the Cycles settings apply to it
+            obj = self._owner(owner)
+            if obj is not None:
+                self._saved.append((owner, attr, getattr(obj, attr)))
+                setattr(obj, attr, value)
+        self.paths = [bpy.path.abspath(scene.render.frame_path(frame=f)) for f in self.frames]
+        self.folder = os.path.dirname(self.paths[0])
+        os.makedirs(self.folder, exist_ok=True)
+
+    def step(self) -> bool:
+        """Render the next frame; False once every frame is written."""
+        k = len(self.done)
+        if k == len(self.frames):
+            return False
+        self.scene.frame_set(self.frames[k])
+        self.scene.render.filepath = self.paths[k]  # a still's path is used as is (no #### substitution)
+        bpy.ops.render.render(write_still=True)
+        self.done.append(self.paths[k])
+        return k + 1 < len(self.frames)
+
+    def finish(self, complete: bool = True) -> str | None:
+        """Put the scene back; write camera.json when every frame was rendered. Returns its path."""
+        global _rendering
+        path = None
+        try:
+            for owner, attr, value in reversed(self._saved):
+                if owner == "frame":
+                    self.scene.frame_set(value)
+                elif (obj := self._owner(owner)) is not None:
+                    setattr(obj, attr, value)
+            if complete and self._started:
+                path = write_camera_json(self.scene, self.folder)
+        finally:
+            _rendering = False
+        return path
+
+
+def render_gbuffers(scene, folder: str | None = None) -> dict:
+    """Set the scene up and render its frame range's G-buffers fast (FastRender) into folder (default:
+    the scene's output path), with camera.json. Blocks until done; for scripts and `blender -b`.
+    Returns {"frames": [EXR paths], "camera": camera.json path, "skipped": materials without AOVs}."""
+    job = FastRender(scene, folder)
+    ok = False
+    try:
+        job.start()
+        while job.step():
+            pass
+        ok = True
+    finally:
+        camera = job.finish(complete=ok)
+    return {"frames": job.done, "camera": camera, "skipped": job.skipped}
+
+
 class ALAYA_OT_setup(bpy.types.Operator):
     bl_idname = "alaya_flash.setup_export"
     bl_label = "Set Up G-Buffer Export"
@@ -167,22 +286,90 @@ class ALAYA_OT_camera(bpy.types.Operator):
         return {"FINISHED"}
 
 
+class ALAYA_OT_render(bpy.types.Operator):
+    bl_idname = "alaya_flash.render_gbuffers"
+    bl_label = "Render G-Buffers (Fast)"
+    bl_description = ("Set up, then render the frame range's G-buffer passes with Cycles at 1 sample and no "
+                      "bounces (exact passes, noisy image) and write camera.json; the scene's settings are put back")
+
+    _job = None
+    _timer = None
+
+    def execute(self, context):  # scripts and background mode: the whole range, blocking
+        try:
+            result = render_gbuffers(context.scene)
+        except (RuntimeError, OSError) as err:
+            self.report({"ERROR"}, str(err))
+            return {"CANCELLED"}
+        self._report_done(result["frames"], result["camera"], result["skipped"])
+        return {"FINISHED"}
+
+    def invoke(self, context, event):  # the UI: one frame per timer tick, so Blender stays live; Esc stops
+        self._job = FastRender(context.scene)
+        try:
+            self._job.start()
+        except (RuntimeError, OSError) as err:
+            self._job.finish(complete=False)
+            self.report({"ERROR"}, str(err))
+            return {"CANCELLED"}
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.001, window=context.window)
+        wm.modal_handler_add(self)
+        wm.progress_begin(0, len(self._job.frames))
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        if event.type == "ESC":
+            return self._end(context, complete=False)
+        if event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        try:
+            more = self._job.step()
+        except (RuntimeError, OSError) as err:
+            self.report({"ERROR"}, str(err))
+            return self._end(context, complete=False)
+        context.window_manager.progress_update(len(self._job.done))
+        return {"RUNNING_MODAL"} if more else self._end(context, complete=True)
+
+    def _end(self, context, complete: bool):
+        wm = context.window_manager
+        wm.event_timer_remove(self._timer)
+        wm.progress_end()
+        camera = self._job.finish(complete=complete)
+        if complete:
+            self._report_done(self._job.done, camera, self._job.skipped)
+            return {"FINISHED"}
+        self.report({"WARNING"}, f"stopped after {len(self._job.done)} of {len(self._job.frames)} frames; "
+                                 "no camera.json written")
+        return {"CANCELLED"}
+
+    def _report_done(self, frames, camera, skipped):
+        msg = f"wrote {len(frames)} frames and {camera}"
+        if skipped:
+            self.report({"WARNING"}, f"{msg}; no Principled BSDF (no AOVs): {', '.join(skipped)}")
+        else:
+            self.report({"INFO"}, msg)
+
+
 class ALAYA_PT_panel(bpy.types.Panel):
     bl_label = "Alaya Flash G-buffers"
     bl_space_type, bl_region_type, bl_context = "PROPERTIES", "WINDOW", "render"
 
     def draw(self, context):
         self.layout.operator(ALAYA_OT_setup.bl_idname)
+        self.layout.operator(ALAYA_OT_render.bl_idname, icon="RENDER_ANIMATION")
         self.layout.operator(ALAYA_OT_camera.bl_idname)
 
 
 @bpy.app.handlers.persistent
 def _after_render(scene, *_):
+    if _rendering:  # a fast render writes camera.json once, at its end
+        return
     if scene.render.image_settings.file_format == "OPEN_EXR_MULTILAYER" and scene.camera is not None:
         write_camera_json(scene)
 
 
-CLASSES = (ALAYA_OT_setup, ALAYA_OT_camera, ALAYA_PT_panel)
+CLASSES = (ALAYA_OT_setup, ALAYA_OT_render, ALAYA_OT_camera, ALAYA_PT_panel)
 
 
 def register():

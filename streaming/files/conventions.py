@@ -16,8 +16,9 @@ World-space normals need the camera's rotation per frame: `camera.json` beside t
 with world_normals="keep", a warning and the vectors unconverted.
 
 Checks (`FrameChecks`) warn once per stream about passes that look like a wrong convention:
-normals that face away from the camera, depth that is NDC-like or has a huge background value,
-zero depth, black albedo on metals.
+normals that face away from the camera, normals that disagree with the depth map's slopes (world-space
+normals read as camera-space: the ground's normal stays put while the camera turns), depth that is
+NDC-like or has a huge background value, zero depth, black albedo on metals.
 """
 from __future__ import annotations
 
@@ -283,11 +284,60 @@ def convert_albedo(albedo: np.ndarray, conv: Convention) -> np.ndarray:
 # Checks that catch a wrong convention: warned once per stream, each naming the fix.
 
 
-class FrameChecks:
-    """Run on raw and canonical passes of each frame; each warning is logged once per stream."""
+def normal_depth_agreement(depth: np.ndarray, normal: np.ndarray) -> tuple[int, int, int]:
+    """(agree, disagree, sampled): sample pixels whose camera-space normal agrees / disagrees with the
+    depth map, out of the pixels sampled.
 
-    def __init__(self, source: str, conv: Convention):
-        self.source, self.conv = source, conv
+    For any surface seen by a perspective (or orthographic) camera, the image gradient of inverse
+    planar depth points along -(n_x, n_y) of the surface's camera-space normal (OpenGL axes, image
+    y up), whatever the field of view: the tangent plane n.X = c (c < 0 for a visible surface) gives
+    1/d = (n_x u + n_y v - n_z f) / (f c) at pixel (u, v). So with n from the passes:
+      agree     the normal tilts (|n_xy| > 0.2), inverse depth slopes (relative change > 0.2 per
+                image height) and the slope points where the normal says (cos > 0.5);
+      disagree  it slopes the other way (cos < 0), or the normal faces the camera (|n_xy| < 0.05:
+                a fronto-parallel surface, whose inverse depth is nearly flat: < 0.2 per image height
+                for any field of view up to 120 degrees) while inverse depth slopes by > 0.4.
+    World-space normals read as camera-space disagree on most surfaces (the ground's world up seen
+    by a camera looking down at it at an angle); correct camera-space normals agree, on a static
+    camera or a moving one. Sampled on a grid of at most ~128x128 points, with differences over a
+    baseline of 1/64 of the image (noise of float16 depth stays small); only where the five depths are
+    finite, the normals of the four neighbours are within 11 degrees of the centre's and inverse depth
+    is nearly linear across them (one smooth surface, no silhouette)."""
+    h, w = depth.shape
+    k = max(1, round(min(h, w) / 64))
+    step = max(1, -(-max(h, w) // 128))
+    if h < 2 * k + 1 or w < 2 * k + 1:
+        return 0, 0, 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.where(np.isfinite(depth) & (depth > 0), 1.0 / depth.astype(np.float64), np.nan)
+    rows, cols = slice(k, h - k, step), slice(k, w - k, step)
+
+    def at(dy, dx, arr):
+        return arr[k + dy:h - k + dy:step, k + dx:w - k + dx:step]
+
+    c, left, right, up, down = (at(dy, dx, inv) for dy, dx in ((0, 0), (0, -k), (0, k), (-k, 0), (k, 0)))
+    n = normal[rows, cols].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        smooth = np.isfinite(c + left + right + up + down)
+        for dy, dx in ((0, -k), (0, k), (-k, 0), (k, 0)):
+            smooth &= (at(dy, dx, normal) * n).sum(-1) > 0.98
+        for a, b in ((left, right), (down, up)):  # second difference small against the first
+            smooth &= np.abs(a - 2 * c + b) <= 0.25 * np.abs(b - a) + 1e-6 * np.abs(c)
+        gx, gy = (right - left) / (2 * k), (up - down) / (2 * k)  # image y up: the row above is +y
+        slope = np.hypot(gx, gy) / c * h  # relative slope of inverse depth per image height
+        tilt = np.hypot(n[..., 0], n[..., 1])
+        cos = -(gx * n[..., 0] + gy * n[..., 1]) / (np.hypot(gx, gy) * tilt)
+        agree = smooth & (tilt > 0.2) & (slope > 0.2) & (cos > 0.5)
+        disagree = smooth & (((tilt > 0.2) & (slope > 0.2) & (cos < 0)) | ((tilt < 0.05) & (slope > 0.4)))
+    return int(agree.sum()), int(disagree.sum()), c.size
+
+
+class FrameChecks:
+    """Run on raw and canonical passes of each frame; each warning is logged once per stream.
+    camera: the camera.json the normals were converted with (None: none, or none used)."""
+
+    def __init__(self, source: str, conv: Convention, camera: "Camera | None" = None):
+        self.source, self.conv, self.camera = source, conv, camera
         self.warned: set[str] = set()
 
     def warn(self, key: str, msg: str) -> None:
@@ -320,6 +370,7 @@ class FrameChecks:
                 self.warn("normals-away", f"{where}: {away / count:.0%} of surface normals face away from the camera "
                                           "(z < -0.3 in camera space): they look world-space or in other axes; pick "
                                           "the engine with --conventions and give camera.json (docs/gbuffers.md)")
+            self.normals_vs_depth(depth, normal, where)
         metal = fg & (metallic > 0.5)
         m = int(metal.sum())
         if m >= 16 and m >= 0.01 * depth.size:
@@ -328,6 +379,26 @@ class FrameChecks:
                 self.warn("black-metal", f"{where}: albedo is black on {black / m:.0%} of metallic pixels: a diffuse-colour "
                                          "pass (Blender's DiffCol) is zero on metals; export the base colour instead "
                                          "(an AOV named albedo, docs/gbuffers.md, Blender)")
+
+    def normals_vs_depth(self, depth, normal, where) -> None:
+        """Warn when most normals checked disagree with the depth map (normal_depth_agreement): at
+        least 16 samples and 2% of them disagree, and more than half of those that tell."""
+        if "normals-depth" in self.warned or (self.conv.normal_space == "world" and self.camera is None):
+            return  # warned already, or world normals kept unconverted (warned on open)
+        agree, disagree, sampled = normal_depth_agreement(depth, normal)
+        if disagree >= max(16, 0.02 * sampled) and disagree > agree:
+            self.warn("normals-depth", _normals_vs_depth_message(self.conv, disagree / (agree + disagree), where))
+
+
+def _normals_vs_depth_message(conv: Convention, share: float, where) -> str:
+    head = f"{where}: {share:.0%} of the surface normals checked disagree with the depth map's slopes"
+    if conv.normal_space == "world":
+        return (f"{head} after conversion to camera space with {CAMERA_FILE}: check {CAMERA_FILE} "
+                "(camera_to_world, not world_to_camera; camera_axes; one matrix per frame, docs/gbuffers.md)")
+    return (f"{head}: they look world-space (e.g. the ground's normal fixed while the camera turns); if the "
+            f"engine wrote world-space normals, pass --conventions blender|unreal|unity and put {CAMERA_FILE} "
+            "beside the passes (docs/gbuffers.md, camera.json); if depth is radial (distance to the eye), "
+            "export planar depth")
 
 
 def parse_depth_range(text: str) -> tuple[float | str, float | None]:

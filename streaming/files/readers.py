@@ -604,9 +604,10 @@ class ImageSequenceSource:
         if n == 0:
             raise AlayaError(f"{folder}: empty stream (no frames)")
         self.convention = self._pick_convention(conventions, names)
-        self.checks = cv.FrameChecks(str(folder), self.convention)
         camera_file = folder / cv.CAMERA_FILE
         self.camera = cv.load_camera(camera_file, self.convention.camera_axes) if camera_file.is_file() else None
+        self.checks = cv.FrameChecks(str(folder), self.convention,
+                                     self.camera if self.convention.normal_space == "world" else None)
         if self.convention.normal_space == "world" and self.camera is None:
             if world_normals == "error":  # fail on open, before anything is written
                 raise AlayaError(f"{folder}: {self.convention.name} normals are in world space and no {cv.CAMERA_FILE} "
