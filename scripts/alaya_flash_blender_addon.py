@@ -74,7 +74,8 @@ def setup_material(mat) -> bool:
         nodes.remove(n)
     for k, (name, _, socket, aov_input) in enumerate(AOVS):
         out = nodes.new("ShaderNodeOutputAOV")
-        out.aov_name, out.label = name, NODE_LABEL
+        out.label = NODE_LABEL
+        setattr(out, "aov_name" if hasattr(out, "aov_name") else "name", name)  # 3.x: name
         out.location = (bsdf.location.x + 300, bsdf.location.y - 120 * (k + 1))
         src = bsdf.inputs[socket]
         if src.is_linked:
