@@ -3,7 +3,7 @@ steps the same stage chunk by chunk (docs/runner.md). A node class sets CATEGORY
 `open_stream` (sources) or `start_stream` (stages and sinks)."""
 from __future__ import annotations
 
-from ..streaming.engine.runner import run_source_whole, run_stage_whole
+from ..streaming.engine.runner import run_stage_whole
 
 
 class SourceNode:
@@ -11,7 +11,26 @@ class SourceNode:
     FUNCTION = "run"
 
     def run(self, **inputs):
-        return run_source_whole(self, **inputs)
+        """Every chunk of open_stream, joined per output (as run_source_whole); inside ComfyUI, after each
+        chunk, a cancel check and the progress bar with the newest frame's albedo (no-ops outside)."""
+        from ..streaming.engine.driver import concat_chunks
+        from . import comfy
+
+        chunks, bar = [], comfy.Progress(inputs.get("frames") or 1)
+        for chunk in self.open_stream(**inputs):
+            chunks.append(chunk)
+            if len(chunks) == 1:  # a source that knows its length says so with its first chunk (Load G-Buffers)
+                bar.total = next((v for v in chunk[1:] if isinstance(v, int) and v > 0), bar.total)
+            gbuffers = chunk[0]
+            bar.total = max(bar.total, bar.done + len(gbuffers))
+            bar.update(len(gbuffers), preview=_newest_albedo(gbuffers) if bar.bar is not None else None)
+        return tuple(concat_chunks([c[i] for c in chunks]) for i in range(len(type(self).RETURN_TYPES)))
+
+
+def _newest_albedo(gbuffers):
+    """The albedo pass of the newest frame as an IMAGE frame (H, W, 3) in [0, 1], or None."""
+    images = getattr(gbuffers, "images", None)
+    return images[-1, 0].float().div(255) if images is not None and len(images) else None
 
 
 class StageNode:

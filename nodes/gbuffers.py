@@ -49,19 +49,12 @@ class LoadGBuffers(SourceNode):
         }}
 
     @classmethod
-    def VALIDATE_INPUTS(cls, path, width=0, height=0, depth_range="0.5"):
+    def VALIDATE_INPUTS(cls, path):
+        # ComfyUI reports a returned message once for every input named here, so this names only
+        # `path`; the size and depth range are checked when the node runs (first, being a source).
         p = comfy.input_path(path)
         if not p.exists():
             return f"G-buffer path {path!r} not found (looked at {p})"
-        if (width == 0) != (height == 0):
-            return f"width and height must both be 0 (source size) or both set, got {width}x{height}"
-        from ..model_zoo.errors import AlayaError
-        from ..streaming.files.conventions import parse_depth_range
-
-        try:
-            parse_depth_range(depth_range)
-        except AlayaError as err:
-            return str(err)
         return True
 
     @classmethod
@@ -71,11 +64,17 @@ class LoadGBuffers(SourceNode):
 
     def _stream(self, path, layout, start, frames, stride, resize, width, height, conventions="auto",
                 depth_range="0.5"):
+        from ..model_zoo.errors import AlayaError
         from ..streaming.files.conventions import parse_depth_range
         from ..streaming.files.readers import open_gbuffers
 
+        if (width == 0) != (height == 0):
+            raise AlayaError(f"Load G-Buffers: width and height must both be 0 (source size) or both set, got {width}x{height}")
         size = (height, width) if width and height else None
-        near, far = parse_depth_range(depth_range)
+        try:
+            near, far = parse_depth_range(depth_range)
+        except AlayaError as err:
+            raise AlayaError(f"Load G-Buffers: {err}") from None
         return open_gbuffers(comfy.input_path(path), None if layout == "auto" else layout, start=start,
                              stop=start + frames if frames else None, stride=stride, size=size, resize=resize,
                              conventions=conventions, depth_near=near, depth_far=far)

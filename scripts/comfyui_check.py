@@ -1,46 +1,175 @@
-"""Check the pack against a running ComfyUI server: nodes listed, templates, workflows, results, cancel.
+"""Check the pack against a running ComfyUI server, as an artist meets it on the canvas.
 
-    cd /work/comfyui && .venv/bin/python main.py --cpu --listen 127.0.0.1 --port 8188 --disable-auto-launch &
-    .venv/bin/python scripts/comfyui_check.py --comfyui /work/comfyui --server http://127.0.0.1:8188
+    cd /path/to/ComfyUI && python main.py --cpu --listen 127.0.0.1 --port 8188 --disable-auto-launch &
+    .venv/bin/python scripts/comfyui_check.py --comfyui /path/to/ComfyUI --server http://127.0.0.1:8188
 
-1. GET /object_info: every node id of NODE_CLASS_MAPPINGS is there (the pack imported cleanly).
-2. GET /api/workflow_templates lists the pack's example_workflows/.
-3. Each workflows/*.api.json is queued through POST /prompt as shipped (the bundled samples/courtyard
-   clip, the embedded default model; the physics world shrunk to 64x64 so a CPU server finishes
-   quickly; outputs under output/alaya-flash-check/), /history is polled until it finishes, the
-   output file is opened and its frames counted, and Save's result in /history carries what the
-   canvas shows (an mp4 as an animated entry).
-4. Cancel: a long physics-world stream is queued, POST /interrupt is sent once it renders, and the
-   seconds until the prompt ends interrupted are printed (target: within 1 s).
-Prints one line per check and exits 1 if any failed. Not part of CI (ComfyUI is not installed there).
+1. nodes: GET /object_info lists every node id of NODE_CLASS_MAPPINGS (the pack imported cleanly), and
+   GET /extensions lists web/stream_preview.js once (twice and the frontend refuses the second copy).
+2. defaults: /object_info shows the model-owned defaults: the sampler widgets (Flash Sampler steps,
+   chunk_frames, window_frames, sink_frames; Teacher Sampler steps, cfg, shift; Load Teacher Model
+   window_frames) at -1, the loaded model's trained value; devices and precisions "auto"; decoders,
+   VAEs and text encoders "(from model)".
+3. templates: GET /api/workflow_templates lists the pack's example_workflows/, each once, and nothing else.
+4. validation: a render workflow whose Load G-Buffers path does not exist is refused by POST /prompt
+   with exactly one error, on that node's `path` input, saying the G-buffer path was not found.
+5. workflows: each workflows/*.api.json is queued as shipped (the bundled samples/courtyard clip, the
+   embedded default models; the physics world shrunk to 64x64 and 24 frames; outputs under
+   output/alaya-flash-check/) while listening on ComfyUI's websocket as the canvas does. Every pack
+   node that runs (not from ComfyUI's cache), the loaders and Encode Prompt aside, must move its
+   progress bar, and those with a preview (the table in docs/comfyui.md) must send preview images,
+   however short their run; each output file is opened and its frames counted, and
+   Save's /history result must carry what the canvas shows (the mp4 as an animated entry).
+6. cancel: a longer render (live-preview's physics world, 96 frames at 256x256, with a Save) and the
+   teacher render are each timed once, then queued once per pack node; when that node has run
+   --interrupt-after seconds (half its run when shorter), POST /interrupt is sent and the seconds until
+   ComfyUI reports the prompt interrupted, in that node, are printed (target: within 1 s). A node whose
+   whole run is under 0.2 s is not timed.
+Prints one line per check, exits 1 if any failed. Not part of CI (ComfyUI is not installed there).
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
+import io
 import json
+import struct
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAMES = 24
+LONG = 1.0  # seconds: a single-step node (a loader) running longer is reported
+MIN_CANCEL = 0.2  # seconds: a node's whole run shorter than this is not interrupted to time cancel
+# pack nodes whose progress bar carries a preview frame (docs/comfyui.md); every other long node
+# (Teacher Sampler, Save, ...) moves its bar without one; the loaders are single steps
+PREVIEWS = {"AlayaFlash_PhysicsWorld", "AlayaFlash_LoadGBuffers", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler",
+            "AlayaFlash_Decode", "AlayaFlash_Refine", "AlayaFlash_StreamPreview"}
+SINGLE_STEP = {"AlayaFlash_LoadFlashModel", "AlayaFlash_LoadTeacherModel", "AlayaFlash_EncodePrompt"}
+CANCEL_ORDER = ["AlayaFlash_PhysicsWorld", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler", "AlayaFlash_Decode",
+                "AlayaFlash_Refine", "AlayaFlash_Save", "AlayaFlash_StreamPreview"]
+MODEL_WIDGETS = {"AlayaFlash_FlashSampler": ("steps", "chunk_frames", "window_frames", "sink_frames"),
+                 "AlayaFlash_TeacherSampler": ("steps", "cfg", "shift"),
+                 "AlayaFlash_LoadTeacherModel": ("window_frames",)}
 
 
-def get(server: str, path: str):
-    with urllib.request.urlopen(server + path, timeout=30) as r:
-        return json.loads(r.read())
+def title(node: dict) -> str:
+    return node.get("_meta", {}).get("title") or node["class_type"]
 
 
-def post(server: str, path: str, body: dict):
-    req = urllib.request.Request(server + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+@dataclass
+class Run:
+    """What one queued prompt did, as seen on the websocket."""
+
+    status: str = "timeout"  # success | error | interrupted | refused | timeout
+    reply: dict = field(default_factory=dict)  # POST /prompt's answer (the errors when refused)
+    error: dict = field(default_factory=dict)  # execution_error / execution_interrupted data
+    order: list = field(default_factory=list)  # node ids in the order they ran
+    cached: list = field(default_factory=list)  # node ids ComfyUI took from its cache
+    seconds: dict = field(default_factory=dict)  # node id -> seconds it ran
+    progress: Counter = field(default_factory=Counter)  # node id -> progress messages
+    previews: Counter = field(default_factory=Counter)  # node id -> preview images
+    preview_kind: dict = field(default_factory=dict)  # node id -> "image/jpeg 64x64" of its last preview
+    interrupt_sent: bool = False
+    cancel_latency: float | None = None  # seconds from POST /interrupt to execution_interrupted
+    wall: float = 0.0
+    prompt_id: str = ""
+
+
+async def queue_prompt(http, server: str, api: dict, client_id: str = "") -> tuple[int, dict]:
+    async with http.post(f"{server}/prompt", json={"prompt": api, "client_id": client_id}) as r:
+        return r.status, await r.json(content_type=None)
+
+
+async def run_prompt(http, server: str, api: dict, timeout: float, interrupt: tuple[str, float] | None = None) -> Run:
+    """Queue `api` and follow it on /ws until it ends. interrupt=(node id, seconds): POST /interrupt once
+    that node has run so long, and time how long until ComfyUI reports the prompt interrupted."""
+    import aiohttp
+    from PIL import Image
+
+    run, client_id = Run(), uuid.uuid4().hex
+    ws_url = server.replace("http", "ws", 1) + f"/ws?clientId={client_id}"
+    async with http.ws_connect(ws_url, max_msg_size=0) as ws:
+        # what the frontend says first: previews come with their node id (binary event 4)
+        await ws.send_json({"type": "feature_flags", "data": {"supports_preview_metadata": True}})
+        inbox: asyncio.Queue = asyncio.Queue()
+
+        async def read():
+            async for msg in ws:
+                inbox.put_nowait((time.monotonic(), msg))
+            inbox.put_nowait((time.monotonic(), None))
+
+        reader = asyncio.create_task(read())
+        try:
+            status, reply = await queue_prompt(http, server, api, client_id)
+            run.reply = reply
+            if status != 200:
+                run.status = "refused"
+                return run
+            run.prompt_id = pid = reply["prompt_id"]
+            t0 = time.monotonic()
+            current, since, sent = None, t0, None
+            while True:
+                now = time.monotonic()
+                wait = t0 + timeout - now
+                if interrupt and sent is None and current == interrupt[0]:
+                    wait = min(wait, since + interrupt[1] - now)
+                if wait <= 0:
+                    if time.monotonic() - t0 >= timeout:
+                        break
+                    async with http.post(f"{server}/interrupt") as r:
+                        await r.read()
+                    sent, run.interrupt_sent = time.monotonic(), True
+                    continue
+                try:
+                    at, msg = await asyncio.wait_for(inbox.get(), wait)
+                except asyncio.TimeoutError:
+                    continue
+                if msg is None:
+                    break
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    (event,) = struct.unpack(">I", msg.data[:4])
+                    if event == 4:  # PREVIEW_IMAGE_WITH_METADATA: length, JSON metadata, image
+                        (n,) = struct.unpack(">I", msg.data[4:8])
+                        meta = json.loads(msg.data[8:8 + n])
+                        if meta.get("prompt_id") != pid:
+                            continue
+                        node = str(meta.get("display_node_id") or meta.get("node_id"))
+                        size = Image.open(io.BytesIO(msg.data[8 + n:])).size
+                        run.previews[node] += 1
+                        run.preview_kind[node] = f"{meta.get('image_type', '?')} {size[0]}x{size[1]}"
+                    continue
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                m = json.loads(msg.data)
+                data = m.get("data") or {}
+                if data.get("prompt_id") != pid:
+                    continue
+                kind = m["type"]
+                if kind in ("executing", "execution_success", "execution_error", "execution_interrupted"):
+                    if current is not None:
+                        run.seconds[current] = run.seconds.get(current, 0.0) + at - since
+                    current, since = (str(data["node"]) if kind == "executing" and data.get("node") is not None
+                                      else None), at
+                    if current is not None:
+                        run.order.append(current)
+                if kind == "progress":
+                    run.progress[str(data["node"])] += 1
+                elif kind == "execution_cached":
+                    run.cached = [str(n) for n in data.get("nodes", [])]
+                elif kind in ("execution_success", "execution_error", "execution_interrupted"):
+                    run.status = kind.removeprefix("execution_")
+                    run.error = data if kind != "execution_success" else {}
+                    if kind == "execution_interrupted" and sent is not None:
+                        run.cancel_latency = at - sent
+                    break
+            run.wall = time.monotonic() - t0
+        finally:
+            reader.cancel()
+    return run
 
 
 def small(name: str, api: dict) -> dict:
@@ -64,96 +193,231 @@ def frames_in(path: Path) -> int:
         return sum(1 for _ in f.decode(video=0))
 
 
-def run_workflow(server: str, comfy: Path, name: str, api: dict, timeout: float) -> tuple[bool, str]:
-    status, reply = post(server, "/prompt", {"prompt": api, "client_id": str(uuid.uuid4())})
-    if status != 200:
-        return False, f"POST /prompt -> {status}: {json.dumps(reply)[:400]}"
-    pid, t0 = reply["prompt_id"], time.time()
-    while time.time() - t0 < timeout:
-        hist = get(server, f"/history/{pid}").get(pid)
-        if hist and hist.get("status", {}).get("completed") is not None and (hist["status"]["completed"] or hist["status"].get("status_str") == "error"):
-            if hist["status"].get("status_str") != "success":
-                msgs = [m for m in hist["status"].get("messages", []) if m[0] == "execution_error"]
-                detail = msgs[0][1].get("exception_message", "")[:300] if msgs else ""
-                return False, f"execution {hist['status'].get('status_str')}: {detail}"
-            outs = []
-            for nid, node in api.items():
-                if node["class_type"] == "AlayaFlash_Save":
-                    path = comfy / "output" / node["inputs"]["filename"]
-                    if not path.is_file():
-                        return False, f"{path} missing"
-                    shown = (hist.get("outputs") or {}).get(nid, {})
-                    if not shown.get("images") or shown.get("animated") != [True]:
-                        return False, f"Save node {nid}: /history shows no video for the canvas ({json.dumps(shown)[:200]})"
-                    outs.append(f"{path.relative_to(comfy)} ({frames_in(path)} frames, shown on the canvas)")
-                if node["class_type"] == "AlayaFlash_StreamPreview":
-                    path = comfy / "output" / node["inputs"]["filename"]
-                    if not path.is_file():
-                        return False, f"{path} missing"
-                    outs.append(f"{path.relative_to(comfy)} (latest frame)")
-            return True, f"{time.time() - t0:.1f} s -> " + ", ".join(outs)
-        time.sleep(1)
-    return False, f"no result after {timeout:.0f} s"
+def node_report(api: dict, run: Run) -> tuple[list[str], list[str]]:
+    """(problems, one note per pack node that ran: seconds, progress messages, preview images). Every
+    pack node but the single-step ones moves its bar, and those of PREVIEWS send preview images."""
+    problems, notes = [], []
+    for nid in dict.fromkeys(run.order):
+        node, secs = api[nid], run.seconds.get(nid, 0.0)
+        kind = node["class_type"]
+        if not kind.startswith("AlayaFlash_"):
+            continue
+        steps, shown = run.progress[nid], run.previews[nid]
+        if kind in SINGLE_STEP:
+            if secs > LONG:
+                notes.append(f"{title(node)} {secs:.1f} s")
+            continue
+        notes.append(f"{title(node)} {secs:.1f} s ({steps} progress, {shown} previews)")
+        if not steps:
+            problems.append(f"{title(node)} ran {secs:.1f} s without a progress message")
+        if kind in PREVIEWS and not shown:
+            problems.append(f"{title(node)} ran {secs:.1f} s without a preview image")
+    return problems, notes
 
 
-def check_cancel(server: str, timeout: float) -> tuple[bool, str]:
-    """Queue a long stream, interrupt it once it renders, time how long until it stops."""
+async def check_workflow(http, server: str, comfy: Path, name: str, api: dict, timeout: float, runs: dict) -> tuple[bool, str]:
+    run = runs[name] = await run_prompt(http, server, api, timeout)
+    if run.status != "success":
+        detail = run.error.get("exception_message") or json.dumps(run.reply or run.error)[:400]
+        return False, f"{run.status}: {detail.strip()[:400]}"
+    problems, notes = node_report(api, run)
+    hist, t0 = {}, time.monotonic()
+    while not hist.get("status", {}).get("completed") and time.monotonic() - t0 < 30:  # /history is written
+        async with http.get(f"{server}/history/{run.prompt_id}") as r:  # just after execution_success is sent
+            hist = (await r.json()).get(run.prompt_id, {})
+        await asyncio.sleep(0 if hist else 0.2)
+    outs = []
+    for nid, node in api.items():
+        if node["class_type"] not in ("AlayaFlash_Save", "AlayaFlash_StreamPreview"):
+            continue
+        path = comfy / "output" / node["inputs"]["filename"]
+        if not path.is_file():
+            problems.append(f"{path} missing")
+            continue
+        shown = (hist.get("outputs") or {}).get(nid, {})
+        if node["class_type"] == "AlayaFlash_Save":
+            want = {"filename": path.name, "subfolder": path.parent.relative_to(comfy / "output").as_posix(), "type": "output"}
+            if shown.get("images") != [want] or shown.get("animated") != [True]:
+                problems.append(f"{title(node)} {nid}: /history shows {json.dumps(shown)[:200]}, not the video {want}")
+            outs.append(f"{path.relative_to(comfy)} ({frames_in(path)} frames, shown on the canvas)")
+        else:
+            if not shown.get("images"):
+                problems.append(f"{title(node)} {nid}: /history shows no last frame for the canvas")
+            outs.append(f"{path.relative_to(comfy)} (newest frame; last frame shown on the canvas)")
+    cached = [title(api[n]) for n in run.cached if n in api and api[n]["class_type"] not in SINGLE_STEP]
+    notes += [f"from ComfyUI's cache: {', '.join(cached)}"] if cached else []
+    detail = f"{run.wall:.1f} s -> " + ", ".join(outs) + ("; " + ", ".join(notes) if notes else "")
+    return not problems, detail + ("; FAILED: " + "; ".join(problems) if problems else "")
+
+
+def check_defaults(info: dict, classes: dict) -> tuple[bool, str]:
+    """The model-owned widgets' defaults as /object_info gives them to the frontend."""
+    problems, shown = [], []
+    for kind, names in MODEL_WIDGETS.items():
+        spec = {**info[kind]["input"].get("required", {}), **info[kind]["input"].get("optional", {})}
+        for name in names:
+            opts = spec[name][1] if name in spec and len(spec[name]) > 1 else {}
+            if opts.get("default") != -1 or opts.get("min") != -1 or "model" not in opts.get("tooltip", ""):
+                problems.append(f"{kind}.{name}: {json.dumps(opts)[:120]}")
+        shown.append(f"{info[kind]['display_name']}: {', '.join(names)} = -1")
+    for kind, cls in classes.items():  # every "auto" / "(from model)" widget of the node classes, as served
+        local = {**cls.INPUT_TYPES().get("required", {}), **cls.INPUT_TYPES().get("optional", {})}
+        served = {**info[kind]["input"].get("required", {}), **info[kind]["input"].get("optional", {})}
+        for name, spec in local.items():
+            want = spec[1].get("default") if len(spec) > 1 and isinstance(spec[1], dict) else None
+            if want in ("auto", "(from model)"):
+                got = served.get(name, [None, {}])
+                got = got[1].get("default") if len(got) > 1 else None
+                if got != want:
+                    problems.append(f"{kind}.{name}: default {got!r}, want {want!r}")
+                else:
+                    shown.append(f"{kind.removeprefix('AlayaFlash_')}.{name} = {want}")
+    return not problems, "; ".join(problems) if problems else "; ".join(shown)
+
+
+async def check_validation(http, server: str) -> tuple[bool, str]:
+    """A missing G-buffer path: exactly one error, on Load G-Buffers' path, in words an artist reads."""
+    api = json.loads((ROOT / "workflows" / "render-gbuffer-sequence.api.json").read_text())
+    load = next(k for k, n in api.items() if n["class_type"] == "AlayaFlash_LoadGBuffers")
+    api[load]["inputs"]["path"] = "shots/no-such-shot"
+    status, reply = await queue_prompt(http, server, small("validation", api))
+    errors = [(nid, e) for nid, n in (reply.get("node_errors") or {}).items() for e in n.get("errors", [])]
+    if status != 400 or len(errors) != 1:
+        return False, f"POST /prompt -> {status} with {len(errors)} errors: {json.dumps(reply)[:600]}"
+    nid, err = errors[0]
+    said = f"{err['message']}: {err['details']}"
+    good = (nid == load and err.get("extra_info", {}).get("input_name") == "path"
+            and "G-buffer path 'shots/no-such-shot' not found" in err["details"])
+    return good, f"one error on node {nid} ({title(api[nid])}), input path: {said}"
+
+
+def rechunk(api: dict, chunk: int) -> dict:
+    """The same workflow with another source chunk size: the same frames, but none of ComfyUI's cached outputs."""
+    api = json.loads(json.dumps(api))
+    for node in api.values():
+        if node["class_type"] in ("AlayaFlash_PhysicsWorld", "AlayaFlash_LoadGBuffers"):
+            node["inputs"]["chunk"] = chunk
+    return api
+
+
+async def check_cancel(http, server: str, api: dict, kinds: list[str], after: float, timeout: float,
+                       timing: Run | None = None) -> list[tuple[bool, str]]:
+    """Per node of `kinds`: queue `api` and POST /interrupt once that node has run `after` s (half its
+    full run when shorter, as timed by `timing`, a finished run of the same graph); earlier nodes come
+    from ComfyUI's cache on the next queue. A node whose full run is under MIN_CANCEL s is not timed."""
+    if timing is None:
+        timing = await run_prompt(http, server, rechunk(api, 15), timeout)
+        if timing.status != "success":
+            return [(False, f"timing run {timing.status}: {json.dumps(timing.error)[:300]}")]
+    results, chunk = [], 11
+    for nid in [k for kind in kinds for k, n in api.items() if n["class_type"] == kind]:
+        name, full = title(api[nid]), timing.seconds.get(nid, 0.0)
+        if full < MIN_CANCEL:
+            results.append((True, f"{name}: its whole run takes {full:.2f} s, nothing to interrupt"))
+            continue
+        for attempt in range(2):  # again from scratch (another chunk size) when it ran faster than timed
+            run = await run_prompt(http, server, rechunk(api, chunk), timeout, interrupt=(nid, min(after, full / 2)))
+            if run.status != "success" or run.interrupt_sent or attempt:
+                break
+            full, chunk = run.seconds.get(nid, 0.0), chunk - 1
+            if full < MIN_CANCEL:
+                break
+        where = str(run.error.get("node_id"))
+        if run.status == "interrupted" and run.cancel_latency is not None:
+            results.append((run.cancel_latency <= 1.0, f"{name} (runs {full:.1f} s): stopped {run.cancel_latency:.2f} s "
+                            "after POST /interrupt" + ("" if where == nid else f", in the next node ({title(api[where])})"
+                                                       if where in api else f", in node {where}")))
+        elif run.status == "success" and not run.interrupt_sent and run.seconds.get(nid, 0) < MIN_CANCEL * 2:
+            results.append((True, f"{name}: ran {run.seconds.get(nid, 0):.2f} s this time, done before the interrupt"))
+        else:
+            results.append((False, f"{name} (runs {full:.1f} s): not interrupted ({run.status}, ran "
+                                   f"{run.seconds.get(nid, 0):.1f} s) {json.dumps(run.error)[:200]}"))
+    return results
+
+
+def cancel_graph(frames: int) -> dict:
+    """live-preview with a Save beside the Stream Preview: `frames` frames of the physics world at 256x256
+    (the default model's size)."""
     api = json.loads((ROOT / "workflows" / "live-preview.api.json").read_text())
+    refine = next(k for k, n in api.items() if n["class_type"] == "AlayaFlash_Refine")
+    api["90"] = {"class_type": "AlayaFlash_Save", "_meta": {"title": "Save"},
+                 "inputs": {"images": [refine, 0], "filename": "alaya-flash-check/cancel.mp4", "format": "mp4",
+                            "fps": 16.0, "overwrite": True}}
+    api = small("cancel", api)
     for node in api.values():
         if node["class_type"] == "AlayaFlash_PhysicsWorld":
-            node["inputs"].update(width=128, height=128, frames=100_000)
-    status, reply = post(server, "/prompt", {"prompt": api, "client_id": str(uuid.uuid4())})
-    if status != 200:
-        return False, f"POST /prompt -> {status}: {json.dumps(reply)[:400]}"
-    pid = reply["prompt_id"]
-    t0 = time.time()
-    while not get(server, "/queue").get("queue_running"):
-        if time.time() - t0 > timeout:
-            return False, "the stream never started"
-        time.sleep(0.2)
-    time.sleep(10)  # well inside the stream: models loaded, frames rendering
-    sent = time.time()
-    post(server, "/interrupt", {})
-    while time.time() - sent < 60:
-        hist = get(server, f"/history/{pid}").get(pid)
-        if hist and hist.get("status", {}).get("completed") is not None:
-            took = time.time() - sent
-            return took <= 1.0, f"stopped {took:.2f} s after POST /interrupt ({hist['status'].get('status_str')})"
-        time.sleep(0.05)
-    return False, "still running 60 s after POST /interrupt"
+            node["inputs"].update(frames=frames, width=256, height=256, seed=7)
+    return api
+
+
+async def main_async(args) -> int:
+    import aiohttp
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import conftest  # noqa: F401  (imports this checkout as alaya_flash)
+    from alaya_flash.nodes import NODE_CLASS_MAPPINGS
+
+    ok = True
+
+    def say(good: bool, text: str):
+        nonlocal ok
+        ok &= good
+        print(f"{'PASS' if good else 'FAIL'} {text}", flush=True)
+
+    server = args.server.rstrip("/")
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as http:
+        async with http.get(f"{server}/system_stats") as r:
+            system = (await r.json())["system"]
+        print(f"ComfyUI {system.get('comfyui_version')}, torch {system.get('pytorch_version')}, "
+              f"Python {system.get('python_version', '').split()[0]}, {' '.join(system.get('argv', [])[1:])}")
+        async with http.get(f"{server}/object_info") as r:
+            info = await r.json()
+        missing = sorted(set(NODE_CLASS_MAPPINGS) - set(info))
+        say(not missing, f"nodes: /object_info lists {len(NODE_CLASS_MAPPINGS) - len(missing)}/{len(NODE_CLASS_MAPPINGS)} "
+                         f"alaya-flash nodes" + (f"; missing: {', '.join(missing)}" if missing else ""))
+        if missing:
+            return 1
+        say(*(lambda g, d: (g, f"defaults: {d}"))(*check_defaults(info, NODE_CLASS_MAPPINGS)))
+        async with http.get(f"{server}/extensions") as r:
+            scripts = [u for u in await r.json() if u.endswith("/stream_preview.js")]
+        say(len(scripts) == 1, f"web extension: /extensions lists {scripts} (the frontend loads each once)")
+        async with http.get(f"{server}/api/workflow_templates") as r:
+            templates = await r.json()
+        listed = [name for k, v in templates.items() if "alaya" in k.lower() for name in v]
+        want = sorted(p.stem for p in (ROOT / "example_workflows").glob("*.json"))
+        say(sorted(listed) == want, f"templates: /api/workflow_templates lists {sorted(listed)} (want {want})")
+        say(*(lambda g, d: (g, f"validation: {d}"))(*await check_validation(http, server)))
+        runs: dict = {}
+        for path in sorted((ROOT / "workflows").glob("*.api.json")):
+            name = path.name[: -len(".api.json")]
+            if args.only and name not in args.only:
+                continue
+            good, detail = await check_workflow(http, server, args.comfyui, name, small(name, json.loads(path.read_text())),
+                                                args.timeout, runs)
+            say(good, f"{name}: {detail}")
+        if args.no_cancel:
+            return 0 if ok else 1
+        api = cancel_graph(args.cancel_frames)
+        results = await check_cancel(http, server, api, CANCEL_ORDER, args.interrupt_after, args.timeout)
+        teacher = small("render-teacher", json.loads((ROOT / "workflows" / "render-teacher.api.json").read_text()))
+        kinds = ["AlayaFlash_EncodeGBuffers", "AlayaFlash_TeacherSampler", "AlayaFlash_Decode", "AlayaFlash_Save"]
+        results += await check_cancel(http, server, teacher, kinds, args.interrupt_after, args.timeout,
+                                      timing=runs.get("render-teacher"))
+        for good, detail in results:
+            say(good, f"cancel: {detail}")
+    return 0 if ok else 1
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--server", default="http://127.0.0.1:8188", help="ComfyUI server URL")
-    p.add_argument("--comfyui", type=Path, default=Path("/work/comfyui"), help="ComfyUI folder (for input/ and output/)")
-    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for each workflow")
-    args = p.parse_args(argv)
-    ok = True
-    sys.path.insert(0, str(ROOT / "tests"))
-    import conftest  # noqa: F401
-    from alaya_flash.nodes import NODE_CLASS_MAPPINGS
-
-    info = get(args.server, "/object_info")
-    missing = sorted(set(NODE_CLASS_MAPPINGS) - set(info))
-    ok &= not missing
-    print(f"{'PASS' if not missing else 'FAIL'} /object_info lists {len(NODE_CLASS_MAPPINGS) - len(missing)}/{len(NODE_CLASS_MAPPINGS)} "
-          f"alaya-flash nodes" + (f"; missing: {', '.join(missing)}" if missing else ""))
-    templates = get(args.server, "/api/workflow_templates")
-    listed = next((v for k, v in templates.items() if "alaya" in k.lower()), [])
-    want = sorted(p.stem for p in (ROOT / "example_workflows").glob("*.json"))
-    good = sorted(listed) == want
-    ok &= good
-    print(f"{'PASS' if good else 'FAIL'} /api/workflow_templates lists {sorted(listed)} (want {want})")
-    for path in sorted((ROOT / "workflows").glob("*.api.json")):
-        name = path.name[: -len(".api.json")]
-        good, detail = run_workflow(args.server, args.comfyui, name, small(name, json.loads(path.read_text())), args.timeout)
-        ok &= good
-        print(f"{'PASS' if good else 'FAIL'} {name}: {detail}", flush=True)
-    good, detail = check_cancel(args.server, args.timeout)
-    ok &= good
-    print(f"{'PASS' if good else 'FAIL'} cancel: {detail}")
-    return 0 if ok else 1
+    p.add_argument("--comfyui", type=Path, default=Path("/work/comfyui"), help="ComfyUI folder (for its output/)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for each prompt")
+    p.add_argument("--only", nargs="*", help="run only these workflows (names in workflows/)")
+    p.add_argument("--no-cancel", action="store_true", help="skip the cancel checks")
+    p.add_argument("--cancel-frames", type=int, default=96, help="physics-world frames of the cancel render (256x256)")
+    p.add_argument("--interrupt-after", type=float, default=1.0, help="seconds a node runs before POST /interrupt")
+    return asyncio.run(main_async(p.parse_args(argv)))
 
 
 if __name__ == "__main__":

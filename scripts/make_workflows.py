@@ -62,6 +62,12 @@ def teacher_branch(source: str, first: int, prompt: str, negative: str, save) ->
     }
 
 
+# nodes that show a frame on the canvas during or after a run (progress previews, Save's video): room
+# for it under their widgets, so that the node does not grow over the node below it in its column
+SHOWS_IMAGE = {"AlayaFlash_LoadGBuffers", "AlayaFlash_PhysicsWorld", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler",
+               "AlayaFlash_Decode", "AlayaFlash_Refine", "AlayaFlash_Save", "AlayaFlash_StreamPreview"}
+IMAGE_ROOM = 240
+
 WORKFLOWS = {
     "render-teacher": {
         "1": ("AlayaFlash_LoadGBuffers", "Load G-Buffers", dict(LOAD)),
@@ -143,6 +149,7 @@ def to_ui(graph: dict, classes: dict) -> dict:
         col = d(nid)
         row = rows.get(col, 0)
         height = 60 + 26 * len(values) + 22 * max(len(sockets), len(outputs))
+        height += IMAGE_ROOM if cls_name in SHOWS_IMAGE else 0
         rows[col] = row + height + 40
         nodes.append({"id": int(nid), "type": cls_name, "title": title, "pos": [40 + 380 * col, 40 + row],
                       "size": [340, height], "flags": {}, "order": order, "mode": 0, "inputs": sockets,

@@ -414,9 +414,10 @@ def test_load_gbuffers_node_conventions_and_depth_range(tmp_path):
     from alaya_flash.nodes.gbuffers import LoadGBuffers
 
     d = write_unreal(tmp_path / "ue")
-    assert "FAR must be" in LoadGBuffers.VALIDATE_INPUTS(str(d), depth_range="3:1")
-    assert LoadGBuffers.VALIDATE_INPUTS(str(d), depth_range="auto:4") is True
+    assert LoadGBuffers.VALIDATE_INPUTS(str(d)) is True  # the path only: ComfyUI names each input it takes
     node = LoadGBuffers()
+    with pytest.raises(AlayaError, match=r"^Load G-Buffers: depth range '3:1': FAR must be"):
+        node._stream(str(d), "auto", 0, 0, 1, "stretch", 0, 0, depth_range="3:1")
     stream = node._stream(str(d), "auto", 0, 0, 1, "stretch", 0, 0, conventions="unreal", depth_range="auto:4")
     assert stream.source.convention.name == "unreal" and stream.info.depth_near < 1.1
     f = next(iter(stream))

@@ -285,6 +285,43 @@ def test_cancelled_save_leaves_nothing(monkeypatch, tmp_path):
     assert record["checks"] == 2 and list(tmp_path.iterdir()) == []
 
 
+def test_sources_check_cancel_and_move_their_bar_every_chunk(clip, monkeypatch):
+    """Load G-Buffers and Physics World also run once over the whole sequence inside ComfyUI: after each
+    chunk they check for cancel and move a bar (out of the frames the source announces) with the newest
+    albedo, so a long physics world stops within a chunk; the frames are those of the runner."""
+    load = NODES["AlayaFlash_LoadGBuffers"]
+    inputs = dict(path=str(clip), layout="auto", start=0, frames=40, stride=1, resize="stretch", width=0, height=0,
+                  chunk=16)
+    plain, count = load().run(**inputs)
+    record = fake_comfy(monkeypatch)
+    gbuffers, count2 = load().run(**inputs)
+    assert count == count2 == 40 and torch.equal(gbuffers.images, plain.images)
+    assert record["updates"] == [(1, n, 40, "JPEG") for n in (1, 17, 33, 40)]  # the first frame comes alone
+    assert record["checks"] == 4
+    record = fake_comfy(monkeypatch, cancel_at=2)
+    with pytest.raises(Interrupted):
+        load().run(**inputs)
+    assert len(record["updates"]) == 1
+
+
+def test_load_gbuffers_reports_each_problem_once_on_its_input(clip, tmp_path):
+    """ComfyUI repeats a VALIDATE_INPUTS message for every input the method takes, so Load G-Buffers'
+    takes only `path` (a missing path: one error, on path); a width without a height and a bad depth
+    range stop the node when it runs (it runs first), one line naming the node."""
+    import inspect
+
+    from alaya_flash.model_zoo.errors import AlayaError
+
+    load = NODES["AlayaFlash_LoadGBuffers"]
+    assert list(inspect.signature(load.VALIDATE_INPUTS).parameters) == ["path"]
+    assert load.VALIDATE_INPUTS(str(tmp_path / "none")) == f"G-buffer path {str(tmp_path / 'none')!r} not found (looked at {tmp_path / 'none'})"
+    inputs = dict(path=str(clip), layout="auto", start=0, frames=0, stride=1, resize="stretch", chunk=16)
+    with pytest.raises(AlayaError, match=r"^Load G-Buffers: width and height must both be 0 \(source size\) or both set, got 32x0$"):
+        load().run(**inputs, width=32, height=0)
+    with pytest.raises(AlayaError, match=r"^Load G-Buffers: depth range 'x': "):
+        load().run(**inputs, width=0, height=0, depth_range="x")
+
+
 @pytest.mark.parametrize("fmt", ["png", "exr", "npy"])
 def test_save_sequences_with_gbuffers(clip, tmp_path, fmt):
     g = graph(clip, frames=5, chunk=2)
