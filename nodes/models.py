@@ -99,6 +99,15 @@ def _check_entry(kind: str, name: str, what: str, allowed: tuple = ()) -> str | 
     return f"{what} {name!r} not found (searched: {comfy.searched(kind)})"
 
 
+def _refuse(node: str, problems: list[str | None]) -> None:
+    """One error naming the node, for the problems found (None: no problem)."""
+    found = [p for p in problems if p]
+    if found:
+        from ..model_zoo.errors import AlayaError
+
+        raise AlayaError(f"{node}: {'; '.join(found)}")
+
+
 def _text_choices() -> list[str]:
     """MiniLM-style folders (with tokenizer.json) and umT5 files (ComfyUI's umt5_xxl_*.safetensors) in text_encoders."""
     from pathlib import PurePosixPath
@@ -157,16 +166,21 @@ class LoadFlashModel:
         }}
 
     @classmethod
-    def VALIDATE_INPUTS(cls, model, decoder=FROM_MODEL, text_encoder=FROM_MODEL):
-        problems = [_check_entry("diffusion_models", model, "Flash model", tuple(RANDOM)),
-                    _check_entry("vae_approx", decoder, "decoder", (FROM_MODEL,)),
-                    _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
-        problems = [p for p in problems if p]
-        return "\n".join(problems) if problems else True
+    def VALIDATE_INPUTS(cls, model):
+        # ComfyUI repeats a returned message on every input named here: one input, one message. The
+        # decoder and text encoder (lists ComfyUI checks itself) are checked first thing in load().
+        return _check_entry("diffusion_models", model, "Flash model", tuple(RANDOM)) or True
+
+    @staticmethod
+    def check_values(decoder=FROM_MODEL, text_encoder=FROM_MODEL) -> list[str | None]:
+        """Checked first thing in load() and by the runner's validation (not ComfyUI's: see VALIDATE_INPUTS)."""
+        return [_check_entry("vae_approx", decoder, "decoder", (FROM_MODEL,)),
+                _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
 
     def load(self, model, decoder, device, precision, text_encoder):
         from ..model_zoo import bundle
 
+        _refuse("Load Flash Model", self.check_values(decoder, text_encoder))
         dev = comfy.torch_device(device)
         dtype = comfy.torch_dtype(precision, dev)
         if model in RANDOM:
@@ -223,9 +237,15 @@ class LoadTeacherModel:
         }}
 
     @classmethod
-    def VALIDATE_INPUTS(cls, model, vae=FROM_MODEL, text_encoder=FROM_MODEL, window_frames=-1):
-        problems = [_check_entry("diffusion_models", model, "teacher model", tuple(RANDOM_TEACHER)),
-                    _check_entry("vae", vae, "VAE", (FROM_MODEL,)),
+    def VALIDATE_INPUTS(cls, model):
+        # One input, one message (ComfyUI repeats a message on every input named here); the rest is
+        # checked first thing in load(), before anything is read.
+        return _check_entry("diffusion_models", model, "teacher model", tuple(RANDOM_TEACHER)) or True
+
+    @staticmethod
+    def check_values(model, vae=FROM_MODEL, text_encoder=FROM_MODEL, window_frames=-1) -> list[str | None]:
+        """Checked first thing in load() and by the runner's validation (not ComfyUI's: see VALIDATE_INPUTS)."""
+        problems = [_check_entry("vae", vae, "VAE", (FROM_MODEL,)),
                     _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
         if window_frames != -1 and (not isinstance(window_frames, int) or window_frames < 1 or (window_frames - 1) % 4):
             problems.append(f"window_frames must be 4k+1 (e.g. 81) or -1 (the model's), got {window_frames}")
@@ -235,8 +255,7 @@ class LoadTeacherModel:
 
             if find_vae(path) is None:
                 problems.append(f"teacher DiT {model!r} needs a VAE: none lies next to it; pick one from the vae folder")
-        problems = [p for p in problems if p]
-        return "\n".join(problems) if problems else True
+        return problems
 
     def load(self, model, vae, window_frames, device, precision, text_encoder):
         import dataclasses
@@ -244,6 +263,7 @@ class LoadTeacherModel:
         from ..model_zoo import bundle
         from ..model_zoo.errors import AlayaError
 
+        _refuse("Load Teacher Model", self.check_values(model, vae, text_encoder, window_frames))
         dev = comfy.torch_device(device)
         dtype = comfy.torch_dtype(precision, dev)
         if model in RANDOM_TEACHER:

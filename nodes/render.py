@@ -125,21 +125,32 @@ class FlashSampler(_SamplerNode):
             "sink_frames": _model_int(21, "First latent frames of the stream kept in the cache forever (attention sink); 0: none."),
         }}
 
-    @classmethod
-    def VALIDATE_INPUTS(cls, steps=MODEL, chunk_frames=MODEL, window_frames=MODEL, sink_frames=MODEL):
+    @staticmethod
+    def check_values(steps=MODEL, chunk_frames=MODEL, window_frames=MODEL, sink_frames=MODEL) -> list[str]:
+        """The widgets' values that no model takes: checked when the node starts (ComfyUI would repeat a
+        queue-time message on each of the four inputs) and by the runner's validation."""
         values = dict(steps=steps, chunk_frames=chunk_frames, window_frames=window_frames, sink_frames=sink_frames)
         problems = _outside({"steps": (1, 50), "chunk_frames": (1, 21), "window_frames": (1, 240), "sink_frames": (0, 21)},
                             values)
         if MODEL not in (chunk_frames, window_frames) and window_frames < chunk_frames:
             problems.append(f"window_frames ({window_frames}) must be at least chunk_frames ({chunk_frames})")
-        return "\n".join(problems) or True
+        return problems
 
     def start_stream(self, model, prompt, seed, steps, chunk_frames, window_frames, sink_frames):
         from ..streaming.engine.pipelines import FlashSample
 
+        _refuse("Flash Sampler", self.check_values(steps, chunk_frames, window_frames, sink_frames))
+
         inner = FlashSample(model, prompt, seed=seed, steps=_own(steps), chunk_frames=_own(chunk_frames),
                             window_frames=_own(window_frames), sink_frames=_own(sink_frames))
         return _Sampling(inner, lambda cond: math.ceil(len(cond) / inner.chunk_frames), preview_decoder=model.decoder)
+
+
+def _refuse(node: str, problems: list[str]) -> None:
+    if problems:
+        from ..model_zoo.errors import AlayaError
+
+        raise AlayaError(f"{node}: {'; '.join(problems)}")
 
 
 class _Sampling:
@@ -194,12 +205,13 @@ class TeacherSampler(_SamplerNode):
             "shift": _model_float(20.0, "Time shift of the sigma schedule (Wan: 5)."),
         }}
 
-    @classmethod
-    def VALIDATE_INPUTS(cls, steps=MODEL, cfg=MODEL, shift=MODEL):
-        values = dict(steps=steps, cfg=cfg, shift=shift)
-        return "\n".join(_outside({"steps": (1, 200), "cfg": (1.0, 30.0), "shift": (0.1, 20.0)}, values)) or True
+    @staticmethod
+    def check_values(steps=MODEL, cfg=MODEL, shift=MODEL) -> list[str]:
+        """Values no model takes (checked when the node starts, as the Flash Sampler's)."""
+        return _outside({"steps": (1, 200), "cfg": (1.0, 30.0), "shift": (0.1, 20.0)}, dict(steps=steps, cfg=cfg, shift=shift))
 
     def start_stream(self, model, prompt, negative_prompt, seed, steps, cfg, shift):
+        _refuse("Teacher Sampler", self.check_values(steps, cfg, shift))
         s = model.settings
         cfg = s.cfg if cfg == MODEL else cfg
         negative_prompt = negative_prompt or s.negative_prompt
@@ -260,8 +272,8 @@ class Refine(StageNode):
         from ..model_zoo.errors import AlayaError
         from ..streaming.engine.pipelines import Refine as RefineStage
 
-        if refiner.module is None:
-            return _Refining(None)  # frames pass through: nothing to cut
+        if refiner.module is None:  # frames pass through, with the bar and preview every node shows
+            return Piecewise(_Refining(None), PIECE_FRAMES, _last_frame)
         if refiner.module.text_dim and prompt is None:
             raise AlayaError("Refine with G-Buffers: this model's refiner reads the prompt; connect the 'prompt' "
                              "input to the Encode Prompt node that feeds the sampler")

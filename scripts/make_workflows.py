@@ -1,6 +1,6 @@
-"""Write the saved workflows in workflows/: each in ComfyUI's UI format and its API twin.
+"""Write the saved workflows in graphs/: each in ComfyUI's UI format and its API twin.
 
-    .venv/bin/python scripts/make_workflows.py        # rewrites workflows/*.json and example_workflows/*.json
+    .venv/bin/python scripts/make_workflows.py        # rewrites graphs/*.json and example_workflows/*.json
 
 The graphs are defined once here (API form); the UI form is laid out left to right by graph
 depth, with widget values in the canvas's positional order (a control value after seeds) and
@@ -164,7 +164,7 @@ def main() -> int:
     import conftest  # noqa: F401  (registers the checkout as alaya_flash)
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS
 
-    out, templates = ROOT / "workflows", ROOT / "example_workflows"
+    out, templates = ROOT / "graphs", ROOT / "example_workflows"
     out.mkdir(exist_ok=True)
     templates.mkdir(exist_ok=True)
     for name, graph in WORKFLOWS.items():
@@ -172,7 +172,7 @@ def main() -> int:
         (out / f"{name}.json").write_text(ui)
         (templates / f"{name}.json").write_text(ui)  # ComfyUI lists example_workflows/ as the pack's templates
         (out / f"{name}.api.json").write_text(json.dumps(to_api(graph), indent=1) + "\n")
-        print(f"wrote workflows/{name}.json, workflows/{name}.api.json and example_workflows/{name}.json")
+        print(f"wrote graphs/{name}.json, graphs/{name}.api.json and example_workflows/{name}.json")
     return 0
 
 

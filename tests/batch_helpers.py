@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RENDER = ROOT / "workflows" / "render-gbuffer-sequence.api.json"
+RENDER = ROOT / "graphs" / "render-gbuffer-sequence.api.json"
 # The CLI in a new process, importing this checkout's package (as tests/test_signals.py does).
 CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
        "from alaya_flash.streaming.cli import main; sys.exit(main())"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from alaya_flash.model_zoo import bundle
+from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
 from alaya_flash.nodes import comfy
 from alaya_flash.streaming.engine import pipelines as pl
@@ -19,7 +20,7 @@ from alaya_flash.streaming.files.synthetic import synthetic_stream
 from stream_helpers import Collect
 
 ROOT = Path(__file__).resolve().parents[1]
-RENDER = ROOT / "workflows" / "render-gbuffer-sequence.api.json"
+RENDER = ROOT / "graphs" / "render-gbuffer-sequence.api.json"
 
 
 @pytest.fixture(scope="module")
@@ -304,6 +305,20 @@ def test_sources_check_cancel_and_move_their_bar_every_chunk(clip, monkeypatch):
     assert len(record["updates"]) == 1
 
 
+def test_every_node_validates_at_most_one_input_in_comfyui():
+    """ComfyUI repeats a VALIDATE_INPUTS message on every input the method takes: each node's takes at
+    most one (Save aside: whether its output exists needs filename, format and overwrite, and stopping
+    before the render beats one line); the other checks run when the node starts (check_values),
+    and the runner's validation runs those too."""
+    import inspect
+
+    many = {name: list(inspect.signature(cls.VALIDATE_INPUTS).parameters) for name, cls in NODES.items()
+            if hasattr(cls, "VALIDATE_INPUTS") and len(inspect.signature(cls.VALIDATE_INPUTS).parameters) > 1}
+    assert many == {"AlayaFlash_Save": ["filename", "format", "overwrite"]}
+    with pytest.raises(AlayaError, match=r"^Load Flash Model: decoder 'nope.safetensors' not found"):
+        NODES["AlayaFlash_LoadFlashModel"]().load("random:tiny", "nope.safetensors", "cpu", "fp32", "(from model)")
+
+
 def test_load_gbuffers_reports_each_problem_once_on_its_input(clip, tmp_path):
     """ComfyUI repeats a VALIDATE_INPUTS message for every input the method takes, so Load G-Buffers'
     takes only `path` (a missing path: one error, on path); a width without a height and a bad depth
@@ -375,8 +390,10 @@ def test_sampler_widgets_at_minus_one_take_the_models_trained_settings():
     inner = stage.inner
     assert (inner.steps, inner.cfg, inner.shift) == (7, 3.0, 4.0)
     assert torch.equal(inner.negative, teacher.text_encoder()(["blurry"]))  # empty: the model's negative prompt
-    assert NODES["AlayaFlash_TeacherSampler"].VALIDATE_INPUTS(steps=-1, cfg=0.5, shift=-1.0) == \
-        "cfg is 0.5: use -1 for the model's value or a value in [1.0, 30.0]"
+    assert NODES["AlayaFlash_TeacherSampler"].check_values(steps=-1, cfg=0.5, shift=-1.0) == \
+        ["cfg is 0.5: use -1 for the model's value or a value in [1.0, 30.0]"]
+    with pytest.raises(AlayaError, match=r"^Teacher Sampler: cfg is 0.5: use -1"):
+        NODES["AlayaFlash_TeacherSampler"]().start_stream(teacher, tprompt, "", seed=0, steps=-1, cfg=0.5, shift=-1.0)
 
 
 def fake_folder_paths(monkeypatch, root):

@@ -9,7 +9,7 @@ from alaya_flash.nodes import NODE_DISPLAY_NAME_MAPPINGS as NAMES
 from alaya_flash.streaming.engine import runner as rn
 from alaya_flash.streaming.engine import workflow as wfm
 
-WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[1] / "graphs"
 NAMES_REQUIRED = ("render-gbuffer-sequence", "render-teacher", "physics-world-demo", "teacher-vs-flash", "live-preview")
 
 
@@ -55,7 +55,7 @@ def test_node_pack_conventions():
 
 
 def test_generator_output_is_what_is_saved(tmp_path, monkeypatch):
-    """workflows/ is what scripts/make_workflows.py writes (no hand edits drifting from it)."""
+    """graphs/ is what scripts/make_workflows.py writes (no hand edits drifting from it)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_workflows", WORKFLOWS.parent / "scripts" / "make_workflows.py")

@@ -341,7 +341,8 @@ def validate(wf: Workflow, node_classes: Mapping[str, type]) -> list[str]:
                     elif isinstance(want[0], (list, tuple)) and outs[value.output] not in ("*", "COMBO", "STRING", "INT", "FLOAT"):
                         problems.append(f"{label}: input {name!r} is a choice but {src.label(value.node)} output {value.output} gives {outs[value.output]}")
             else:
-                custom = hasattr(cls, "VALIDATE_INPUTS") and name in _validate_params(cls)
+                custom = (hasattr(cls, "VALIDATE_INPUTS") and name in _validate_params(cls)
+                          or hasattr(cls, "check_values") and name in _validate_params(cls, "check_values"))
                 msg = _check_value(label, name, value, want, custom)
                 if msg:
                     problems.append(msg)
@@ -353,6 +354,10 @@ def validate(wf: Workflow, node_classes: Mapping[str, type]) -> list[str]:
             result = cls.VALIDATE_INPUTS(**kwargs)
             if result is not True:  # ComfyUI takes one string: the nodes put one problem per line
                 problems += [f"{label}: {part}" for part in str(result).splitlines()]
+        check = getattr(cls, "check_values", None)  # what a node checks when it starts (ComfyUI validates less)
+        if check is not None and _required_params(cls, "check_values") <= set(literals):
+            params = _validate_params(cls, "check_values")
+            problems += [f"{label}: {p}" for p in check(**{k: v for k, v in literals.items() if k in params}) if p]
     order: list[str] = []
     if not any(p for p in problems if "links to node" in p or "unknown node type" in p):
         order, cycle = _topo_order(wf)
@@ -366,18 +371,18 @@ def validate(wf: Workflow, node_classes: Mapping[str, type]) -> list[str]:
     return order
 
 
-def _required_params(cls: type) -> set[str]:
-    """VALIDATE_INPUTS parameters without a default: it can only run when they have values."""
+def _required_params(cls: type, method: str = "VALIDATE_INPUTS") -> set[str]:
+    """The method's parameters without a default: it can only run when they have values."""
     import inspect
 
-    return {p.name for p in inspect.signature(cls.VALIDATE_INPUTS).parameters.values()
+    return {p.name for p in inspect.signature(getattr(cls, method)).parameters.values()
             if p.default is p.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
 
-def _validate_params(cls: type) -> set[str]:
+def _validate_params(cls: type, method: str = "VALIDATE_INPUTS") -> set[str]:
     import inspect
 
-    sig = inspect.signature(cls.VALIDATE_INPUTS)
+    sig = inspect.signature(getattr(cls, method))
     names = {p.name for p in sig.parameters.values() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
     if any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
         names.add("**")
