@@ -24,7 +24,7 @@ from .bundle import UMT5_PREFIX, FlashModel, FlashSettings
 from .codecs.gbuffer_encoder import GBufferEncoder, GBufferEncoderConfig, join_branches
 from .codecs.tiny import CONFIGS as TINY_CONFIGS, TinyCodec, build_encoder
 from .errors import AlayaError, CheckpointError
-from .loading import read_header, read_state_dict, shape_str
+from .loading import check_shapes, read_header, read_state_dict, shape_str
 from .precision import preferred_dtype
 
 ENCODER_PREFIXES = ("gbuffer_encoder.", "gbuf_encoder.", "model.", "module.")
@@ -85,18 +85,8 @@ def load_decoder(path: str | Path, device="cpu", dtype: torch.dtype = torch.floa
 
 
 def _load(module: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
-    own = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-    wrong = [k for k in own if k in state and tuple(state[k].shape) != own[k]]
-    if missing or unexpected or wrong:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
-        if wrong:
-            parts.append(f"{len(wrong)} misshapen (e.g. {wrong[0]} is {shape_str(state[wrong[0]].shape)}, expected {shape_str(own[wrong[0]])})")
-        raise CheckpointError(f"{path}: not a {type(module).__name__} of this layout: {'; '.join(parts)}")
+    check_shapes({k: tuple(v.shape) for k, v in module.state_dict().items()},
+                 {k: tuple(v.shape) for k, v in state.items()}, str(path))
     module.load_state_dict(state, strict=True)
 
 

@@ -6,6 +6,16 @@ from __future__ import annotations
 from ..streaming.engine.runner import run_stage_whole
 
 
+def refuse(node: str, problems) -> None:
+    """One error naming the node for the problems found (None entries: no problem); checks a node runs
+    when it starts, since ComfyUI repeats a queue-time message on every input it names."""
+    found = [p for p in problems if p]
+    if found:
+        from ..model_zoo.errors import AlayaError
+
+        raise AlayaError(f"{node}: {'; '.join(found)}")
+
+
 class SourceNode:
     STREAM = "source"
     FUNCTION = "run"

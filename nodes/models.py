@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import comfy
+from .base import refuse
 
 CATEGORY = "alaya-flash/models"
 FROM_MODEL = "(from model)"
@@ -99,15 +100,6 @@ def _check_entry(kind: str, name: str, what: str, allowed: tuple = ()) -> str | 
     return f"{what} {name!r} not found (searched: {comfy.searched(kind)})"
 
 
-def _refuse(node: str, problems: list[str | None]) -> None:
-    """One error naming the node, for the problems found (None: no problem)."""
-    found = [p for p in problems if p]
-    if found:
-        from ..model_zoo.errors import AlayaError
-
-        raise AlayaError(f"{node}: {'; '.join(found)}")
-
-
 def _text_choices() -> list[str]:
     """MiniLM-style folders (with tokenizer.json) and umT5 files (ComfyUI's umt5_xxl_*.safetensors) in text_encoders."""
     from pathlib import PurePosixPath
@@ -180,7 +172,7 @@ class LoadFlashModel:
     def load(self, model, decoder, device, precision, text_encoder):
         from ..model_zoo import bundle
 
-        _refuse("Load Flash Model", self.check_values(decoder, text_encoder))
+        refuse("Load Flash Model", self.check_values(decoder, text_encoder))
         dev = comfy.torch_device(device)
         dtype = comfy.torch_dtype(precision, dev)
         if model in RANDOM:
@@ -263,7 +255,7 @@ class LoadTeacherModel:
         from ..model_zoo import bundle
         from ..model_zoo.errors import AlayaError
 
-        _refuse("Load Teacher Model", self.check_values(model, vae, text_encoder, window_frames))
+        refuse("Load Teacher Model", self.check_values(model, vae, text_encoder, window_frames))
         dev = comfy.torch_device(device)
         dtype = comfy.torch_dtype(precision, dev)
         if model in RANDOM_TEACHER:

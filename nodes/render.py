@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from . import comfy
-from .base import Piecewise, StageNode
+from .base import Piecewise, StageNode, refuse
 
 CATEGORY = "alaya-flash/render"
 PIECE_FRAMES = 8  # frames per piece inside one ComfyUI call: cancel and progress between pieces
@@ -139,18 +139,11 @@ class FlashSampler(_SamplerNode):
     def start_stream(self, model, prompt, seed, steps, chunk_frames, window_frames, sink_frames):
         from ..streaming.engine.pipelines import FlashSample
 
-        _refuse("Flash Sampler", self.check_values(steps, chunk_frames, window_frames, sink_frames))
+        refuse("Flash Sampler", self.check_values(steps, chunk_frames, window_frames, sink_frames))
 
         inner = FlashSample(model, prompt, seed=seed, steps=_own(steps), chunk_frames=_own(chunk_frames),
                             window_frames=_own(window_frames), sink_frames=_own(sink_frames))
         return _Sampling(inner, lambda cond: math.ceil(len(cond) / inner.chunk_frames), preview_decoder=model.decoder)
-
-
-def _refuse(node: str, problems: list[str]) -> None:
-    if problems:
-        from ..model_zoo.errors import AlayaError
-
-        raise AlayaError(f"{node}: {'; '.join(problems)}")
 
 
 class _Sampling:
@@ -211,7 +204,7 @@ class TeacherSampler(_SamplerNode):
         return _outside({"steps": (1, 200), "cfg": (1.0, 30.0), "shift": (0.1, 20.0)}, dict(steps=steps, cfg=cfg, shift=shift))
 
     def start_stream(self, model, prompt, negative_prompt, seed, steps, cfg, shift):
-        _refuse("Teacher Sampler", self.check_values(steps, cfg, shift))
+        refuse("Teacher Sampler", self.check_values(steps, cfg, shift))
         s = model.settings
         cfg = s.cfg if cfg == MODEL else cfg
         negative_prompt = negative_prompt or s.negative_prompt

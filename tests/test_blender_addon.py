@@ -30,6 +30,7 @@ import pytest
 import blender_addon_scene as scene
 from alaya_flash.streaming.cli import main
 from alaya_flash.streaming.files.readers import open_gbuffers
+from test_engines_normals import _rot  # the same rotation helper
 
 ROOT = Path(__file__).resolve().parents[1]
 BPY_VENV = ROOT / ".venv-bpy"
@@ -69,14 +70,6 @@ def export(tmp_path_factory):
 
 # ---------------------------------------------------------------------------------------------
 # The scene's truth, from its own numbers (not from anything Blender wrote).
-
-
-def _rot(axis: int, deg: float) -> np.ndarray:
-    c, s = np.cos(np.radians(deg)), np.sin(np.radians(deg))
-    i, j = (axis + 1) % 3, (axis + 2) % 3
-    m = np.eye(3)
-    m[i, i], m[i, j], m[j, i], m[j, j] = c, -s, s, c
-    return m
 
 
 def camera_to_world(frame: int) -> np.ndarray:
