@@ -41,7 +41,7 @@ def unrefined_frames(model_dir: str, data: str, clips: int, precision: str, cach
     model = bundle.load_flash(model_dir, dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     text = model.text_encoder()
     frames = {}
-    for c, (gb, _) in enumerate(found):
+    for c, gb in enumerate(clip["gbuffers"] for clip in found):
         for name in names:
             for kind in ("train", "heldout"):
                 pipe = FlashPipeline(model, PromptSchedule.encode(text, prompts[name][kind]), seed=0, refine=False)
@@ -80,7 +80,7 @@ def score(net, frames: dict, found, names, prompts, precision: str) -> dict:
     encode = TextEncoder.load() if net is not None and net.text_dim else None
     psnr, ssim = [], []
     control = {kind: {"hits": [], "margins": [], "misses": []} for kind in ("train", "heldout")}
-    for c, (gb, rgb) in enumerate(found):
+    for c, (gb, rgb) in enumerate((clip["gbuffers"], clip["rgb"]) for clip in found):
         gt = [torch.from_numpy(rgb[p]).float() / 255 for p in range(len(names))]
         for p, name in enumerate(names):
             for kind in ("train", "heldout"):

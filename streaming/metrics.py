@@ -12,6 +12,12 @@ Frames are float tensors (T, H, W, 3) in [0, 1] (ComfyUI IMAGE layout, what the 
   and the PSNR margin to the runner-up (prompt controllability).
 - shadow_ratio: luminance of shadowed over sunlit pixels given the scene's sun visibility (do
   renders keep cast shadows?).
+- region_contrast: std / mean of linear luminance over a region (metals that reflect their
+  surroundings and carry highlights are high; matte, flat shading is low).
+- region_colour: mean sRGB colour over a region (e.g. the sky's pixels).
+- lighting: the three above for one render against its ground truth, with the regions taken from
+  the clip's G-buffers (metal: metallic >= 0.9; sky: background depth) and, for shadows, the
+  scene's sun visibility and ground mask (world v2 datasets carry both).
 """
 from __future__ import annotations
 
@@ -91,11 +97,34 @@ def nearest(x: torch.Tensor, refs: list[torch.Tensor], target: int) -> dict:
     return {"hit": best == target, "nearest": best, "margin_db": scores[target] - max(others) if others else math.inf}
 
 
+def _numpy(x):
+    import numpy as np
+
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def _unit(x):
+    """float32 numpy in [0, 1] from uint8 0-255 or float values (numpy or torch)."""
+    import numpy as np
+
+    x = _numpy(x)
+    return x.astype(np.float32) / 255.0 if x.dtype == np.uint8 else x.astype(np.float32)
+
+
+def _linear_luminance(rgb):
+    """Rec. 709 luminance of sRGB values (uint8, or float in [0, 1]), decoded to linear."""
+    import numpy as np
+
+    from .gbuffer import srgb_to_linear
+
+    return srgb_to_linear(_unit(rgb)) @ np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
+
+
 def shadow_ratio(rgb, sun_visibility, region=None, min_pixels: int = 16) -> float | None:
     """How dark cast shadows are: mean luminance of shadowed pixels over that of sunlit ones.
 
     rgb: one frame (H, W, 3), uint8 sRGB or float in [0, 1] (numpy or torch); sun_visibility:
-    (H, W) in [0, 1] from the scene (world v2 frames carry it as extras["sun_visibility"]);
+    (H, W) in [0, 1] (or uint8 0-255) from the scene (world v2 frames carry it as extras["sun_visibility"]);
     region: optional (H, W) bool mask, e.g. the ground's pixels. Shadowed means visibility < 0.01,
     lit > 0.99. Luminance is Rec. 709 on linear values (sRGB decoded). About 1.0: no visible
     shadows; ground truth on a sunny street is far below. None when either set has fewer than
@@ -103,14 +132,78 @@ def shadow_ratio(rgb, sun_visibility, region=None, min_pixels: int = 16) -> floa
     """
     import numpy as np
 
-    from .gbuffer import srgb_to_linear
-
-    rgb = rgb.detach().cpu().numpy() if hasattr(rgb, "detach") else np.asarray(rgb)
-    vis = sun_visibility.detach().cpu().numpy() if hasattr(sun_visibility, "detach") else np.asarray(sun_visibility)
-    x = rgb.astype(np.float32) / 255.0 if rgb.dtype == np.uint8 else rgb.astype(np.float32)
-    lum = srgb_to_linear(x) @ np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
+    vis = _unit(sun_visibility)
+    lum = _linear_luminance(rgb)
     keep = np.ones(vis.shape, bool) if region is None else np.asarray(region, bool)
     shadowed, lit = keep & (vis < 0.01), keep & (vis > 0.99)
     if shadowed.sum() < min_pixels or lit.sum() < min_pixels:
         return None
     return float(lum[shadowed].mean() / max(lum[lit].mean(), 1e-8))
+
+
+def region_contrast(rgb, mask, min_pixels: int = 16) -> float | None:
+    """Std / mean of linear luminance over the mask's pixels: rgb (..., H, W, 3) as shadow_ratio's,
+    mask (..., H, W) bool (one frame or a clip). None with fewer than min_pixels pixels."""
+    import numpy as np
+
+    mask = _numpy(mask).astype(bool)
+    if mask.sum() < min_pixels:
+        return None
+    lum = _linear_luminance(rgb)[mask]
+    return float(lum.std() / max(lum.mean(), 1e-8))
+
+
+def region_colour(rgb, mask, min_pixels: int = 16):
+    """Mean sRGB colour (3,) in [0, 1] over the mask's pixels (rgb and mask as region_contrast's),
+    or None with fewer than min_pixels pixels."""
+    import numpy as np
+
+    mask = _numpy(mask).astype(bool)
+    if mask.sum() < min_pixels:
+        return None
+    return _unit(rgb)[mask].mean(0)
+
+
+METAL_MIN = 0.9  # metallic at least this: bare metal (world v2's painted metal is 0.5-0.9)
+
+
+def lighting(render, truth, gbuffers, sun_visibility=None, ground=None) -> dict:
+    """What PSNR misses, for one render (T, H, W, 3) against its ground truth (same layout):
+
+    shadow_ratio / gt_shadow_ratio  mean over frames of shadow_ratio on the ground's pixels
+                                    (sun_visibility (T, H, W) in [0, 1] or uint8 0-255, ground
+                                    (T, H, W) bool; None without them or without enough pixels)
+    metal_contrast / gt_...         region_contrast over the clip's bare-metal pixels
+    metal_psnr_db                   PSNR over those pixels
+    sky_colour / gt_sky_colour      region_colour over the background's pixels (sRGB, 0-1)
+    sky_error_levels                mean |difference| of those colours per channel, in 8-bit levels
+
+    gbuffers: the clip's teacher-form G-buffers (T, 5, H, W, 3) uint8 (MODALITIES order): metal is
+    metallic >= METAL_MIN, sky the depth's 0 (background)."""
+    import numpy as np
+
+    from .gbuffer import MODALITIES
+
+    gb = _numpy(gbuffers)
+    render, truth = _unit(render), _unit(truth)
+    sky = gb[:, MODALITIES.index("depth"), ..., 0] == 0
+    metal = (gb[:, MODALITIES.index("metallic"), ..., 0] >= round(255 * METAL_MIN)) & ~sky
+    out = {"shadow_ratio": None, "gt_shadow_ratio": None}
+    if sun_visibility is not None and ground is not None:
+        pairs = [(shadow_ratio(r, v, g), shadow_ratio(t, v, g))
+                 for r, t, v, g in zip(render, truth, _numpy(sun_visibility), _numpy(ground))]
+        pairs = [(r, t) for r, t in pairs if r is not None and t is not None]
+        if pairs:
+            out = {"shadow_ratio": float(np.mean([r for r, _ in pairs])),
+                   "gt_shadow_ratio": float(np.mean([t for _, t in pairs]))}
+    out["metal_contrast"] = region_contrast(render, metal)
+    out["gt_metal_contrast"] = region_contrast(truth, metal)
+    out["metal_psnr_db"] = None
+    if out["metal_contrast"] is not None:
+        mse = float(((render[metal] - truth[metal]) ** 2).mean())
+        out["metal_psnr_db"] = math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+    colour, gt_colour = region_colour(render, sky), region_colour(truth, sky)
+    out["sky_colour"] = None if colour is None else colour.tolist()
+    out["gt_sky_colour"] = None if gt_colour is None else gt_colour.tolist()
+    out["sky_error_levels"] = None if colour is None else float(np.abs(colour - gt_colour).mean() * 255)
+    return out

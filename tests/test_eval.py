@@ -166,3 +166,61 @@ def test_eval_refuses_a_long_stream_it_cannot_score(tiny_models, capsys, extra, 
     assert main(["eval", "--model", str(tiny_models / "model"), *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) <= 2, err  # argparse adds a usage line
+
+
+def _lit_clip(frames=3, size=16):
+    """Teacher-form G-buffers and a truth with a cast shadow on the ground, a bare-metal patch and sky."""
+    gb = np.zeros((frames, 5, size, size, 3), np.uint8)
+    gb[:, 1, size // 4:] = 128  # depth: the top quarter is sky (0)
+    gb[:, 2, size // 2:, :size // 4] = 255  # metallic 1 in the bottom-left corner
+    truth = np.full((frames, size, size, 3), 200, np.uint8)
+    truth[:, :size // 4] = (90, 140, 230)  # blue sky
+    truth[:, size // 2:, size // 2:] = 50  # the shadowed half of the ground
+    truth[:, size // 2:, :size // 4:2] = 255  # the metal's streaks of highlight
+    vis = np.full((frames, size, size), 255, np.uint8)
+    vis[:, :, size // 2:] = 0
+    ground = np.zeros((frames, size, size), bool)
+    ground[:, size // 2:] = True
+    return gb, truth, vis, ground
+
+
+def test_lighting_metrics_see_shadows_metals_and_sky():
+    gb, truth, vis, ground = _lit_clip()
+    same = metrics.lighting(truth, truth, gb, vis, ground)
+    assert same["shadow_ratio"] == same["gt_shadow_ratio"] < 0.1
+    assert same["metal_contrast"] == same["gt_metal_contrast"] > 0.2 and same["metal_psnr_db"] == math.inf
+    assert same["sky_error_levels"] == 0 and same["sky_colour"] == pytest.approx([90 / 255, 140 / 255, 230 / 255], abs=1e-5)
+    flat = np.full_like(truth, 200)  # no shadow, a matte metal, a white sky
+    seen = metrics.lighting(torch.from_numpy(flat).float() / 255, truth, gb, vis, ground)
+    assert seen["shadow_ratio"] == pytest.approx(1.0) and seen["metal_contrast"] == pytest.approx(0.0, abs=1e-6)
+    assert seen["metal_psnr_db"] < 20 and seen["sky_error_levels"] == pytest.approx((110 + 60 + 30) / 3, abs=0.01)
+    none = metrics.lighting(truth, truth, gb)  # without sun visibility: no shadow figures
+    assert none["shadow_ratio"] is None and none["gt_shadow_ratio"] is None
+    from alaya_flash.streaming.cli.commands.eval import lighting_summary
+
+    summary = lighting_summary([same, seen, none])
+    assert summary["shadows"]["renders"] == 2 and summary["shadows"]["within_tolerance"] == 0.5
+    assert summary["metal"]["renders"] == 3 and summary["sky"]["renders"] == 3
+
+
+def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path, capsys):
+    pytest.importorskip("mitsuba")
+    from alaya_flash.model_zoo.training.data import DataConfig, build_dataset
+
+    cfg = DataConfig(out=str(tmp_path / "data"), width=32, height=32, frames=5, fps=8.0, train_clips=1,
+                     heldout_clips=1, heldout_seed=1000, world="pathtrace", scenes=("street",),
+                     presets=("bright_sunny", "night_lamps"), spp=2).validate()
+    build_dataset(cfg)
+    rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
+               "--runtime-size", "32", "--runtime-frames", "5", "--no-long-stream", "--json"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    setup, lighting = report["setup"], report["student"]["lighting"]
+    assert setup["world"] == "pathtrace" and setup["presets"] == ["bright_sunny", "night_lamps"]
+    assert setup["training_wording"] == "each clip's caption"
+    # both presets score the sky; only bright_sunny names a sun side, so only it scores shadows
+    assert lighting["sky"]["renders"] == 2 and lighting["shadows"]["renders"] <= 1
+    assert report["student"]["content"]["psnr_db"] > 0
+    assert main(["eval", "--model", str(tiny_models / "model"), "--data", str(tmp_path / "data"),
+                 "--presets", "bright_sunny,underwater"]) == 2
+    assert "'underwater' is unknown; choose from bright_sunny, night_lamps" in capsys.readouterr().err

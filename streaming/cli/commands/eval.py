@@ -1,7 +1,8 @@
-"""Evaluate a Flash model and its teacher side by side on held-out physics-world clips.
+"""Evaluate a Flash model and its teacher side by side on held-out world clips.
 
   alaya-flash eval --json                                   # the embedded default and its teacher
   alaya-flash eval --model runs/model --data runs/data --clips 2 --teacher-steps 20 --json
+  alaya-flash eval --data runs/data-v2 --no-teacher --json  # world v2 (path-traced): + the lighting axis
 
 Held-out clips (scene seeds never trained on) come from a dataset folder's held-out split
 (--data, made by `alaya-flash train data`) or are rendered now (--size, --frames). Every clip is
@@ -20,6 +21,11 @@ reports made before 2026-12-04 did), and scored on the five axes:
                 (pooled over the paraphrases, and each paraphrase's rate), with each miss as
                 "clip K: prompted -> nearest preset (margin) [paraphrase N]"
   runtime       frames per second and first-frame latency of the streaming render, peak memory
+  lighting      world v2 datasets only (their clips carry sun visibility and the ground's pixels):
+                cast shadows (shadow ratio on the ground, render against truth, for presets whose
+                caption names a sun side; the share within 20% of the truth's), bare metals
+                (luminance contrast and PSNR over metallic >= 0.9 pixels) and the sky's colour
+                (mean error in 8-bit levels); a world v2 clip's training wording is its caption
   long_stream   one long world stream (--long-frames, default 1,000, at --long-size, default 128x128;
                 an unseen seed, a held-out sunset wording) rendered as ONE stream by the student:
                 PSNR per --long-block frames against its ground truth, first and last block, the
@@ -55,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=parse_size, default=None, metavar="N|WxH",
                         help="frame size of rendered clips (default: the model's trained size)")
     parser.add_argument("--frames", type=args_.FRAMES, default=25, help="frames per rendered clip")
-    parser.add_argument("--presets", default="all", help="comma-separated lighting presets, or 'all'")
+    parser.add_argument("--presets", default="all",
+                        help="comma-separated lighting presets, or 'all' (a world v2 dataset's: its own presets)")
     parser.add_argument("--teacher-steps", type=args_.STEPS, help="teacher Euler steps (default: the teacher's, 50)")
     parser.add_argument("--heldout-wordings", type=int, default=0, metavar="N",
                         help="held-out paraphrases per preset to score control with (0: all of them, 2 each)")
@@ -77,24 +84,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _clips(args, size):
-    """[(gbuffers uint8 (T,5,H,W,3), rgb uint8 (P,T,H,W,3))], preset names, prompt wordings per preset."""
+    """[held-out clip dicts], preset names, prompt wordings per preset.
+
+    A clip: "gbuffers" uint8 (T,5,H,W,3), "rgb" uint8 (P,T,H,W,3) in `names` order and, from a world v2
+    dataset, "captions" (P,) (its training wording per preset: scene and sun side), "sun_visibility"
+    uint8 (P,T,H,W) and "ground" bool (T,H,W) (the lighting axis)."""
+    import numpy as np
+
     from ....model_zoo.errors import AlayaError
     from ....model_zoo.training.data import ClipSet, DataConfig, render_clip
     from ....model_zoo.training.prompts import prompts as wordings
     from ...world.shading import PRESETS
 
-    names = list(PRESETS) if args.presets == "all" else [p.strip() for p in args.presets.split(",") if p.strip()]
+    held = ClipSet(args.data, "heldout") if args.data is not None else None
+    table = held.presets if held is not None and held.meta.get("world") == "pathtrace" else list(PRESETS)
+    names = list(table) if args.presets == "all" else [p.strip() for p in args.presets.split(",") if p.strip()]
     for n in names:
-        if n not in PRESETS:
-            raise AlayaError(f"--presets: {n!r} is unknown; choose from {', '.join(PRESETS)}")
+        if n not in table:
+            raise AlayaError(f"--presets: {n!r} is unknown; choose from {', '.join(table)}")
     if len(names) < 2:
         raise AlayaError("--presets: prompt controllability needs at least two presets")
-    if args.data is not None:
-        held = ClipSet(args.data, "heldout")
+    if held is not None:
         idx = [held.presets.index(n) for n in names if n in held.presets]
         if len(idx) != len(names):
             raise AlayaError(f"{args.data}: the dataset lacks some of the presets {', '.join(names)}")
-        clips = [(held.gbuffers[c], held.rgb[c][idx]) for c in range(min(args.clips, len(held)))]
+        clips = []
+        for c in range(min(args.clips, len(held))):
+            clip = {"gbuffers": held.gbuffers[c], "rgb": held.rgb[c][idx]}
+            if held.captions is not None:
+                clip["captions"] = [held.captions[c][i] for i in idx]
+            with np.load(held.root / held.meta["clips"]["heldout"][c]) as z:
+                if "sun_visibility" in z and "ground" in z:
+                    clip["sun_visibility"], clip["ground"] = z["sun_visibility"][idx], z["ground"]
+            clips.append(clip)
     else:
         h, w = size
         cfg = DataConfig(width=w, height=h, frames=args.frames, presets=tuple(names), train_clips=1,
@@ -102,7 +124,7 @@ def _clips(args, size):
         clips = []
         for k in range(args.clips):
             d = render_clip(cfg, cfg.heldout_seed + k)
-            clips.append((d["gbuffers"], d["rgb"]))
+            clips.append({"gbuffers": d["gbuffers"], "rgb": d["rgb"]})
     keep = getattr(args, "heldout_wordings", 0) or None
     if keep is not None and keep < 0:
         raise AlayaError(f"--heldout-wordings {keep}: give a count >= 1, or 0 for all")
@@ -151,12 +173,32 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
+SHADOW_TOLERANCE = 0.2  # issue #32's target: a render's shadow ratio within 20% of its truth's
+
+
+def lighting_summary(records: list[dict]) -> dict:
+    """The lighting axis from metrics.lighting's records (one per training-wording render)."""
+    shadows = [(r["shadow_ratio"], r["gt_shadow_ratio"]) for r in records if r["shadow_ratio"] is not None]
+    errors = [abs(a - b) / b for a, b in shadows if b > 0]
+    metal = [r for r in records if r["metal_contrast"] is not None]
+    sky = [r["sky_error_levels"] for r in records if r["sky_error_levels"] is not None]
+    return {"shadows": {"renders": len(shadows), "ratio": _mean([a for a, _ in shadows]),
+                        "gt_ratio": _mean([b for _, b in shadows]), "relative_error": _mean(errors),
+                        "within_tolerance": _mean([float(e <= SHADOW_TOLERANCE) for e in errors]),
+                        "tolerance": SHADOW_TOLERANCE},
+            "metal": {"renders": len(metal), "contrast": _mean([r["metal_contrast"] for r in metal]),
+                      "gt_contrast": _mean([r["gt_metal_contrast"] for r in metal]),
+                      "psnr_db": _mean([r["metal_psnr_db"] for r in metal])},
+            "sky": {"renders": len(sky), "error_levels": _mean(sky)}}
+
+
 def evaluate(args) -> dict:
     import torch
 
     from ....model_zoo import bundle
     from ... import metrics
     from ...engine.pipelines import FlashPipeline, PromptSchedule, TeacherPipeline, latent_start_pixel
+    from ...world.traced.presets import TRACED_PRESETS
 
     if not args.no_long_stream:
         check_long_stream(args.long_frames, args.long_block, args.long_size)
@@ -175,7 +217,7 @@ def evaluate(args) -> dict:
     scores = {m: {"psnr": [], "psnr_by_latent": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
                   "gt_boundary_ratio": [], "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
                   "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {},
-                  "fps": [], "first_frame_s": []} for m in models}
+                  "fps": [], "first_frame_s": [], "lighting": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
     from tqdm import tqdm
 
@@ -183,14 +225,16 @@ def evaluate(args) -> dict:
     per_preset = 1 + len(prompts[names[0]]["heldout_all"])
     bar = tqdm(total=len(clips) * len(names) * per_preset * len(models), desc="eval", unit="render", file=sys.stderr,
                disable=getattr(args, "quiet", False) or not sys.stderr.isatty())
-    for c, (gb, rgb) in enumerate(clips):
+    for c, clip in enumerate(clips):
+        gb, rgb = clip["gbuffers"], clip["rgb"]
         gt = [torch.from_numpy(rgb[p]).float() / 255 for p in range(len(names))]
         frames = gb.shape[0]
         cf = flash.settings.chunk_frames
         bounds = {"student": sorted({latent_start_pixel(k) for k in range(cf, frames, cf)} - {0}),
                   "teacher": list(range(teacher.settings.window_frames, frames, teacher.settings.window_frames)) if teacher else []}
         for p, name in enumerate(names):
-            wordings = [("train", 0, prompts[name]["train"])]
+            # a world v2 clip's training wording is its caption: the preset's prompt about its scene, naming the sun's side
+            wordings = [("train", 0, clip["captions"][p] if "captions" in clip else prompts[name]["train"])]
             wordings += [("heldout", i, w) for i, w in enumerate(prompts[name]["heldout_all"])]
             for kind, index, wording in wordings:
                 sched = PromptSchedule.encode(text, wording)
@@ -223,12 +267,19 @@ def evaluate(args) -> dict:
                         s["temporal_ratio"].append(t["ratio"])
                         s["boundary_ratio"].append(metrics.boundary_ratio(out, bounds[m]))
                         s["gt_boundary_ratio"].append(metrics.boundary_ratio(gt[p], bounds[m]))
+                        if "sun_visibility" in clip:
+                            sunlit = TRACED_PRESETS[name].light is not None  # the presets whose caption names a sun side
+                            s["lighting"].append(metrics.lighting(out, gt[p], gb, clip["sun_visibility"][p] if sunlit else None,
+                                                                  clip["ground"]))
                 if kind == "train" and "teacher" in renders:
                     vs_teacher["psnr"].append(metrics.psnr(renders["student"], renders["teacher"]))
                     vs_teacher["ssim"].append(metrics.ssim(renders["student"], renders["teacher"]))
     bar.close()
-    report = {"setup": {"clips": len(clips), "frames": int(clips[0][0].shape[0]), "size": list(clips[0][0].shape[2:4]),
+    first = clips[0]["gbuffers"]
+    report = {"setup": {"clips": len(clips), "frames": int(first.shape[0]), "size": list(first.shape[2:4]),
                         "presets": names, "source": str(args.data) if args.data else "rendered held-out seeds",
+                        "world": "pathtrace" if "sun_visibility" in clips[0] else "physics",
+                        "training_wording": "each clip's caption" if "captions" in clips[0] else "the preset's first",
                         "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
                         "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
                         "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
@@ -244,6 +295,8 @@ def evaluate(args) -> dict:
                                              "misses": s[f"miss_{kind}"]} for kind in ("train", "heldout")},
             "runtime_eval_size": {"fps": _mean(s["fps"]), "first_frame_s": _mean(s["first_frame_s"])},
         }
+        if s["lighting"]:
+            report[m]["lighting"] = lighting_summary(s["lighting"])
         report[m]["control"]["heldout_wordings"]["nearest_rate_by_paraphrase"] = [
             _mean(h) for _, h in sorted(s["hit_by_paraphrase"].items())]
     if vs_teacher["psnr"]:
@@ -393,6 +446,12 @@ def run(args) -> int:
                 print(f"{m}: PSNR {r['content']['psnr_db']:.2f} dB, SSIM {r['content']['ssim']:.3f}, "
                       f"temporal ratio {r['temporal']['ratio']:.2f}, control (held-out wordings) "
                       f"{r['control']['heldout_wordings']['nearest_rate']:.0%}", file=sys.stderr)
+                if "lighting" in r:
+                    li = r["lighting"]
+                    shadow = li["shadows"]
+                    if shadow["renders"]:
+                        print(f"{m} lighting: shadow ratio {shadow['ratio']:.2f} (truth {shadow['gt_ratio']:.2f}, "
+                              f"{shadow['within_tolerance']:.0%} within 20%)", file=sys.stderr)
                 if "long_stream" in r:
                     ls = r["long_stream"]
                     print(f"{m} long stream ({ls['frames']} frames): first block {ls['first_block_psnr_db']:.2f} dB, "
