@@ -226,7 +226,9 @@ def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
 @pytest.mark.parametrize("bad, message", [({"frames": 8}, "frames 8 must be 4k + 1"),
                                           ({"window_frames": 0}, "window_frames 0 must hold a chunk"),
                                           ({"pair_weight": -1.0}, "pair_weight -1.0 must be >= 0"),
-                                          ({"pair_weight": 1.0, "batch": 3}, "batch 3 even")])
+                                          ({"pair_weight": 1.0, "batch": 3}, "batch 3 even"),
+                                          ({"caption_rate": -0.1}, "caption_rate -0.1 must be between 0 and 1"),
+                                          ({"caption_rate": 0.5, "pair_weight": 1.0}, "do not go together")])
 def test_bad_rollout_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert message in capsys.readouterr().err

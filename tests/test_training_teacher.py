@@ -144,3 +144,39 @@ def test_text_noise_moves_kept_prompts_to_a_shell_and_leaves_dropped_ones(runs):
     assert not any(torch.equal(p, k) for p in prompt[~dropped] for k in kept)
     _, _, plain, _ = data.sample(torch.Generator().manual_seed(3), 64, prompt_dropout=0.5)
     assert torch.equal(plain[dropped], prompt[dropped]) and torch.equal((plain == data.negative).all(-1).squeeze(1), dropped)
+
+
+def test_world_v2_captions_are_cached_per_window_and_drawn_at_caption_rate(runs, tmp_path, capsys):
+    """A world v2 dataset's clip captions (the only prompts that name the sun's side) reach the latent
+    cache per window and preset; caption_rate swaps that share of the kept prompts for them."""
+    pytest.importorskip("mitsuba")
+    from alaya_flash.model_zoo.text_encoder import TextEncoder
+    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+
+    data = tmp_path / "data"
+    build_dataset(DataConfig(out=str(data), width=32, height=32, frames=5, fps=8.0, train_clips=2, heldout_clips=0,
+                             world="pathtrace", scenes=("street", "courtyard"), presets=("bright_sunny", "rainy_wet"),
+                             spp=2).validate())
+    cfg = {"out": str(tmp_path / "teacher"), "data": str(data), "vae_run": str(runs / "vae"), "cond_encoder": "vae",
+           "frames": 5, "steps": 1, "batch": 2, "caption_rate": 0.5, **TINY_DIT}
+    assert main(["--quiet", "train", "teacher", "--config", write(tmp_path / "teacher.json", cfg)]) == 0
+    cache = LatentSet(tmp_path / "teacher" / "latents-train.safetensors")
+    clips = ClipSet(data, "train")
+    assert cache.captions.shape == (2, 2, 1, 384)
+    text = TextEncoder.load()
+    assert torch.allclose(cache.captions[1, 0], text([clips.captions[1][0]])[0], atol=1e-6)
+    g = lambda: torch.Generator().manual_seed(5)  # noqa: E731
+    _, _, captioned, (wi, pi) = cache.sample(g(), 32, caption_rate=1.0)
+    assert torch.equal(captioned, cache.captions[wi, pi])
+    _, _, half, _ = cache.sample(g(), 32, prompt_dropout=0.25, caption_rate=0.5)
+    is_caption = (half == cache.captions[wi, pi]).all(-1).squeeze(1)
+    is_negative = (half == cache.negative).all(-1).squeeze(1)
+    assert 4 < is_caption.sum() < 28 and not (is_caption & is_negative).any()
+    _, _, plain, _ = cache.sample(g(), 32)  # caption_rate 0 draws nothing more: the old stream
+    assert not (plain == cache.captions[wi, pi]).all(-1).any()
+    v1 = LatentSet(runs / "teacher" / "latents-train.safetensors")
+    with pytest.raises(AlayaError, match="caption_rate 0.5 needs clip captions"):
+        v1.sample(g(), 2, caption_rate=0.5)
+    assert main(["train", "teacher", "--config", write(tmp_path / "bad.json", {**cfg, "caption_rate": 1.5})]) == 2
+    assert "caption_rate 1.5 must be between 0 and 1" in capsys.readouterr().err

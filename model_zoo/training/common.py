@@ -232,6 +232,12 @@ def lr_scale(cfg: StageConfig, step: int) -> float:
     return scale
 
 
+def check_caption_rate(stage: str, caption_rate: float) -> None:
+    """caption_rate (teacher, student-rollout): the share of prompts that are the clip's caption, in [0, 1]."""
+    if not 0.0 <= caption_rate <= 1.0:
+        raise AlayaError(f"{stage}: caption_rate {caption_rate} must be between 0 and 1")
+
+
 def check_pair_weight(stage: str, pair_weight: float, batch: int) -> None:
     """pair_weight (student-rollout, decoder) is >= 0, and with it the batch splits into pairs."""
     if pair_weight < 0 or (pair_weight > 0 and batch % 2):

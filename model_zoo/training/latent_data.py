@@ -6,7 +6,9 @@ For every window of `frames` (4k+1) frames of every clip of a split:
                                 streaming renderer feeds the DiT) or, with cond_encoder="vae",
                                 the VAE's latent of each pass (the teacher's original recipe)
 Prompt embeddings (MiniLM, (1, 384) each) of every wording and of "" (the CFG negative / dropped
-prompt) are cached beside them. The teacher and student stages share this file.
+prompt) are cached beside them; from a world v2 dataset also each window's clip captions
+(caption (N, P, 1, 384): the preset's prompt about the clip's scene, naming the sun's side, the
+only place a prompt says where the sun is). The teacher and student stages share this file.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     from .codecs import load_vae, to_video, vae_gbuffer_latents
     from .common import autocast, final_weights
     from ..loading import load_strict
+    from .data import dataset_meta
 
     # the checkpoint steps too: a cache of an earlier VAE or encoder (a stage resumed since) is stale
     recipe = {"data": str(data), "split": split, "frames": frames, "vae_run": str(vae_run),
@@ -39,6 +42,8 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
               "size": size, **({} if with_rgb else {"with_rgb": False}),
               "vae_step": checkpoint_step(vae_run),
               "codecs_step": checkpoint_step(codecs_run) if cond_encoder == "distilled" else None}
+    if dataset_meta(data, split).get("world") == "pathtrace":
+        recipe["captions"] = True  # a cache made before captions were cached is stale
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return _refresh_prompts(out, data)
     clips = ClipSet(data, split)
@@ -65,6 +70,8 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     if log:
         log.info("encoded %d windows of %d frames from %s/%s", len(windows), frames, data, split)
     tensors = {"cond": torch.stack(cond), **({"rgb": torch.stack(rgb)} if with_rgb else {}), **_prompt_tensors(clips.prompts)}
+    if clips.captions is not None:
+        tensors["caption"] = _caption_tensor([clips.captions[c] for c, _ in windows])
     save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
     return out
 
@@ -80,6 +87,16 @@ def _prompt_tensors(prompts: dict[str, dict[str, list[str]]]) -> dict[str, torch
             for w, prompt in enumerate(kinds[kind]):
                 tensors[f"prompt.{name}.{kind}.{w}"] = text([prompt])[0]
     return tensors
+
+
+def _caption_tensor(captions: list[list[str]]) -> torch.Tensor:
+    """MiniLM embeddings (N, P, 1, 384) of each window's caption per preset (one pass per distinct caption)."""
+    from ..text_encoder import TextEncoder
+
+    text = TextEncoder.load()
+    distinct = sorted({c for row in captions for c in row})
+    emb = dict(zip(distinct, text(distinct)))
+    return torch.stack([torch.stack([emb[c] for c in row]) for row in captions])
 
 
 def _refresh_prompts(out: Path, data: str | Path) -> Path:
@@ -141,6 +158,7 @@ class LatentSet:
         state = read_state_dict(path)
         meta = read_metadata(path)
         self.rgb, self.cond, self.negative = state.get("rgb"), state["cond"], state["negative"]
+        self.captions = state.get("caption")  # (N, P, 1, 384) from a world v2 dataset, else None
         self.presets: list[str] = json.loads(meta["presets"])
         self.prompts: dict = json.loads(meta["prompts"])
         self.prompt_emb = {k[len("prompt."):]: v for k, v in state.items() if k.startswith("prompt.")}
@@ -160,9 +178,10 @@ class LatentSet:
         return len(self.prompts[self.presets[0]][kind])
 
     def sample(self, g: torch.Generator, batch: int, prompt_dropout: float = 0.0, wordings: int = 0,
-               text_noise: float = 0.0):
+               text_noise: float = 0.0, caption_rate: float = 0.0):
         """x0 (B, 16, T', h, w), cond (B, 80, T', h, w), prompt (B, 1, 384), (window, preset) indices.
         wordings: draw prompts from the first this many training wordings of each preset (0 = all);
+        caption_rate: the share of (kept) prompts that are the window's own caption instead (world v2);
         text_noise: perturb the (kept) prompts, see perturb_prompts."""
         n, p = self.rgb.shape[:2]
         have = self.wordings("train")
@@ -174,6 +193,12 @@ class LatentSet:
         drop = torch.rand(batch, generator=g) < prompt_dropout
         prompt = torch.stack([self.negative if d else self.embedding(int(q), "train", int(w))
                               for q, w, d in zip(pi, wo, drop)])
+        if caption_rate:  # drawn only then, so a recipe without captions keeps its random stream
+            if self.captions is None:
+                raise AlayaError(f"latent cache: caption_rate {caption_rate} needs clip captions, which only a "
+                                 "world v2 dataset (\"world\": \"pathtrace\") has")
+            use = (torch.rand(batch, generator=g) < caption_rate) & ~drop
+            prompt = torch.where(use[:, None, None], self.captions[wi, pi], prompt)
         if text_noise:
             prompt = torch.where(drop[:, None, None], prompt, perturb_prompts(prompt, text_noise, g))
         return self.rgb[wi, pi], self.cond[wi], prompt, (wi, pi)

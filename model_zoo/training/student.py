@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from .. import dit
 from ..errors import AlayaError
 from ...streaming.engine import sampler, session
-from .common import StageConfig, autocast, check_pair_weight, descend, step_generator, train_loop
+from .common import StageConfig, autocast, check_caption_rate, check_pair_weight, descend, step_generator, train_loop
 from .latent_data import LatentSet, nearest_presets, perturb_prompts
 from .teacher import flow_loss, load_dit
 
@@ -362,11 +362,15 @@ class RolloutStageConfig(StageConfig):
     # > 0: the batch comes in pairs, one clip under a preset and under the preset whose ground truth
     # is nearest to it, and the change between the two renders is regressed onto the ground truth's
     pair_weight: float = 0.0
+    caption_rate: float = 0.0  # share of prompts that are the clip's caption (world v2: names the sun's side)
 
     def validate(self):
         if (self.frames - 1) % 4 or self.frames < 5:
             raise AlayaError(f"student-rollout: frames {self.frames} must be 4k + 1 and at least 5")
         check_pair_weight("student-rollout", self.pair_weight, self.batch)
+        check_caption_rate("student-rollout", self.caption_rate)
+        if self.caption_rate and self.pair_weight:
+            raise AlayaError("student-rollout: caption_rate and pair_weight do not go together (pairs take preset wordings)")
         if self.window_frames < self.chunk_frames or self.sink_frames < 0:
             raise AlayaError(f"student-rollout: window_frames {self.window_frames} must hold a chunk "
                              f"({self.chunk_frames}) and sink_frames {self.sink_frames} be >= 0")
@@ -411,7 +415,7 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
         if nearest is None:
-            x0, cond, prompt, _ = data.sample(g, cfg.batch)
+            x0, cond, prompt, _ = data.sample(g, cfg.batch, caption_rate=cfg.caption_rate)
         else:
             x0, cond, prompt = sample_pairs(data, nearest, g, cfg.batch // 2)
         exit_step = int(torch.randint(n_steps, (1,), generator=g))

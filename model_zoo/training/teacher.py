@@ -19,7 +19,7 @@ from .. import dit
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION
 from ...streaming.engine import sampler
-from .common import StageConfig, autocast, check_device, descend, step_generator, train_loop
+from .common import StageConfig, autocast, check_caption_rate, check_device, descend, step_generator, train_loop
 from .latent_data import LatentSet, encode_split
 
 
@@ -44,6 +44,7 @@ class TeacherStageConfig(StageConfig):
     size: int = 0  # train on frames resized to size x size (0 = the dataset's size)
     train_wordings: int = 0  # prompts from the first N training wordings of each preset (0 = all; see prompts.py)
     text_noise: float = 0.0  # prompt embedding noise (latent_data.perturb_prompts)
+    caption_rate: float = 0.0  # share of prompts that are the clip's caption (world v2: names the sun's side)
     device: str = "cpu"  # or "cuda": where the DiT trains (the latent cache is encoded on the CPU)
 
     def validate(self):
@@ -58,6 +59,7 @@ class TeacherStageConfig(StageConfig):
             raise AlayaError(f"teacher stage: train_wordings {self.train_wordings} must be >= 0 (0 = all)")
         if self.text_noise < 0:
             raise AlayaError(f"teacher stage: text_noise {self.text_noise} must be >= 0")
+        check_caption_rate("teacher stage", self.caption_rate)
 
 
 def dit_config(cfg: TeacherStageConfig) -> dit.DiTConfig:
@@ -105,7 +107,8 @@ def run_teacher(cfg: TeacherStageConfig, log, progress=None) -> int:
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        x0, cond, prompt, _ = data.sample(g, cfg.batch, cfg.prompt_dropout, cfg.train_wordings, cfg.text_noise)
+        x0, cond, prompt, _ = data.sample(g, cfg.batch, cfg.prompt_dropout, cfg.train_wordings, cfg.text_noise,
+                                          cfg.caption_rate)
         offset = int(torch.randint(cfg.rope_offset_max + 1, (1,), generator=g))
         loss = flow_loss(model, x0, cond, prompt, g, cfg.shift, start_frame=offset)
         descend(opt, loss, model.parameters())
