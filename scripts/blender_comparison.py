@@ -289,22 +289,6 @@ def prompt() -> str:
     return PRESETS[PROMPT_PRESET].prompt
 
 
-def clean_region(objects, sun, ids):
-    """Pixels of the objects ids whose 3x3 neighbourhood is all theirs and of one sun visibility:
-    Cycles' pixel filter blends the pixels at a shadow's or an object's edge, the masks do not."""
-    import numpy as np
-
-    ground = np.isin(objects, ids)
-    pad_g = np.pad(ground, 1, mode="edge")
-    pad_s = np.pad(sun, 1, mode="edge")
-    ok = ground.copy()
-    h, w = sun.shape
-    for di in (0, 1, 2):
-        for dj in (0, 1, 2):
-            ok &= pad_g[di:di + h, dj:dj + w] & (pad_s[di:di + h, dj:dj + w] == sun)
-    return ok
-
-
 def score(render, truth, masks, regions: dict[str, list[int]]) -> dict:
     """render, truth: (T, H, W, 3) float in [0, 1]; masks: per frame {"sun", "objects", "sphere"};
     regions: name -> the object ids whose pixels the shadow ratio is measured on."""
@@ -325,7 +309,7 @@ def score(render, truth, masks, regions: dict[str, list[int]]) -> dict:
                "psnr_db_surfaces": float(10 * np.log10(1 / max(err, 1e-12))),
                "shadow_ratio": {}, "shadowed_sunlit_pixels": {}}
         for name, ids in regions.items():
-            region = clean_region(m["objects"], m["sun"], ids)
+            region = metrics.edge_free(np.isin(m["objects"], ids), m["sun"])
             row["shadow_ratio"][name] = {"render": metrics.shadow_ratio(render[k], m["sun"], region=region),
                                          "truth": metrics.shadow_ratio(truth[k], m["sun"], region=region)}
             row["shadowed_sunlit_pixels"][name] = [int((region & (m["sun"] < 0.01)).sum()),

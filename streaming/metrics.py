@@ -12,6 +12,7 @@ Frames are float tensors (T, H, W, 3) in [0, 1] (ComfyUI IMAGE layout, what the 
   and the PSNR margin to the runner-up (prompt controllability).
 - shadow_ratio: luminance of shadowed over sunlit pixels given the scene's sun visibility (do
   renders keep cast shadows?).
+- edge_free: a region's pixels away from its edges and from shadow edges (where pixel filters blend).
 - region_contrast: std / mean of linear luminance over a region (metals that reflect their
   surroundings and carry highlights are high; matte, flat shading is low).
 - region_colour: mean sRGB colour over a region (e.g. the sky's pixels).
@@ -141,6 +142,25 @@ def shadow_ratio(rgb, sun_visibility, region=None, min_pixels: int = 16) -> floa
     return float(lum[shadowed].mean() / max(lum[lit].mean(), 1e-8))
 
 
+def edge_free(region, sun_visibility):
+    """The region's pixels whose 3x3 neighbourhood is all in the region and all lit, all shadowed or
+    all between: region (H, W) bool, sun_visibility (H, W) as shadow_ratio's. A renderer's pixel
+    filter (path tracers, Cycles) blends the pixels along an object's or a shadow's edge, the masks
+    from the pixel centres do not, so shadow ratios are measured away from those edges."""
+    import numpy as np
+
+    vis = _unit(sun_visibility)
+    kind = np.where(vis < 0.01, 0, np.where(vis > 0.99, 2, 1))
+    inside = _numpy(region).astype(bool)
+    h, w = kind.shape
+    pad_in, pad_kind = np.pad(inside, 1, mode="edge"), np.pad(kind, 1, mode="edge")
+    keep = inside.copy()
+    for di in range(3):
+        for dj in range(3):
+            keep &= pad_in[di:di + h, dj:dj + w] & (pad_kind[di:di + h, dj:dj + w] == kind)
+    return keep
+
+
 def region_contrast(rgb, mask, min_pixels: int = 16) -> float | None:
     """Std / mean of linear luminance over the mask's pixels: rgb (..., H, W, 3) as shadow_ratio's,
     mask (..., H, W) bool (one frame or a clip). None with fewer than min_pixels pixels."""
@@ -170,8 +190,8 @@ METAL_MIN = 0.9  # metallic at least this: bare metal (world v2's painted metal 
 def lighting(render, truth, gbuffers, sun_visibility=None, ground=None) -> dict:
     """What PSNR misses, for one render (T, H, W, 3) against its ground truth (same layout):
 
-    shadow_ratio / gt_shadow_ratio  mean over frames of shadow_ratio on the ground's pixels
-                                    (sun_visibility (T, H, W) in [0, 1] or uint8 0-255, ground
+    shadow_ratio / gt_shadow_ratio  mean over frames of shadow_ratio on the ground's pixels away
+                                    from edges (edge_free; sun_visibility (T, H, W) in [0, 1] or uint8 0-255, ground
                                     (T, H, W) bool; None without them or without enough pixels)
     metal_contrast / gt_...         region_contrast over the clip's bare-metal pixels
     metal_psnr_db                   PSNR over those pixels
@@ -190,8 +210,8 @@ def lighting(render, truth, gbuffers, sun_visibility=None, ground=None) -> dict:
     metal = (gb[:, MODALITIES.index("metallic"), ..., 0] >= round(255 * METAL_MIN)) & ~sky
     out = {"shadow_ratio": None, "gt_shadow_ratio": None}
     if sun_visibility is not None and ground is not None:
-        pairs = [(shadow_ratio(r, v, g), shadow_ratio(t, v, g))
-                 for r, t, v, g in zip(render, truth, _numpy(sun_visibility), _numpy(ground))]
+        regions = [(v, edge_free(g, v)) for v, g in zip(_numpy(sun_visibility), _numpy(ground))]
+        pairs = [(shadow_ratio(r, v, k), shadow_ratio(t, v, k)) for r, t, (v, k) in zip(render, truth, regions)]
         pairs = [(r, t) for r, t in pairs if r is not None and t is not None]
         if pairs:
             out = {"shadow_ratio": float(np.mean([r for r, _ in pairs])),

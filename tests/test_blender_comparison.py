@@ -40,9 +40,11 @@ def street(frames: int = 2, n: int = 16):
     return np.stack([truth] * frames), masks
 
 
-def test_clean_region_drops_edges(bc):
+def test_edge_free_region_drops_edges():
+    from alaya_flash.streaming.metrics import edge_free
+
     truth, masks = street()
-    ok = bc.clean_region(masks[0]["objects"], masks[0]["sun"], [0])
+    ok = edge_free(masks[0]["objects"] == 0, masks[0]["sun"])
     assert not ok[:9].any() and not ok[:, 7:9].any()  # the road's top row and both sides of the shadow's edge
     assert ok[9:14, :7].all() and ok[9:14, 9:].all()
     assert not ok[14:].any()  # next to the pavement (id 1) or on it
