@@ -10,6 +10,10 @@ C=model_zoo/training/configs
 # DATA=data-v2.json sh model_zoo/training/train_default.sh: the same recipe on world v2 (path-traced
 # streets, courtyards and rooms, docs/world.md), in a fresh runs/
 DATA="${DATA:-data.json}"
+# world v2's captions name the clip's scene and the sun's side (the G-buffers cannot say it): the teacher and
+# the rollout student read them for half their prompts, the preset wordings for the rest
+CAPTIONS=""
+if [ "$DATA" = "data-v2.json" ]; then CAPTIONS="--set caption_rate=0.5"; fi
 $AF --quiet train data --config $C/$DATA
 # the VAE learns on 5-frame crops first, then resumes on 9- and 17-frame ones: its causal caches must
 # carry several latents of the past, as when it encodes and decodes whole clips (trained on 5 frames
@@ -37,14 +41,14 @@ P="--set lr=0.001 --set boundary_weight=0"
 CODECS=$!
 # all 8 wordings per preset (prompts.py) from the first step: trained on 3, the third build's teacher
 # put held-out paraphrases between presets (62.5% control, 81% once continued on 8)
-$AF --quiet train teacher --config $C/teacher.json
+$AF --quiet train teacher --config $C/teacher.json $CAPTIONS
 wait $CODECS
 $AF --quiet train student-ode --config $C/student-ode.json
 $AF --quiet train student-dmd --config $C/student-dmd.json
 # student-rollout: the ODE student streams whole 25-frame clips through its own rolling cache (sink 1,
 # window 6, evictions as at render time) and is regressed onto the ground-truth latents, so it learns
 # from the past it will really read; then the tiny decoder adapts to that student's latents (decoder)
-$AF --quiet train student-rollout --config $C/student-rollout.json
+$AF --quiet train student-rollout --config $C/student-rollout.json $CAPTIONS
 $AF --quiet train decoder --config $C/decoder.json
 # the default ships the rollout student with the adapted decoder (export.json); the DMD student is
 # exported beside it with the codecs it was trained on
