@@ -108,15 +108,10 @@ def sun_direction() -> tuple[float, float, float]:
 
 
 def _material(bpy, name: str):
-    color, metallic, roughness = MATERIALS[name]
-    mat = bpy.data.materials.new(name)
-    if not mat.node_tree:  # Blender 5 materials always have nodes; 4.x needs use_nodes
-        mat.use_nodes = True
-    bsdf = next(n for n in mat.node_tree.nodes if n.type == "BSDF_PRINCIPLED")
-    bsdf.inputs["Base Color"].default_value = (*color, 1.0)
-    bsdf.inputs["Metallic"].default_value = metallic
-    bsdf.inputs["Roughness"].default_value = roughness
-    return mat
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from blender_fixtures import principled  # imports bpy: the scene half only
+
+    return principled(name, *MATERIALS[name])
 
 
 def build_scene(bpy):

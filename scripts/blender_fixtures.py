@@ -37,8 +37,8 @@ MATERIALS = {  # name: (base colour linear RGB, metallic, roughness)
 }
 
 
-def material(name: str):
-    color, metallic, roughness = MATERIALS[name]
+def principled(name: str, color, metallic: float, roughness: float):
+    """A new material whose Principled BSDF has these constants (also scripts/blender_comparison.py's)."""
     mat = bpy.data.materials.new(name)
     if not mat.node_tree:  # Blender 5 materials always have nodes; 4.x needs use_nodes
         mat.use_nodes = True
@@ -46,6 +46,13 @@ def material(name: str):
     bsdf.inputs["Base Color"].default_value = (*color, 1.0)
     bsdf.inputs["Metallic"].default_value = metallic
     bsdf.inputs["Roughness"].default_value = roughness
+    return mat
+
+
+def material(name: str):
+    color, metallic, roughness = MATERIALS[name]
+    mat = principled(name, color, metallic, roughness)
+    bsdf = next(n for n in mat.node_tree.nodes if n.type == "BSDF_PRINCIPLED")
     if name == "floor":  # a linked input: the add-on's AOV must follow the link, not the default value
         value = mat.node_tree.nodes.new("ShaderNodeValue")
         value.outputs[0].default_value = roughness
