@@ -88,7 +88,7 @@ def test_default_model_prompt_control_holds_on_a_held_out_clip(figures):
 # frames with the model's own session. Measured (2026-12-05, Xeon-AMX, bf16, 2 threads, about 6 s):
 # drop (first block - last block) 0.0 dB, a fresh stream at frame 100 +0.9 dB. With the training window
 # of 6 latent frames instead of the shipped 1, the same run drops 2.6 dB and the fresh stream gains 4.2
-# (docs/model-card.md, "Window"): the bounds below sit between the two.
+# (docs/model-card.md, "Long streams"): the bounds below sit between the two.
 MAX_LONG_DROP_DB = 1.0
 MAX_FRESH_GAIN_DB = 2.0
 

@@ -28,7 +28,7 @@ class ExportConfig:
     vae_run: str = "runs/vae"
     refiner_run: str = ""  # a `train refiner` run to ship as the G-buffer refiner ("": none)
     dtype: str = "bfloat16"
-    window_frames: int = 1  # rolling KV window (latent frames) of the shipped session: the chunk alone (docs/model-card.md, "Window")
+    window_frames: int = 1  # rolling KV window (latent frames) of the shipped session: the chunk alone (docs/model-card.md, "Long streams")
     sink_frames: int = 1
     teacher_window_frames: int = 13  # pixel frames per teacher window
     teacher_cfg: float = 5.0  # the teacher's default guidance scale (the recipe: its ODE trajectories' scale)
