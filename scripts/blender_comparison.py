@@ -298,10 +298,8 @@ def score(render, truth, masks, regions: dict[str, list[int]]) -> dict:
 
     per = []
     for k, m in enumerate(masks):
-        surface = m["objects"] >= 0
-        err = ((render[k] - truth[k]) ** 2)[surface].mean()
         row = {"frame": k, "psnr_db": metrics.psnr(torch.from_numpy(render[k]), torch.from_numpy(truth[k])),
-               "psnr_db_surfaces": float(10 * np.log10(1 / max(err, 1e-12))),
+               "psnr_db_surfaces": metrics.region_psnr(render[k], truth[k], m["objects"] >= 0),
                "shadow_ratio": {}, "shadowed_sunlit_pixels": {}}
         for name, ids in regions.items():
             region = metrics.edge_free(np.isin(m["objects"], ids), m["sun"])

@@ -15,6 +15,7 @@ Frames are float tensors (T, H, W, 3) in [0, 1] (ComfyUI IMAGE layout, what the 
 - edge_free: a region's pixels away from its edges and from shadow edges (where pixel filters blend).
 - region_contrast: std / mean of linear luminance over a region (metals that reflect their
   surroundings and carry highlights are high; matte, flat shading is low).
+- region_psnr: PSNR over a region's pixels only.
 - region_colour: mean sRGB colour over a region (e.g. the sky's pixels).
 - lighting: the three above for one render against its ground truth, with the regions taken from
   the clip's G-buffers (metal: metallic >= 0.9; sky: background depth) and, for shadows, the
@@ -32,7 +33,10 @@ from ..model_zoo.latents import TIME_COMPRESSION
 
 def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Peak signal-to-noise ratio in dB over the whole clip (peak 1.0); inf for identical inputs."""
-    mse = F.mse_loss(x.float(), ref.float()).item()
+    return _psnr_of_mse(F.mse_loss(x.float(), ref.float()).item())
+
+
+def _psnr_of_mse(mse: float) -> float:
     return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
 
 
@@ -173,6 +177,15 @@ def region_contrast(rgb, mask, min_pixels: int = 16) -> float | None:
     return float(lum.std() / max(lum.mean(), 1e-8))
 
 
+def region_psnr(x, ref, mask) -> float | None:
+    """PSNR (peak 1.0) over the mask's pixels only: x, ref (..., H, W, 3) uint8 or float in [0, 1],
+    mask (..., H, W) bool; None for an empty mask."""
+    mask = _numpy(mask).astype(bool)
+    if not mask.any():
+        return None
+    return _psnr_of_mse(float(((_unit(x)[mask] - _unit(ref)[mask]) ** 2).mean()))
+
+
 def region_colour(rgb, mask, min_pixels: int = 16):
     """Mean sRGB colour (3,) in [0, 1] over the mask's pixels (rgb and mask as region_contrast's),
     or None with fewer than min_pixels pixels."""
@@ -191,8 +204,9 @@ def lighting(render, truth, gbuffers, sun_visibility=None, ground=None) -> dict:
     """What PSNR misses, for one render (T, H, W, 3) against its ground truth (same layout):
 
     shadow_ratio / gt_shadow_ratio  mean over frames of shadow_ratio on the ground's pixels away
-                                    from edges (edge_free; sun_visibility (T, H, W) in [0, 1] or uint8 0-255, ground
-                                    (T, H, W) bool; None without them or without enough pixels)
+                                    from edges (edge_free; sun_visibility (T, H, W) in [0, 1] or
+                                    uint8 0-255, ground (T, H, W) bool; None without them or
+                                    without enough pixels)
     metal_contrast / gt_...         region_contrast over the clip's bare-metal pixels
     metal_psnr_db                   PSNR over those pixels
     sky_colour / gt_sky_colour      region_colour over the background's pixels (sRGB, 0-1)
@@ -218,10 +232,7 @@ def lighting(render, truth, gbuffers, sun_visibility=None, ground=None) -> dict:
                    "gt_shadow_ratio": float(np.mean([t for _, t in pairs]))}
     out["metal_contrast"] = region_contrast(render, metal)
     out["gt_metal_contrast"] = region_contrast(truth, metal)
-    out["metal_psnr_db"] = None
-    if out["metal_contrast"] is not None:
-        mse = float(((render[metal] - truth[metal]) ** 2).mean())
-        out["metal_psnr_db"] = math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+    out["metal_psnr_db"] = region_psnr(render, truth, metal) if out["metal_contrast"] is not None else None
     colour, gt_colour = region_colour(render, sky), region_colour(truth, sky)
     out["sky_colour"] = None if colour is None else colour.tolist()
     out["gt_sky_colour"] = None if gt_colour is None else gt_colour.tolist()

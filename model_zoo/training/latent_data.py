@@ -69,18 +69,23 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
             cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
     if log:
         log.info("encoded %d windows of %d frames from %s/%s", len(windows), frames, data, split)
-    tensors = {"cond": torch.stack(cond), **({"rgb": torch.stack(rgb)} if with_rgb else {}), **_prompt_tensors(clips.prompts)}
+    from ..text_encoder import TextEncoder
+
+    text = TextEncoder.load()
+    tensors = {"cond": torch.stack(cond), **({"rgb": torch.stack(rgb)} if with_rgb else {}),
+               **_prompt_tensors(clips.prompts, text)}
     if clips.captions is not None:
-        tensors["caption"] = _caption_tensor([clips.captions[c] for c, _ in windows])
+        tensors["caption"] = _caption_tensor([clips.captions[c] for c, _ in windows], text)
     save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
     return out
 
 
-def _prompt_tensors(prompts: dict[str, dict[str, list[str]]]) -> dict[str, torch.Tensor]:
-    """MiniLM embeddings of "" (negative) and of every wording: prompt.{preset}.{train|heldout}.{i}."""
+def _prompt_tensors(prompts: dict[str, dict[str, list[str]]], text=None) -> dict[str, torch.Tensor]:
+    """MiniLM embeddings of "" (negative) and of every wording: prompt.{preset}.{train|heldout}.{i}
+    (text: a loaded TextEncoder, else the default one is loaded)."""
     from ..text_encoder import TextEncoder
 
-    text = TextEncoder.load()
+    text = TextEncoder.load() if text is None else text
     tensors = {"negative": text([""])[0]}
     for name, kinds in prompts.items():
         for kind in ("train", "heldout"):
@@ -89,11 +94,9 @@ def _prompt_tensors(prompts: dict[str, dict[str, list[str]]]) -> dict[str, torch
     return tensors
 
 
-def _caption_tensor(captions: list[list[str]]) -> torch.Tensor:
-    """MiniLM embeddings (N, P, 1, 384) of each window's caption per preset (one pass per distinct caption)."""
-    from ..text_encoder import TextEncoder
-
-    text = TextEncoder.load()
+def _caption_tensor(captions: list[list[str]], text) -> torch.Tensor:
+    """MiniLM embeddings (N, P, 1, 384) of each window's caption per preset (one pass per distinct
+    caption) by the TextEncoder `text`."""
     distinct = sorted({c for row in captions for c in row})
     emb = dict(zip(distinct, text(distinct)))
     return torch.stack([torch.stack([emb[c] for c in row]) for row in captions])
