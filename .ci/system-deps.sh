@@ -2,7 +2,8 @@
 # Installs the Debian packages the project needs when they are missing (needs root).
 set -e
 # chromium + chromium-driver: the live page's headless browser test (tests/test_live_browser.py)
-PKGS="libegl1 libegl-mesa0 libgl1-mesa-dri libgbm1 chromium chromium-driver"
+# libllvm19: Mitsuba's vectorised llvm_ad_rgb variant for world v2 (bookworm's default libLLVM 15 aborts it)
+PKGS="libegl1 libegl-mesa0 libgl1-mesa-dri libgbm1 chromium chromium-driver libllvm19"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -2,11 +2,13 @@
 
     .venv/bin/python benchmarks/world_v2.py                          # 256x256, spp 16 and 64, vs 1024 spp
     .venv/bin/python benchmarks/world_v2.py --size 128 --spp 8,32 --reference 256 --frames 2
+    .venv/bin/python benchmarks/world_v2.py --variant scalar_rgb    # against llvm_ad_rgb (auto's choice)
 
 For each scene kind (street/walk, courtyard/orbit, interior/walk; seed 1) and --frames frames it
 prints the median seconds per frame of: the G-buffer caster (numpy, one thread), the sun
 visibility (Mitsuba, one centred sample), and the truth under --preset at each --spp (Mitsuba
-scalar_rgb, all cores), plus the truth's noise: PSNR (dB, 8-bit sRGB) against a --reference spp
+--variant, all cores; llvm_ad_rgb JIT-compiles its kernels on a scene's first render, which the
+median over --frames leaves out), plus the truth's noise: PSNR (dB, 8-bit sRGB) against a --reference spp
 render of the same frame. Load on the machine changes the figures; the script prints os.getloadavg().
 """
 from __future__ import annotations
@@ -32,18 +34,19 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=2)
     p.add_argument("--preset", default="bright_sunny")
     p.add_argument("--max-depth", type=int, default=4)
+    p.add_argument("--variant", default="auto", help="Mitsuba variant: auto, scalar_rgb or llvm_ad_rgb")
     args = p.parse_args(argv)
     from alaya_flash.streaming.world.traced import TracedConfig, TracedWorld
-    from alaya_flash.streaming.world.traced.render import tone_map
+    from alaya_flash.streaming.world.traced.render import resolve_variant, tone_map
 
     spps = [int(s) for s in args.spp.split(",")]
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores; {args.size}x{args.size}, preset {args.preset}, "
-          f"max_depth {args.max_depth}")
+          f"max_depth {args.max_depth}, Mitsuba {resolve_variant(args.variant)}")
     print("| scene | G-buffers s | sun visibility s | " + " | ".join(f"truth {s} spp s (PSNR dB)" for s in spps) + " |")
     print("|---|---|---|" + "---|" * len(spps))
     for kind, camera in (("street", "walk"), ("courtyard", "orbit"), ("interior", "walk")):
         world = TracedWorld(TracedConfig(seed=1, scene=kind, camera=camera, width=args.size, height=args.size,
-                                         presets=(args.preset,), fps=8.0))
+                                         presets=(args.preset,), fps=8.0, variant=args.variant))
         ms, [(truth, sun)] = world._scenes()
         light = world.lighting[0]
         t_gb, t_vis, t_truth, noise = [], [], {s: [] for s in spps}, {s: [] for s in spps}

@@ -23,9 +23,10 @@ preset, the sun on a seeded side of the first frame's heading. Each .npz adds
     captions  str (P,)                the clip's caption per preset: its scene and the sun's side
     sun_visibility uint8 (P, T, H, W) 255 = sunlit, 0 = shadowed or facing away (shadow metrics)
     ground    bool (T, H, W)          road, pavement or floor pixels
+    renderer  str ()                  the Mitsuba variant that traced it ("mitsuba llvm_ad_rgb")
 
 and dataset.json adds "world": "pathtrace" and per-clip "clip_info" (scene, camera, sun side,
-captions); every v1 key keeps its meaning, so the training stages read it unchanged.
+renderer, captions); every v1 key keeps its meaning, so the training stages read it unchanged.
 
 Splits are by scene seed: training clips use seeds train_seed .. train_seed + train_clips - 1,
 held-out clips heldout_seed .. (disjoint), so no held-out geometry is ever trained on. Prompts
@@ -68,6 +69,7 @@ class DataConfig:
     scenes: tuple = ("street", "courtyard", "interior")  # world v2 scene kinds, cycled with the seed
     spp: int = 32  # world v2: path-traced samples per pixel
     max_depth: int = 4  # world v2: path length (3: one indirect bounce)
+    variant: str = "auto"  # world v2: Mitsuba variant (scalar_rgb, llvm_ad_rgb; auto: llvm where libLLVM >= 16 is installed)
 
     def validate(self) -> "DataConfig":
         if self.world not in WORLDS:
@@ -82,6 +84,10 @@ class DataConfig:
                                  "in its captions")
             if not self.scenes or any(k not in KINDS for k in self.scenes):
                 raise AlayaError(f"data config: scenes {list(self.scenes)} must be some of {', '.join(KINDS)}")
+            from ...streaming.world.traced.render import VARIANTS
+
+            if self.variant not in ("auto", *VARIANTS):
+                raise AlayaError(f"data config: variant {self.variant!r} is unknown; choose auto, {', '.join(VARIANTS)}")
         names = _preset_table(self.world)
         for name in self.presets:
             if name not in names:
@@ -119,7 +125,7 @@ def traced_config(cfg: DataConfig, seed: int):
     paths = available_paths(make_scene(kind, seed))
     return TracedConfig(seed=seed, scene=kind, width=cfg.width, height=cfg.height, fps=cfg.fps,
                         num_frames=cfg.frames, camera=paths[(seed // len(cfg.scenes)) % len(paths)],
-                        presets=cfg.preset_names, spp=cfg.spp, max_depth=cfg.max_depth)
+                        presets=cfg.preset_names, spp=cfg.spp, max_depth=cfg.max_depth, variant=cfg.variant)
 
 
 def render_traced_clip(cfg: DataConfig, seed: int) -> tuple[dict[str, np.ndarray], dict]:
@@ -142,7 +148,9 @@ def render_traced_clip(cfg: DataConfig, seed: int) -> tuple[dict[str, np.ndarray
     clip = {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
             "presets": np.array(names), "captions": np.array([world.captions[n] for n in names]),
             "sun_visibility": np.stack(vis).transpose(1, 0, 2, 3).copy(), "ground": np.stack(ground)}
-    info = {"scene": config.scene, "camera": config.camera, "sun_side": world.side,
+    renderer = world.metadata()["renderer"]
+    clip["renderer"] = np.array(renderer)
+    info = {"scene": config.scene, "camera": config.camera, "sun_side": world.side, "renderer": renderer,
             "captions": dict(world.captions)}
     return clip, info
 
@@ -212,9 +220,10 @@ def build_dataset(cfg: DataConfig, progress=None, log=None) -> Path:
             elif cfg.world == "pathtrace":  # resumed: the clip's info from its arrays
                 with np.load(path) as z:
                     tc = traced_config(cfg, seed)
-                    clip_info[name] = {"scene": tc.scene, "camera": tc.camera,
-                                       "sun_side": tc.sun_side(), "captions": dict(zip(z["presets"].tolist(),
-                                                                                    z["captions"].tolist()))}
+                    clip_info[name] = {"scene": tc.scene, "camera": tc.camera, "sun_side": tc.sun_side(),
+                                       # clips from before llvm_ad_rgb worked here were all scalar_rgb renders
+                                       "renderer": str(z["renderer"]) if "renderer" in z else "mitsuba scalar_rgb",
+                                       "captions": dict(zip(z["presets"].tolist(), z["captions"].tolist()))}
             clips[split].append(name)
             if progress:
                 progress(1)

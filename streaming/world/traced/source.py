@@ -9,7 +9,8 @@
 Extras per frame, as the physics world's (world.py): "object_id" (H, W) int32; with presets
 "rgb" (first preset) and, when several, "rgb_<preset>" each; "sun_visibility" (first preset's
 sun) and "sun_visibility_<preset>" likewise. The scene is static; only the camera moves. The
-same config gives the same G-buffers bit for bit, and the same truth for the same Mitsuba build.
+same config gives the same G-buffers bit for bit, and the same truth for the same Mitsuba build and
+variant (`variant` "auto" takes llvm_ad_rgb where a libLLVM >= 16 is installed: render.resolve_variant).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ..raster import check_size
 from .gbuffers import GBufferCaster
 from .paths import PATHS, available_paths, camera_path, heading
 from .presets import SIDES, caption, check_side, get_traced_preset, placed, sun_azimuth
+from .render import VARIANTS, resolve_variant
 from .scene import KINDS, SceneDesc, make_scene
 
 MAX_FRAMES = 100_000
@@ -47,7 +49,7 @@ class TracedConfig:
     sun: str = "auto"  # the sun's side relative to the first frame's heading (presets.SIDES), or auto: from the seed
     spp: int = 64  # path-traced samples per pixel
     max_depth: int = 4  # path length (3: one indirect bounce)
-    variant: str = "scalar_rgb"  # Mitsuba variant
+    variant: str = "auto"  # Mitsuba variant: scalar_rgb, llvm_ad_rgb, or auto (llvm when a libLLVM >= 16 is installed)
 
     def validate(self) -> "TracedConfig":
         check_size(self.width, self.height)
@@ -73,6 +75,8 @@ class TracedConfig:
             raise AlayaError(f"world v2: presets {', '.join(self.presets)} repeat a name")
         if self.sun != "auto":
             check_side(self.sun)
+        if self.variant not in ("auto", *VARIANTS):
+            raise AlayaError(f"world v2: Mitsuba variant {self.variant!r} is unknown; choose auto, {', '.join(VARIANTS)}")
         return self
 
     def sun_side(self) -> str:
@@ -139,7 +143,7 @@ class TracedWorld:
 
     def metadata(self) -> dict:
         """What a clip records about the world beyond the camera: scene, sun convention, captions."""
-        return {"world": "v2 (path traced)", "scene_kind": self.desc.kind, "renderer": f"mitsuba {self.config.variant}",
+        return {"world": "v2 (path traced)", "scene_kind": self.desc.kind, "renderer": f"mitsuba {resolve_variant(self.config.variant)}",
                 "spp": self.config.spp, "max_depth": self.config.max_depth, "sun_side": self.side,
                 "sun_azimuth_world_deg": self.azimuth,
                 "sun_convention": "side of the camera's first-frame heading: ahead 0, left +90, behind 180, "
