@@ -149,10 +149,9 @@ def test_learning_rate_schedule_warms_up_holds_and_decays():
     assert lr_scale(StageConfig(steps=100), 99) == 1.0  # no schedule: constant
 
 
-def test_train_default_script_runs_valid_configs_in_increasing_phases():
-    """Every `train` call of the recipe script loads (its --set keys exist, with the right types, and
-    pass validation), and a stage's phases raise `steps` each time: a phase that does not would
-    resume, find its checkpoint already there, and silently train nothing."""
+def _recipe_calls(script_name: str) -> list[tuple[str, object]]:
+    """Every `train` call of a recipe script, loaded: (stage, its validated config). Its --set keys
+    must exist, with the right types, and pass validation; shell variables take their defaults."""
     import re
     import shlex
     from pathlib import Path
@@ -161,12 +160,11 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
     from alaya_flash.streaming.cli.commands.train import parse_overrides
 
     root = Path(__file__).resolve().parents[1]
-    script = (root / "model_zoo/training/train_default.sh").read_text().replace("\\\n", " ")
+    script = re.sub(r"\s*\\\n\s*", " ", (root / "model_zoo/training" / script_name).read_text())  # continued lines
+    script = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", script)  # ${X:-default} -> default
     variables = dict(re.findall(r'^(\w+)="([^"]*)"$', script, flags=re.M))
-    variables = {k: re.sub(r"^\$\{\w+:-(.*)\}$", r"\1", v) for k, v in variables.items()}  # ${X:-default}
     calls = re.findall(r"\$AF --quiet train (\S+) (--config \$C/\S+(?: --set \S+| \$\w+)*)", script)
-    assert len(calls) >= 10  # data, 4 vae phases, cache, 4 codecs phases, teacher, students, exports
-    steps: dict[str, list[int]] = {}
+    out = []
     for name, args in calls:
         args = re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), m.group(0)), args)
         words = shlex.split(args.replace("$C/", str(root / "model_zoo/training/configs") + "/"))
@@ -175,10 +173,35 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
             assert key == "--set", args
             overrides.update(parse_overrides([value]))
         cls, _ = stage(name)
-        cfg = common.load_config(config, cls, overrides)
+        out.append((name, common.load_config(config, cls, overrides)))
+    return out
+
+
+def test_train_default_script_runs_valid_configs_in_increasing_phases():
+    """Every `train` call of the recipe script loads, and a stage's phases raise `steps` each time: a
+    phase that does not would resume, find its checkpoint already there, and silently train nothing."""
+    calls = _recipe_calls("train_default.sh")
+    assert len(calls) >= 10  # data, 4 vae phases, cache, 4 codecs phases, teacher, students, exports
+    steps: dict[str, list[int]] = {}
+    for name, cfg in calls:
         if hasattr(cfg, "steps") and name != "export":
             steps.setdefault(f"{name}:{cfg.out}", []).append(cfg.steps)
     for run, phases in steps.items():
         assert phases == sorted(set(phases)), f"{run}: phases' steps {phases} do not increase"
     assert steps["codecs:runs/codecs"] == [2000, 2600, 4200, 4800]
     assert steps["vae:runs/vae"] == [2800, 3600, 8000, 16000]
+
+
+def test_finetune_v2_script_chains_its_stages():
+    """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2
+    data, the imported networks, the new student's latents and decoder, into one model folder."""
+    calls = dict(_recipe_calls("finetune_v2.sh"))
+    assert list(calls) == ["data", "import", "student-rollout", "decoder", "export"]
+    data, imported, student, decoder, export = calls.values()
+    assert data.world == "pathtrace" and student.data == decoder.data == data.out
+    assert student.student_run == f"{imported.out}/student" and student.caption_rate == 0.5
+    assert (student.window_frames, student.sink_frames) == (decoder.window_frames, decoder.sink_frames) \
+        == (export.window_frames, export.sink_frames)  # trained with the cache the exported session streams with
+    assert decoder.student_run == export.student_run == student.out
+    assert decoder.latents == f"{student.out}/latents-train.safetensors" and export.codecs_run == decoder.out
+    assert export.refiner_run == f"{imported.out}/refiner" and export.out != "model_zoo/default"
