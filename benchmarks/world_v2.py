@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     for kind, camera in (("street", "walk"), ("courtyard", "orbit"), ("interior", "walk")):
         world = TracedWorld(TracedConfig(seed=1, scene=kind, camera=camera, width=args.size, height=args.size,
                                          presets=(args.preset,), fps=8.0, variant=args.variant))
-        ms, [(truth, sun)] = world._scenes()
+        ms, (truth, sun) = world.mitsuba_scene(), world.preset_scenes(0)
         light = world.lighting[0]
         t_gb, t_vis, t_truth, noise = [], [], {s: [] for s in spps}, {s: [] for s in spps}
         for index in range(args.frames):

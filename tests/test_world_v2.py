@@ -264,6 +264,21 @@ def test_llvm_and_scalar_variants_trace_the_same_scene(mi):
     assert not np.array_equal(radiance["scalar_rgb"], radiance["llvm_ad_rgb"])  # really two renderers
 
 
+def test_frames_preset_by_preset_equal_frame_by_frame(mi):
+    """TracedWorld.frames (the data stage's order: one preset's scenes at a time over a block) gives
+    frame()'s extras bit for bit, and keeps only one preset's Mitsuba scenes alive."""
+    config = TracedConfig(seed=2, scene="street", camera="walk", width=24, height=24, num_frames=3,
+                          presets=("sunset_dramatic", "rainy_wet", "night_lamps"), spp=2)
+    block = TracedWorld(config).frames([2, 0])
+    world = TracedWorld(config)
+    for (got, _), index in zip(block, [2, 0]):
+        want = world.frame(index)[0]
+        assert got.index == index and sorted(got.extras) == sorted(want.extras)
+        for key in want.extras:
+            np.testing.assert_array_equal(got.extras[key], want.extras[key], err_msg=key)
+    assert world._preset[0] == 2 and len(world._preset) == 3  # the last preset's (truth, sun) only
+
+
 def test_clip_folder_reads_back_and_matches_the_source(mi, tmp_path):
     config = TracedConfig(seed=1, scene="courtyard", camera="walk", width=32, height=32, num_frames=4,
                           presets=("bright_sunny", "night_lamps"), spp=2)

@@ -138,8 +138,7 @@ def render_traced_clip(cfg: DataConfig, seed: int) -> tuple[dict[str, np.ndarray
     names = config.presets
     ground_ids = np.array(world.desc.ground_objects)
     gbuffers, rgb, vis, ground = [], [], [], []
-    for index in range(config.num_frames):
-        frame, _ = world.frame(index)
+    for frame, _ in world.frames(range(config.num_frames)):
         gbuffers.append(frame_to_teacher(frame))
         suffix = (lambda n: f"_{n}") if len(names) > 1 else (lambda n: "")
         rgb.append([frame.extras["rgb" + suffix(n)] for n in names])

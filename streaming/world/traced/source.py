@@ -103,43 +103,65 @@ class TracedWorld:
         self.lighting = [placed(p, self.azimuth) for p in self.presets]
         self.captions = {p.name: caption(p, self.desc.kind, self.side) for p in self.presets}
         self._mitsuba = None
+        self._preset = None  # (k, truth scene, sun scene) of the preset rendered last
 
     def camera(self, index: int) -> Camera:
         eye, target = self.pose(index / self.config.fps)
         c = self.config
         return Camera.look_at(eye, target, c.width, c.height, c.fov_y)
 
-    def _scenes(self):
-        """Mitsuba scenes per preset (truth, sun alone), made on first use."""
+    def mitsuba_scene(self):
+        """The scene as Mitsuba shapes and textures (render.MitsubaScene), made on first use."""
         if self._mitsuba is None:
             from .render import MitsubaScene
 
-            ms = MitsubaScene(self.desc, self.config.variant, textures=self.caster.textures)
-            self._mitsuba = (ms, [(ms.truth_scene(p, light), ms.sun_scene(light.sun_direction))
-                                  for p, light in zip(self.presets, self.lighting)])
+            self._mitsuba = MitsubaScene(self.desc, self.config.variant, textures=self.caster.textures)
         return self._mitsuba
+
+    def preset_scenes(self, k: int):
+        """Preset k's Mitsuba scenes (truth, sun alone). Only one preset's are alive at a time: in the
+        llvm variant every live BSDF and emitter joins each render's virtual calls, and ten presets'
+        scenes made the truth 2x and the sun visibility 30x slower (making a scene takes ~0.15 s)."""
+        if self._preset is None or self._preset[0] != k:
+            self._preset = None  # the old scenes go before the new ones are made
+            ms, light = self.mitsuba_scene(), self.lighting[k]
+            self._preset = (k, ms.truth_scene(self.presets[k], light), ms.sun_scene(light.sun_direction))
+        return self._preset[1:]
+
+    def _gbuffers(self, index: int) -> tuple[GBufferFrame, Camera]:
+        camera = self.camera(index)
+        return self.caster.render(camera, index=index, timestamp=index / self.config.fps), camera
+
+    def _light(self, k: int, index: int, frame: GBufferFrame, camera: Camera) -> None:
+        """Preset k's truth and sun visibility of a frame, into its extras."""
+        from .render import tone_map
+
+        c, ms, light = self.config, self.mitsuba_scene(), self.lighting[k]
+        truth, sun = self.preset_scenes(k)
+        radiance = ms.radiance(truth, camera, c.spp, c.max_depth, seed=(c.seed * 7919 + index) % (1 << 31))
+        rgb = tone_map(radiance, frame.depth, light, self.desc.exposure)
+        vis = ms.sun_visibility(sun, camera, light.sun_direction, frame.normal, np.isfinite(frame.depth))
+        if k == 0:
+            frame.extras["rgb"], frame.extras["sun_visibility"] = rgb, vis
+        if len(self.presets) > 1:
+            name = self.presets[k].name
+            frame.extras[f"rgb_{name}"], frame.extras[f"sun_visibility_{name}"] = rgb, vis
 
     def frame(self, index: int) -> tuple[GBufferFrame, Camera]:
         """G-buffers of frame `index` and, per preset, its truth and sun visibility (extras)."""
-        from .render import tone_map
-
-        c = self.config
-        camera = self.camera(index)
-        frame = self.caster.render(camera, index=index, timestamp=index / c.fps)
-        if not self.presets:
-            return frame, camera
-        ms, scenes = self._scenes()
-        hit = np.isfinite(frame.depth)
-        several = len(self.presets) > 1
-        for k, (preset, light, (truth, sun)) in enumerate(zip(self.presets, self.lighting, scenes)):
-            radiance = ms.radiance(truth, camera, c.spp, c.max_depth, seed=(c.seed * 7919 + index) % (1 << 31))
-            rgb = tone_map(radiance, frame.depth, light, self.desc.exposure)
-            vis = ms.sun_visibility(sun, camera, light.sun_direction, frame.normal, hit)
-            if k == 0:
-                frame.extras["rgb"], frame.extras["sun_visibility"] = rgb, vis
-            if several:
-                frame.extras[f"rgb_{preset.name}"], frame.extras[f"sun_visibility_{preset.name}"] = rgb, vis
+        frame, camera = self._gbuffers(index)
+        for k in range(len(self.presets)):
+            self._light(k, index, frame, camera)
         return frame, camera
+
+    def frames(self, indices) -> list[tuple[GBufferFrame, Camera]]:
+        """frame() of each index, the same extras, rendered preset by preset over all of them (each
+        preset's scenes made once): for blocks held in memory, such as a training clip."""
+        out = [self._gbuffers(i) for i in indices]
+        for k in range(len(self.presets)):
+            for i, (frame, camera) in zip(indices, out):
+                self._light(k, i, frame, camera)
+        return out
 
     def metadata(self) -> dict:
         """What a clip records about the world beyond the camera: scene, sun convention, captions."""
