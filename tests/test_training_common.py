@@ -68,14 +68,23 @@ def test_import_then_export_gives_the_same_weights_back(runs, tmp_path):
     assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "r.json", rollout)]) == 0
 
 
-def test_import_refuses_a_folder_that_is_not_a_model_and_a_used_out(runs, tmp_path, capsys):
+def test_import_refuses_a_folder_that_is_not_a_model_and_an_out_holding_another(runs, tmp_path, capsys):
     cfg = write(tmp_path / "i.json", {"model": str(tmp_path / "nothing"), "out": str(tmp_path / "imp")})
     assert main(["--quiet", "train", "import", "--config", cfg]) != 0
     assert f"import: {tmp_path / 'nothing'} is not a model folder (no config.json)" in capsys.readouterr().err
     cfg = write(tmp_path / "j.json", {"model": str(runs / "model"), "out": str(tmp_path / "imp")})
     assert main(["--quiet", "train", "import", "--config", cfg]) == 0
+    written = {p: p.stat().st_mtime_ns for p in (tmp_path / "imp").rglob("*.safetensors")}
+    assert main(["--quiet", "train", "import", "--config", cfg]) == 0  # the same model again: nothing to do
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "imp").rglob("*.safetensors")} == written
+    import shutil
+
+    other = shutil.copytree(runs / "model", tmp_path / "other")
+    (other / "config.json").write_text((other / "config.json").read_text() + "\n")  # another model's files
+    cfg = write(tmp_path / "k.json", {"model": str(other), "out": str(tmp_path / "imp")})
     assert main(["--quiet", "train", "import", "--config", cfg]) != 0
-    assert "already there; import into an empty folder (out)" in capsys.readouterr().err
+    assert "already there, from another model or an older import; import into an empty folder (out)" \
+        in capsys.readouterr().err
 
 
 def test_resume_equals_an_uninterrupted_run(runs, tmp_path):

@@ -12,6 +12,8 @@ stages read. `train import --set model=model_zoo/default --set out=runs/imported
 
 each as one checkpoint in the stages' format, networks only (no optimizer state: they are inputs to
 later stages, not runs to resume). `train export` of these folders gives the same weights back.
+Run again on an `out` imported from the same model (the same sha256 of its files), it does nothing,
+so recipe scripts can rerun it; an `out` holding anything else is refused.
 The weights are the model's (bfloat16 in the default), held in float32.
 """
 from __future__ import annotations
@@ -47,6 +49,10 @@ def run_import(cfg: ImportConfig, log, progress=None) -> int:
     from .common import save_checkpoint
 
     model, out = Path(cfg.model), Path(cfg.out)
+    fingerprint = model_fingerprint(model)
+    if _imported_sha256(out) == fingerprint:  # a recipe run again: the same weights are already there
+        log.info("%s already holds %s (sha256 %s...): nothing to import", out, model, fingerprint[:12])
+        return 0
     raw = json.loads((model / "config.json").read_text())
     names = {role: raw["networks"][role].get("config_name") for role in ("decoder", "gbuffer_encoder")}
     if names["decoder"] not in tiny.CONFIGS or names["gbuffer_encoder"] not in gbuffer_encoder.CONFIGS:
@@ -59,9 +65,10 @@ def run_import(cfg: ImportConfig, log, progress=None) -> int:
     def write(run: str, nets: dict, extra: dict) -> Path:
         existing = sorted((out / run).glob("ckpt-*.safetensors"))
         if existing:
-            raise AlayaError(f"{existing[0]}: already there; import into an empty folder (out)")
+            raise AlayaError(f"{existing[0]}: already there, from another model or an older import; import into "
+                             "an empty folder (out)")
         path = save_checkpoint(out / run / f"ckpt-{IMPORTED_STEP:06d}.safetensors", IMPORTED_STEP, nets, {}, cfg,
-                               {**extra, "imported_from": str(model)})
+                               {**extra, "imported_from": str(model), "imported_sha256": fingerprint})
         written.append(path)
         log.info("wrote %s", path)
         return path
@@ -82,3 +89,24 @@ def run_import(cfg: ImportConfig, log, progress=None) -> int:
     else:
         log.info("%s has no teacher/: no vae or teacher folder written", model)
     return len(written)
+
+
+def model_fingerprint(model: Path) -> str:
+    """sha256 over a model folder's config and weights (teacher/ included), by relative name."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(p for p in model.rglob("*") if p.suffix in (".json", ".safetensors") and p.is_file()):
+        h.update(str(path.relative_to(model)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _imported_sha256(out: Path) -> str | None:
+    """The fingerprint every checkpoint in `out` was imported from, when they all agree; else None."""
+    import json
+
+    from ..loading import read_metadata
+
+    found = {json.loads(read_metadata(p).get("extra", "{}")).get("imported_sha256")
+             for p in out.glob("*/ckpt-*.safetensors")}
+    return found.pop() if len(found) == 1 else None
