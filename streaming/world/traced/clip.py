@@ -14,7 +14,9 @@ def write_traced_clip(config: TracedConfig, out, overwrite: bool = False, window
                       progress=None) -> Path:
     """Render `config` into the clip folder `out`; returns its path. progress(1) is called per frame."""
     world = TracedWorld(config)
-    frames = (world.frame(i) for i in range(config.num_frames))
+    # blocks of `window` frames, preset by preset (TracedWorld.frames): each preset's scenes made once a block
+    frames = (f for start in range(0, config.num_frames, window)
+              for f in world.frames(range(start, min(start + window, config.num_frames))))
 
     def finish(cameras, camera) -> dict:
         meta = _metadata(world, camera, cameras, window, exr)
