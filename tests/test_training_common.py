@@ -207,13 +207,16 @@ def test_finetune_v2_script_chains_its_stages():
     """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2
     data, the imported networks, the new student's latents and decoder, into one model folder."""
     calls = _recipe_calls("finetune_v2.sh")
-    assert [name for name, _ in calls] == ["data", "import", "student-rollout", "student-rollout", "decoder", "export"]
-    data, imported, first, student, decoder, export = (cfg for _, cfg in calls)
-    assert data.world == "pathtrace" and first.data == student.data == decoder.data == data.out
+    assert [name for name, _ in calls] == ["data", "import", "student-rollout", "student-rollout", "decoder", "export",
+                                           "refiner", "export"]
+    data, imported, first, student, decoder, export, refiner, refined = (cfg for _, cfg in calls)
+    assert data.world == "pathtrace" and first.data == student.data == decoder.data == refiner.data == data.out
     assert first.student_run == f"{imported.out}/student" and student.student_run == first.out
     assert first.caption_rate == student.caption_rate == 0.5 and first.steps < student.steps
     assert (student.window_frames, student.sink_frames) == (decoder.window_frames, decoder.sink_frames) \
         == (export.window_frames, export.sink_frames)  # trained with the cache the exported session streams with
-    assert decoder.student_run == export.student_run == student.out
+    assert decoder.student_run == export.student_run == refined.student_run == student.out
     assert decoder.latents == f"{student.out}/latents-train.safetensors" and export.codecs_run == decoder.out
-    assert export.refiner_run == "" and export.out != "model_zoo/default"
+    assert export.refiner_run == "" and refiner.model == export.out and refined.refiner_run == refiner.out
+    assert refiner.target == "truth" and refined.codecs_run == decoder.out  # world v2 has no turned mean
+    assert "model_zoo/default" not in (export.out, refined.out)

@@ -2,7 +2,7 @@
 # Fine-tune the embedded default (model_zoo/default/) on world v2: path-traced streets, courtyards and
 # rooms with cast shadows, reflections and sky (docs/world.md). Run from the repository root with the
 # project's venv: sh model_zoo/training/finetune_v2.sh   (RUNS=elsewhere to keep runs/ apart)
-# The result is a model folder, $RUNS/model-v2b (docs/training.md "Fine-tuning on world v2"); nothing
+# The result is a model folder, $RUNS/model-v2b-refined (docs/training.md "Fine-tuning on world v2"); nothing
 # in model_zoo/default/ changes. Every stage resumes from its latest checkpoint if interrupted.
 set -e
 export OMP_NUM_THREADS=1  # on a shared CPU, one thread per process is 5-10x faster than oversubscribed ones
@@ -29,6 +29,12 @@ $AF --quiet train student-rollout --config $C/student-rollout.json $S --set out=
 $AF --quiet train decoder --config $C/decoder.json --set out=$R/decoder-v2b --set data=$R/data-v2 \
     --set student_run=$R/student-v2b --set latents=$R/student-v2b/latents-train.safetensors \
     --set codecs_run=$R/imported/codecs --set window_frames=1 --set steps=1000 --set decay_steps=300
-# no refiner: the shipped one learned the physics world's shading and costs 1.1 dB here
-$AF --quiet train export --config $C/export.json --set out=$R/model-v2b --set student_run=$R/student-v2b \
-    --set teacher_run=$R/imported/teacher --set codecs_run=$R/decoder-v2b --set vae_run=$R/imported/vae
+# first without a refiner: the shipped one learned the physics world's shading and costs 1.1 dB here
+E="--set student_run=$R/student-v2b --set teacher_run=$R/imported/teacher --set codecs_run=$R/decoder-v2b"
+$AF --quiet train export --config $C/export.json $E --set vae_run=$R/imported/vae --set out=$R/model-v2b
+# a refiner of its own: it learns that model's errors on the world v2 training clips (all of them, under
+# every preset; there are no clips the student did not see), then the model is exported with it
+$AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2b --set model=$R/model-v2b \
+    --set data=$R/data-v2 --set clips=0 --set target=truth --set steps=3000 --set decay_steps=1500
+$AF --quiet train export --config $C/export.json $E --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2b \
+    --set out=$R/model-v2b-refined
