@@ -203,9 +203,12 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
     assert steps["vae:runs/vae"] == [2800, 3600, 8000, 16000]
 
 
-def test_finetune_v2_script_chains_its_stages():
+def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2
     data, the imported networks, the new student's latents and decoder, into one model folder."""
+    monkeypatch.chdir(tmp_path)  # its runs/ paths are relative; the refiner stage checks that its model exists,
+    (tmp_path / "runs/model-v2b").mkdir(parents=True)  # which the export before it writes: a stand-in here
+    (tmp_path / "runs/model-v2b/config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
     assert [name for name, _ in calls] == ["data", "import", "student-rollout", "student-rollout", "decoder", "export",
                                            "refiner", "export"]
