@@ -4,6 +4,7 @@ learning-rate schedule, config checking and the recipe script train_default.sh."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -206,8 +207,11 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
 def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2
     data, the imported networks, the new student's latents and decoder, into one model folder."""
-    monkeypatch.chdir(tmp_path)  # its runs/ paths are relative; the refiner stage checks that its model exists,
-    (tmp_path / "runs/model-v2b").mkdir(parents=True)  # which the export before it writes: a stand-in here
+    # its paths are relative to the repository; the refiner stage checks that its model exists, which the
+    # export before it writes: run from a folder with the repository's model_zoo and a stand-in for that model
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
+    (tmp_path / "runs/model-v2b").mkdir(parents=True)
     (tmp_path / "runs/model-v2b/config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
     assert [name for name, _ in calls] == ["data", "import", "student-rollout", "student-rollout", "decoder", "export",
