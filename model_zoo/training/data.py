@@ -84,10 +84,9 @@ class DataConfig:
                                  "in its captions")
             if not self.scenes or any(k not in KINDS for k in self.scenes):
                 raise AlayaError(f"data config: scenes {list(self.scenes)} must be some of {', '.join(KINDS)}")
-            from ...streaming.world.traced.render import VARIANTS
+            from ...streaming.world.traced.render import check_variant
 
-            if self.variant not in ("auto", *VARIANTS):
-                raise AlayaError(f"data config: variant {self.variant!r} is unknown; choose auto, {', '.join(VARIANTS)}")
+            check_variant(self.variant)
         names = _preset_table(self.world)
         for name in self.presets:
             if name not in names:
@@ -138,9 +137,9 @@ def render_traced_clip(cfg: DataConfig, seed: int) -> tuple[dict[str, np.ndarray
     names = config.presets
     ground_ids = np.array(world.desc.ground_objects)
     gbuffers, rgb, vis, ground = [], [], [], []
+    suffix = (lambda n: f"_{n}") if len(names) > 1 else (lambda n: "")
     for frame, _ in world.frames(range(config.num_frames)):
         gbuffers.append(frame_to_teacher(frame))
-        suffix = (lambda n: f"_{n}") if len(names) > 1 else (lambda n: "")
         rgb.append([frame.extras["rgb" + suffix(n)] for n in names])
         vis.append([np.rint(frame.extras["sun_visibility" + suffix(n)] * 255).astype(np.uint8) for n in names])
         ground.append(np.isin(frame.extras["object_id"], ground_ids))

@@ -60,6 +60,13 @@ def llvm_library() -> str | None:
     return max(found)[1] if found else None
 
 
+def check_variant(variant: str) -> str:
+    """`variant` when it is "auto" or one of VARIANTS; else a one-line error naming it."""
+    if variant not in ("auto", *VARIANTS):
+        raise AlayaError(f"world v2: Mitsuba variant {variant!r} is unknown; choose auto, {', '.join(VARIANTS)}")
+    return variant
+
+
 def resolve_variant(variant: str) -> str:
     """"auto": `llvm_ad_rgb` (vectorised, JIT-compiled; about twice scalar's speed on a street frame)
     when a usable libLLVM is installed, else `scalar_rgb`. Other names pass through unchanged."""
@@ -70,9 +77,7 @@ def resolve_variant(variant: str) -> str:
 
 def mitsuba(variant: str = "scalar_rgb"):
     """The mitsuba module with `variant` set ("auto": resolve_variant); a clear error when it is missing."""
-    variant = resolve_variant(variant)
-    if variant not in VARIANTS:
-        raise AlayaError(f"world v2: Mitsuba variant {variant!r} is not supported; choose auto or one of {', '.join(VARIANTS)}")
+    variant = resolve_variant(check_variant(variant))
     if variant == "llvm_ad_rgb":
         library = llvm_library()
         if library is None:

@@ -26,7 +26,7 @@ from ..raster import check_size
 from .gbuffers import GBufferCaster
 from .paths import PATHS, available_paths, camera_path, heading
 from .presets import SIDES, caption, check_side, get_traced_preset, placed, sun_azimuth
-from .render import VARIANTS, resolve_variant
+from .render import check_variant, resolve_variant
 from .scene import KINDS, SceneDesc, make_scene
 
 MAX_FRAMES = 100_000
@@ -75,8 +75,7 @@ class TracedConfig:
             raise AlayaError(f"world v2: presets {', '.join(self.presets)} repeat a name")
         if self.sun != "auto":
             check_side(self.sun)
-        if self.variant not in ("auto", *VARIANTS):
-            raise AlayaError(f"world v2: Mitsuba variant {self.variant!r} is unknown; choose auto, {', '.join(VARIANTS)}")
+        check_variant(self.variant)
         return self
 
     def sun_side(self) -> str:
