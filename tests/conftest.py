@@ -53,3 +53,12 @@ def runs(tmp_path_factory):
     from training_helpers import build_runs
 
     return build_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def mixed(runs):
+    """A second tiny world (other clips, other presets) and a student-rollout run that mixes it into
+    half its steps (training_helpers.build_mixed)."""
+    from training_helpers import build_mixed
+
+    return build_mixed(runs)

@@ -10,12 +10,13 @@ from alaya_flash.streaming.cli import main
 from training_helpers import write
 
 
-def _decoder_run(runs, tmp_path, name: str, **terms):
-    """30 steps of `train decoder` into tmp_path/name on the fixture's cached student renders, with
-    these loss terms; returns the run folder."""
+def _decoder_run(runs, tmp_path, name: str, reuse_renders: bool = True, **terms):
+    """30 steps of `train decoder` into tmp_path/name on the fixture's cached student renders (unless
+    reuse_renders is False), with these loss terms; returns the run folder."""
     out = tmp_path / name
     out.mkdir()
-    (out / "renders.safetensors").symlink_to(runs / "decoder" / "renders.safetensors")
+    if reuse_renders:
+        (out / "renders.safetensors").symlink_to(runs / "decoder" / "renders.safetensors")
     conf = {"out": str(out), "student_run": str(runs / "rollout"), "codecs_run": str(runs / "codecs"),
             "latents": str(runs / "rollout" / "latents-train.safetensors"), "crop": 16, "window_frames": 2,
             "sink_frames": 1, "batch": 2, "lr": 3e-3, "steps": 30, "log_every": 30, "ckpt_every": 30, **terms}
@@ -111,11 +112,37 @@ def test_decoder_chroma_term_fits_the_hue(runs, tmp_path):
     assert sum(train(8.0, s) for s in seeds) < sum(train(0.0, s) for s in seeds)
 
 
+def test_decoder_with_a_mixed_in_world_decodes_that_world_closer(mixed, tmp_path):
+    """With mix_latents / mix_rate half the steps crop the clips of a second whole-clip cache (the mixed
+    rollout's other world, its student renders cached in renders-mix.safetensors): that world's
+    student latents decode nearer its ground truth than after the same training without it."""
+    from alaya_flash.model_zoo.loading import read_state_dict
+    from alaya_flash.model_zoo.training.data import ClipSet
+
+    latents = {"student_run": str(mixed / "mixed"), "latents": str(mixed / "mixed" / "latents-train.safetensors"),
+               "reuse_renders": False}
+    out = _decoder_run(mixed, tmp_path, "mixed", **latents, mix_rate=0.5,
+                       mix_latents=str(mixed / "mixed" / "latents-mix.safetensors"))
+    renders = read_state_dict(out / "renders-mix.safetensors")["renders"]
+    gt = torch.from_numpy(ClipSet(mixed / "mix-data", "train").rgb).float().div(255).permute(0, 1, 2, 5, 3, 4)
+    assert renders.shape[:2] == gt.shape[:2] == (2, 3)
+
+    def error(run) -> float:
+        codec = _tiny_decoder(run)
+        with torch.no_grad():
+            frames = torch.stack([codec.decode(renders[:, q]) for q in range(renders.shape[1])], 1)
+        return float((frames[:, :, :9] - gt).pow(2).mean())
+
+    assert error(out) < error(_decoder_run(mixed, tmp_path, "alone", **latents))
+
+
 @pytest.mark.parametrize("bad, message", [({"crop": 12}, "crop 12 must be a positive multiple of 8"),
                                           ({"motion_weight": -1.0}, "must be >= 0"),
                                           ({"chroma_weight": -1.0}, "chroma_weight -1.0 must be >= 0"),
                                           ({"pair_weight": -1.0}, "pair_weight -1.0 must be >= 0"),
-                                          ({"pair_weight": 1.0, "batch": 3}, "batch 3 even")])
+                                          ({"pair_weight": 1.0, "batch": 3}, "batch 3 even"),
+                                          ({"mix_rate": 0.5}, "go together (both or neither)"),
+                                          ({"mix_rate": -0.5, "mix_latents": "x"}, "mix_rate -0.5 must be between 0 and 1")])
 def test_bad_decoder_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["train", "decoder", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert message in capsys.readouterr().err

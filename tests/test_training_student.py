@@ -4,6 +4,7 @@ data, pair and clean-context terms, cached trajectories, and config checking."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -136,35 +137,54 @@ def test_finished_rollout_with_a_sink_equals_the_inference_session(monkeypatch):
     torch.testing.assert_close(early[:, :, :1], x0, atol=1e-5, rtol=1e-5)
 
 
+def _stream_error(run, data) -> float:
+    """The mean squared error of a student's finished rollout of every clip of a LatentSet under every
+    preset (first training wording) against the clips' ground-truth latents."""
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.model_zoo.training.teacher import load_dit
+
+    model = load_dit(run).eval()
+    err = []
+    with torch.no_grad():
+        for p in range(len(data.presets)):
+            prompt = data.embedding(p, "train", 0)[None].expand(len(data), -1, -1)
+            x = rollout(model, data.cond, prompt, 1, 3, torch.Generator().manual_seed(1), 2, 1, finish=True)
+            err.append(float((x - data.rgb[:, p]).pow(2).mean()))
+    return sum(err) / len(err)
+
+
 def test_rollout_stage_regresses_the_stream_onto_the_data(runs, tmp_path):
     """student-rollout lowers the error of the student's own streamed render against the ground
     truth (the loss it logs)."""
     from alaya_flash.model_zoo.training.latent_data import LatentSet
-    from alaya_flash.model_zoo.training.student import rollout
-    from alaya_flash.model_zoo.training.teacher import load_dit
+    from training_helpers import rollout_config
 
     data = LatentSet(runs / "rollout" / "latents-train.safetensors")
     assert data.rgb.shape[3] == 3 and data.cond.shape[1] == 80  # whole 9-frame clips, distilled conditioning
-
-    def stream_error(run) -> float:
-        model = load_dit(run).eval()
-        err = []
-        with torch.no_grad():
-            for p in range(len(data.presets)):
-                prompt = data.embedding(p, "train", 0)[None].expand(len(data), -1, -1)
-                x = rollout(model, data.cond, prompt, 1, 3, torch.Generator().manual_seed(1), 2, 1, finish=True)
-                err.append(float((x - data.rgb[:, p]).pow(2).mean()))
-        return sum(err) / len(err)
-
     out = tmp_path / "rollout"
     out.mkdir()
     (out / "latents-train.safetensors").symlink_to(runs / "rollout" / "latents-train.safetensors")
-    conf = {"out": str(out), "student_run": str(runs / "ode"), "data": str(runs / "data"), "vae_run": str(runs / "vae"),
-            "codecs_run": str(runs / "codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "batch": 2,
-            "lr": 3e-3, "steps": 25, "log_every": 25, "ckpt_every": 25}
-    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "r.json", conf)]) == 0
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "r.json", rollout_config(runs, out))]) == 0
     assert "encoded" not in (out / "train.log").read_text()  # the cached clips were reused
-    assert stream_error(out) < stream_error(runs / "ode")
+    assert _stream_error(out, data) < _stream_error(runs / "ode", data)
+
+
+def test_rollout_with_a_mixed_in_world_keeps_that_world(mixed, tmp_path):
+    """With mix_data / mix_rate half the steps take their batch from a second dataset (other clips under
+    presets the first lacks), encoded beside the first: the student then streams that world nearer its
+    ground truth than the same training on the first dataset alone leaves it."""
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from training_helpers import rollout_config
+
+    mix = LatentSet(mixed / "mixed" / "latents-mix.safetensors")
+    assert mix.presets == ["cyberpunk_neon", "snowy_winter", "underwater"] and len(mix) == 2
+    drawn = [float(v) for v in re.findall(r" mix=([\d.]+)", (mixed / "mixed" / "train.log").read_text())]
+    assert len(drawn) == 25 and set(drawn) == {0.0, 1.0}  # each step from one of the two datasets
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "latents-train.safetensors").symlink_to(mixed / "rollout" / "latents-train.safetensors")
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "a.json", rollout_config(mixed, alone))]) == 0
+    assert _stream_error(mixed / "mixed", mix) < _stream_error(alone, mix)
 
 
 def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
@@ -228,7 +248,10 @@ def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
                                           ({"pair_weight": -1.0}, "pair_weight -1.0 must be >= 0"),
                                           ({"pair_weight": 1.0, "batch": 3}, "batch 3 even"),
                                           ({"caption_rate": -0.1}, "caption_rate -0.1 must be between 0 and 1"),
-                                          ({"caption_rate": 0.5, "pair_weight": 1.0}, "do not go together")])
+                                          ({"caption_rate": 0.5, "pair_weight": 1.0}, "do not go together"),
+                                          ({"mix_rate": 1.5, "mix_data": "x"}, "mix_rate 1.5 must be between 0 and 1"),
+                                          ({"mix_rate": 0.5}, "go together (both or neither)"),
+                                          ({"mix_data": "x"}, "go together (both or neither)")])
 def test_bad_rollout_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert message in capsys.readouterr().err

@@ -66,3 +66,21 @@ def build_runs(tmp_path_factory) -> Path:
     for stage, cfg in stages:
         assert main(["--quiet", "train", stage, "--config", write(root / f"{stage}.json", cfg)]) == 0, stage
     return root
+
+
+def rollout_config(runs: Path, out: Path, **extra) -> dict:
+    """25 steps of student-rollout on the fixture's data from its ODE student (lr 3e-3, 9-frame clips)."""
+    return {"out": str(out), "student_run": str(runs / "ode"), "data": str(runs / "data"), "vae_run": str(runs / "vae"),
+            "codecs_run": str(runs / "codecs"), "frames": 9, "window_frames": 2, "sink_frames": 1, "batch": 2,
+            "lr": 3e-3, "steps": 25, "log_every": 1, "ckpt_every": 25, **extra}
+
+
+def build_mixed(runs: Path) -> Path:
+    """runs/mix-data: 2 clips of other seeds under two presets the fixture's data lacks; runs/mixed: the
+    rollout student trained with it mixed into half its steps (mix_rate 0.5)."""
+    data = {"out": str(runs / "mix-data"), "width": 32, "height": 32, "frames": 9, "train_clips": 2, "heldout_clips": 0,
+            "train_seed": 50, "objects": 3, "presets": ["cyberpunk_neon", "snowy_winter", "underwater"]}
+    assert main(["--quiet", "train", "data", "--config", write(runs / "mix-data.json", data)]) == 0
+    conf = rollout_config(runs, runs / "mixed", mix_data=str(runs / "mix-data"), mix_rate=0.5)
+    assert main(["--quiet", "train", "student-rollout", "--config", write(runs / "mixed.json", conf)]) == 0
+    return runs

@@ -238,6 +238,14 @@ def check_caption_rate(stage: str, caption_rate: float) -> None:
         raise AlayaError(f"{stage}: caption_rate {caption_rate} must be between 0 and 1")
 
 
+def check_mix(stage: str, mix: str, mix_rate: float) -> None:
+    """mix / mix_rate (student-rollout, decoder): a second source drawn for a share of the steps."""
+    if not 0.0 <= mix_rate <= 1.0:
+        raise AlayaError(f"{stage}: mix_rate {mix_rate} must be between 0 and 1")
+    if bool(mix) != bool(mix_rate):
+        raise AlayaError(f"{stage}: mix_rate {mix_rate} and its second source {mix!r} go together (both or neither)")
+
+
 def check_pair_weight(stage: str, pair_weight: float, batch: int) -> None:
     """pair_weight (student-rollout, decoder) is >= 0, and with it the batch splits into pairs."""
     if pair_weight < 0 or (pair_weight > 0 and batch % 2):

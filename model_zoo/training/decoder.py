@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..codecs import gbuffer_encoder, tiny
 from ..errors import AlayaError
 from .codecs import add_frame_terms, tiny_decode
-from .common import (StageConfig, autocast, check_pair_weight, descend, final_weights, latest_checkpoint,
+from .common import (StageConfig, autocast, check_mix, check_pair_weight, descend, final_weights, latest_checkpoint,
                      step_generator, train_loop)
 from .data import ClipSet
 from .latent_data import LatentSet, checkpoint_step, nearest_presets, selected_windows
@@ -46,10 +46,15 @@ class DecoderStageConfig(StageConfig):
     # > 0: half the batch is the other half's clips and crops under their nearest preset (by the
     # ground-truth latents), and the change between the two decodes is fitted to the ground truth's
     pair_weight: float = 0.0
+    # a second whole-clip cache (student-rollout's latents-mix.safetensors: another world) whose clips
+    # make up the batch of a mix_rate share of the steps, so the decoder keeps that world too
+    mix_latents: str = ""
+    mix_rate: float = 0.0
 
     def validate(self):
         if self.crop % 8 or self.crop <= 0:
             raise AlayaError(f"decoder stage: crop {self.crop} must be a positive multiple of 8")
+        check_mix("decoder stage", self.mix_latents, self.mix_rate)
         check_pair_weight("decoder stage", self.pair_weight, self.batch)
         if self.motion_weight < 0 or self.boundary_weight < 0 or self.chroma_weight < 0:
             raise AlayaError(f"decoder stage: motion_weight {self.motion_weight}, boundary_weight "
@@ -57,15 +62,15 @@ class DecoderStageConfig(StageConfig):
 
 
 @torch.no_grad()
-def student_renders(cfg: DecoderStageConfig, data: LatentSet, log) -> torch.Tensor:
-    """The student's streamed latents of every cached clip under every preset, (N, P, 16, T', h, w);
-    cached in out/renders.safetensors, made again when the student or the settings changed."""
+def student_renders(cfg: DecoderStageConfig, data: LatentSet, latents: str, name: str, log) -> torch.Tensor:
+    """The student's streamed latents of every clip of the cache `latents` under every preset,
+    (N, P, 16, T', h, w); cached in out/`name`, made again when the student or the settings changed."""
     from ..loading import read_metadata, read_state_dict, save_safetensors
     from .student import rollout, student_sigmas
     from .teacher import load_dit
 
-    path = Path(cfg.out) / "renders.safetensors"
-    recipe = {"student_run": cfg.student_run, "student_step": checkpoint_step(cfg.student_run), "latents": cfg.latents,
+    path = Path(cfg.out) / name
+    recipe = {"student_run": cfg.student_run, "student_step": checkpoint_step(cfg.student_run), "latents": latents,
               "seed": cfg.seed, "chunk_frames": cfg.chunk_frames, "window_frames": cfg.window_frames,
               "sink_frames": cfg.sink_frames}
     if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == recipe:
@@ -87,20 +92,41 @@ def student_renders(cfg: DecoderStageConfig, data: LatentSet, log) -> torch.Tens
     return out
 
 
-def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
-    from ..loading import load_strict, read_metadata
+@dataclass
+class _Source:
+    """One whole-clip cache with what the decoder reads beside it: the student's renders of its clips
+    and the clips' ground-truth pixels."""
 
-    path = Path(cfg.latents)
+    data: LatentSet
+    clips: ClipSet
+    windows: list
+    frames: int
+    renders: torch.Tensor
+    nearest: torch.Tensor | None
+
+
+def _source(cfg: DecoderStageConfig, latents: str, name: str, log) -> _Source:
+    from ..loading import read_metadata
+
+    path = Path(latents)
     if not path.is_file():
         raise AlayaError(f"{path}: whole-clip latent cache not found; run `alaya-flash train student-rollout` first")
     recipe = json.loads(read_metadata(path)["recipe"])
     data = LatentSet(path)
     clips = ClipSet(recipe["data"], "train")
-    frames = recipe["frames"]
-    windows = selected_windows(clips, frames, recipe.get("max_windows", 0))
+    windows = selected_windows(clips, recipe["frames"], recipe.get("max_windows", 0))
     if len(windows) != len(data):
         raise AlayaError(f"{path}: {len(data)} windows, the dataset {recipe['data']} has {len(windows)}")
-    renders = student_renders(cfg, data, log)
+    return _Source(data, clips, windows, recipe["frames"], student_renders(cfg, data, latents, name, log),
+                   nearest_presets(data.rgb) if cfg.pair_weight else None)
+
+
+def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
+    from ..loading import load_strict, read_metadata
+
+    sources = [_source(cfg, cfg.latents, "renders.safetensors", log)]
+    if cfg.mix_latents:
+        sources.append(_source(cfg, cfg.mix_latents, "renders-mix.safetensors", log))
     ckpt = latest_checkpoint(Path(cfg.codecs_run))
     if ckpt is None:
         raise AlayaError(f"{cfg.codecs_run}: no checkpoint here; run `alaya-flash train codecs` first")
@@ -111,13 +137,14 @@ def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
         load_strict(codec, final_weights(Path(cfg.codecs_run), "tiny"))
         load_strict(genc, final_weights(Path(cfg.codecs_run), "gbuffer_encoder"))
     opt = torch.optim.AdamW(codec.decoder.parameters(), lr=cfg.lr, weight_decay=0.0)
-    n, p = renders.shape[:2]
-    h, w = clips.rgb.shape[3:5]
     k = cfg.crop // 8
-    nearest = nearest_presets(data.rgb) if cfg.pair_weight else None
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
+        src = sources[int(torch.rand(1, generator=g) < cfg.mix_rate) if cfg.mix_rate else 0]  # drawn only when mixing
+        n, p = src.renders.shape[:2]
+        h, w = src.clips.rgb.shape[3:5]
+        nearest, frames = src.nearest, src.frames
         picks = []
         for _ in range(cfg.batch // 2 if nearest is not None else cfg.batch):
             c, q = int(torch.randint(n, (1,), generator=g)), int(torch.randint(p, (1,), generator=g))
@@ -127,9 +154,9 @@ def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
             picks += [(c, int(nearest[c, q]), y, x) for c, q, y, x in picks]
         z, rgb = [], []
         for c, q, y, x in picks:
-            clip, start = windows[c]
-            z.append(renders[c, q, :, :, y:y + k, x:x + k])
-            rgb.append(clips.rgb[clip, q, start:start + frames, 8 * y:8 * (y + k), 8 * x:8 * (x + k)])
+            clip, start = src.windows[c]
+            z.append(src.renders[c, q, :, :, y:y + k, x:x + k])
+            rgb.append(src.clips.rgb[clip, q, start:start + frames, 8 * y:8 * (y + k), 8 * x:8 * (x + k)])
         target = torch.from_numpy(np.stack(rgb)).permute(0, 1, 4, 2, 3).float() / 255  # NTCHW [0, 1]
         with autocast():
             out = tiny_decode(codec, torch.stack(z).float()).float()[:, :frames]

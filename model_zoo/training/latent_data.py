@@ -42,7 +42,9 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
               "size": size, **({} if with_rgb else {"with_rgb": False}),
               "vae_step": checkpoint_step(vae_run),
               "codecs_step": checkpoint_step(codecs_run) if cond_encoder == "distilled" else None}
-    if dataset_meta(data, split).get("world") == "pathtrace":
+    meta = dataset_meta(data, split)
+    recipe["clips"] = len(meta["clips"][split])  # a dataset grown since (more clips rendered) makes it stale
+    if meta.get("world") == "pathtrace":
         recipe["captions"] = True  # a cache made before captions were cached is stale
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return _refresh_prompts(out, data)

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from .. import dit
 from ..errors import AlayaError
 from ...streaming.engine import sampler, session
-from .common import StageConfig, autocast, check_caption_rate, check_pair_weight, descend, step_generator, train_loop
+from .common import (StageConfig, autocast, check_caption_rate, check_mix, check_pair_weight, descend, step_generator,
+                     train_loop)
 from .latent_data import LatentSet, nearest_presets, perturb_prompts
 from .teacher import flow_loss, load_dit
 
@@ -363,10 +364,16 @@ class RolloutStageConfig(StageConfig):
     # is nearest to it, and the change between the two renders is regressed onto the ground truth's
     pair_weight: float = 0.0
     caption_rate: float = 0.0  # share of prompts that are the clip's caption (world v2: names the sun's side)
+    # a second dataset (another world) whose clips make up the batch of a mix_rate share of the steps, so
+    # a student fine-tuned on a new world keeps the old one (cached in out/latents-mix.safetensors)
+    mix_data: str = ""
+    mix_rate: float = 0.0
+    mix_max_windows: int = 0
 
     def validate(self):
         if (self.frames - 1) % 4 or self.frames < 5:
             raise AlayaError(f"student-rollout: frames {self.frames} must be 4k + 1 and at least 5")
+        check_mix("student-rollout", self.mix_data, self.mix_rate)
         check_pair_weight("student-rollout", self.pair_weight, self.batch)
         check_caption_rate("student-rollout", self.caption_rate)
         if self.caption_rate and self.pair_weight:
@@ -398,32 +405,45 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     physics world's frames are a near-deterministic function of G-buffers and preset, so the
     regression target is the data itself, not a teacher.
 
+    With mix_data, a mix_rate share of the steps take their batch from a second dataset (each step
+    from one of the two): fine-tuned on world v2 alone, the student forgot the physics world
+    (26.8 -> 13.6 dB there), so a fine-tune keeps the old world in its batches.
+
     With pair_weight, presets that look alike (bright_sunny and overcast differ mostly in white
     balance) get their own term: a plain MSE spends its gradient on the content error both renders
     share, while the change the prompt makes, small against it, is what decides controllability.
     """
     from .latent_data import encode_split
 
-    path = encode_split(cfg.data, "train", cfg.frames, cfg.vae_run, cfg.codecs_run, "distilled",
-                        Path(cfg.out) / "latents-train.safetensors", log, cfg.max_windows)
-    data = LatentSet(path)
+    def encoded(data: str, name: str, max_windows: int) -> LatentSet:
+        return LatentSet(encode_split(data, "train", cfg.frames, cfg.vae_run, cfg.codecs_run, "distilled",
+                                      Path(cfg.out) / name, log, max_windows))
+
+    sets = [encoded(cfg.data, "latents-train.safetensors", cfg.max_windows)]
+    if cfg.mix_data:
+        sets.append(encoded(cfg.mix_data, "latents-mix.safetensors", cfg.mix_max_windows))
     student = load_dit(cfg.student_run).requires_grad_(True)
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
     n_steps = len(student_sigmas())
-    nearest = nearest_presets(data.rgb) if cfg.pair_weight else None
+    nearest = [nearest_presets(s.rgb) if cfg.pair_weight else None for s in sets]
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        if nearest is None:
-            x0, cond, prompt, _ = data.sample(g, cfg.batch, caption_rate=cfg.caption_rate)
+        k = int(torch.rand(1, generator=g) < cfg.mix_rate) if cfg.mix_rate else 0  # drawn only when mixing
+        data = sets[k]
+        if nearest[k] is None:  # a physics world mixed in has no captions: its prompts are the wordings
+            rate = cfg.caption_rate if k == 0 or data.captions is not None else 0.0
+            x0, cond, prompt, _ = data.sample(g, cfg.batch, caption_rate=rate)
         else:
-            x0, cond, prompt = sample_pairs(data, nearest, g, cfg.batch // 2)
+            x0, cond, prompt = sample_pairs(data, nearest[k], g, cfg.batch // 2)
         exit_step = int(torch.randint(n_steps, (1,), generator=g))
         x = rollout(student, cond, prompt, cfg.chunk_frames, exit_step, g, cfg.window_frames, cfg.sink_frames, finish=True)
         err = (x - x0).pow(2).mean(dim=(0, 1, 3, 4))  # per latent frame
         loss = err.mean()
         logs = {"rollout": loss.item(), "first": err[0].item(), "last": err[-1].item()}
-        if nearest is not None:
+        if cfg.mix_rate:
+            logs["mix"] = k
+        if nearest[k] is not None:
             (xa, xb), (ya, yb) = x.chunk(2), x0.chunk(2)
             pair = ((xa - xb) - (ya - yb)).pow(2).mean()
             loss = loss + cfg.pair_weight * pair
