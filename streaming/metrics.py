@@ -40,6 +40,15 @@ def _psnr_of_mse(mse: float) -> float:
     return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
 
 
+def noise_free_psnr(x: torch.Tensor, ref: torch.Tensor, ref_noise_mse: float) -> float:
+    """PSNR (peak 1.0) of x against the noise-free image of which `ref` is a noisy estimate (a path-traced
+    truth) whose noise has mean square `ref_noise_mse`: a render independent of that noise has expected
+    MSE against ref = MSE against the noise-free image + ref_noise_mse, so the difference estimates it
+    (floored at a hundredth of the noise: a render cannot be told apart from the truth below that)."""
+    mse = F.mse_loss(x.float(), ref.float()).item()
+    return _psnr_of_mse(max(mse - ref_noise_mse, 0.01 * ref_noise_mse))
+
+
 def latent_frame_groups(frames: int) -> list[slice]:
     """The pixel frames of each latent frame in Wan's alignment: [0], [1, 4], [5, 8], ... (the last may be short)."""
     starts = [0] + list(range(1, frames, TIME_COMPRESSION))

@@ -13,6 +13,20 @@ from alaya_flash.streaming import metrics
 from alaya_flash.streaming.cli import main
 
 
+def test_noise_free_psnr_sees_through_the_truths_noise():
+    """A render scored against a noisy truth whose noise power is known: noise_free_psnr gives its PSNR
+    against the clean image (within 0.2 dB), where plain PSNR is dragged down by the truth's noise."""
+    g = torch.Generator().manual_seed(0)
+    clean = torch.rand(4, 64, 64, 3, generator=g)
+    truth = clean + 0.05 * torch.randn(clean.shape, generator=g)
+    render = clean + 0.03 * torch.randn(clean.shape, generator=g)
+    want = metrics.psnr(render, clean)
+    assert metrics.noise_free_psnr(render, truth, 0.05 ** 2) == pytest.approx(want, abs=0.2)
+    assert metrics.psnr(render, truth) < want - 3
+    # a render closer to the truth than its noise allows is floored, not infinite or undefined
+    assert math.isfinite(metrics.noise_free_psnr(truth, truth, 0.05 ** 2))
+
+
 def test_metrics_on_known_inputs():
     torch.manual_seed(0)
     x = torch.rand(5, 16, 16, 3)
@@ -209,7 +223,7 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
 
     cfg = DataConfig(out=str(tmp_path / "data"), width=32, height=32, frames=5, fps=8.0, train_clips=1,
                      heldout_clips=1, heldout_seed=1000, world="pathtrace", scenes=("street",),
-                     presets=("bright_sunny", "night_lamps"), spp=2).validate()
+                     presets=("bright_sunny", "night_lamps"), spp=2, heldout_passes=2).validate()
     build_dataset(cfg)
     rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
                "--runtime-size", "32", "--runtime-frames", "5", "--no-long-stream", "--json"])
@@ -220,7 +234,10 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
     assert setup["training_wording"] == "each clip's caption"
     # both presets score the sky; only bright_sunny names a sun side, so only it scores shadows
     assert lighting["sky"]["renders"] == 2 and lighting["shadows"]["renders"] <= 1
-    assert report["student"]["content"]["psnr_db"] > 0
+    content = report["student"]["content"]
+    assert content["psnr_db"] > 0
+    # truths of 2 passes carry their noise: the render scores higher against the noise-free truth
+    assert content["truth_noise"]["truth_psnr_db"] > 0 and content["truth_noise"]["psnr_db_noise_free"] > content["psnr_db"]
     assert main(["eval", "--model", str(tiny_models / "model"), "--data", str(tmp_path / "data"),
                  "--presets", "bright_sunny,underwater"]) == 2
     assert "'underwater' is unknown; choose from bright_sunny, night_lamps" in capsys.readouterr().err

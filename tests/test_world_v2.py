@@ -1,6 +1,7 @@
 """World v2: seeded scene descriptions, G-buffers exact against analytic geometry and against
 Mitsuba's own view of the same scene, path-traced truth with cast shadows, indirect light and
 metal highlights, the sun-side convention and its captions, the clip folder, the shadow metric."""
+import dataclasses
 import json
 import math
 
@@ -139,7 +140,8 @@ def test_config_errors_name_the_value():
     for kw, match in (({"scene": "moon"}, "scene 'moon'"), ({"scene": "interior", "camera": "drive"}, "'drive' needs a street"),
                       ({"presets": ("underwater",)}, "preset 'underwater'"), ({"spp": 0}, "spp=0"),
                       ({"max_depth": 2}, "max_depth=2"), ({"sun": "north"}, "sun side 'north'"),
-                      ({"width": 4}, "width=4"), ({"variant": "cuda_ad_rgb"}, "variant 'cuda_ad_rgb'")):
+                      ({"width": 4}, "width=4"), ({"variant": "cuda_ad_rgb"}, "variant 'cuda_ad_rgb'"),
+                      ({"passes": 0}, "passes=0 is out of range 1..16")):
         with pytest.raises(AlayaError, match=match):
             TracedConfig(**kw).validate()
 
@@ -279,6 +281,28 @@ def test_frames_preset_by_preset_equal_frame_by_frame(mi):
     assert world._preset[0] == 2 and len(world._preset) == 3  # the last preset's (truth, sun) only
 
 
+def test_truth_passes_estimate_their_own_noise(mi):
+    """With passes > 1 a truth averages independent renders, and its noise estimate (truth_noise_mse, from
+    the passes' spread) matches its measured error against a 1,024 spp render of the same frame; the
+    first pass is the single-pass truth (same seed), and a single pass estimates nothing."""
+    from alaya_flash.streaming.world.traced.source import truth_noise_mse
+
+    base = dict(seed=1, scene="street", camera="walk", width=32, height=32, num_frames=1,
+                presets=("bright_sunny", "sunset_dramatic"))
+    frame = TracedWorld(TracedConfig(**base, spp=4, passes=4)).frame(0)[0]
+    single = TracedWorld(TracedConfig(**base, spp=4)).frame(0)[0]
+    reference = TracedWorld(TracedConfig(**base, spp=1024)).frame(0)[0]
+    assert "truth_noise_mse" in frame.extras and "truth_noise_mse" not in single.extras
+    for name in base["presets"]:
+        estimate = frame.extras[f"truth_noise_mse_{name}"]
+        measured = np.mean((frame.extras[f"rgb_{name}"].astype(float) - reference.extras[f"rgb_{name}"]) ** 2)
+        assert estimate > 1.0 and 0.6 < measured / estimate < 1.6, (name, measured, estimate)
+        one = np.mean((single.extras[f"rgb_{name}"].astype(float) - reference.extras[f"rgb_{name}"]) ** 2)
+        assert one > 2 * measured  # four passes: a quarter of the noise
+    same = np.full((4, 4), 7, np.uint8)
+    assert truth_noise_mse([same, same]) == 0.0 and truth_noise_mse([same, same + 2]) == pytest.approx(1.0)
+
+
 def test_clip_folder_reads_back_and_matches_the_source(mi, tmp_path):
     config = TracedConfig(seed=1, scene="courtyard", camera="walk", width=32, height=32, num_frames=4,
                           presets=("bright_sunny", "night_lamps"), spp=2)
@@ -348,6 +372,15 @@ def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
     before = (tmp_path / "data" / "dataset.json").read_text()
     build_dataset(cfg)  # resumes: nothing rendered again, the same metadata
     assert (tmp_path / "data" / "dataset.json").read_text() == before
+    # held-out truths of 2 passes: the held-out clip is rendered again with its noise, the training clips are kept
+    trained = (tmp_path / "data" / "train" / "clip-000000.npz").stat().st_mtime_ns
+    build_dataset(dataclasses.replace(cfg, heldout_passes=2))
+    assert (tmp_path / "data" / "train" / "clip-000000.npz").stat().st_mtime_ns == trained
+    with np.load(tmp_path / "data" / "heldout" / "clip-001000.npz") as z:
+        assert int(z["passes"]) == 2 and z["truth_noise_mse"].shape == (2, 5) and (z["truth_noise_mse"] > 0).all()
+    assert dataset_meta(tmp_path / "data", "heldout")["clip_info"]["heldout/clip-001000.npz"]["passes"] == 2
+    with pytest.raises(AlayaError, match="heldout_passes applies to world v2"):
+        DataConfig(heldout_passes=2).validate()
     with pytest.raises(AlayaError, match="preset 'underwater' is unknown"):
         DataConfig(world="pathtrace", presets=("underwater",)).validate()
     from pathlib import Path

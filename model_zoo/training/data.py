@@ -24,6 +24,9 @@ preset, the sun on a seeded side of the first frame's heading. Each .npz adds
     sun_visibility uint8 (P, T, H, W) 255 = sunlit, 0 = shadowed or facing away (shadow metrics)
     ground    bool (T, H, W)          road, pavement or floor pixels
     renderer  str ()                  the Mitsuba variant that traced it ("mitsuba llvm_ad_rgb")
+    passes    int ()                  independent renders of spp samples each truth averages
+    truth_noise_mse float32 (P, T)    with passes > 1 (held-out clips, heldout_passes): each truth's
+                                      own noise, 8-bit levels squared, from the spread of its passes
 
 and dataset.json adds "world": "pathtrace" and per-clip "clip_info" (scene, camera, sun side,
 renderer, captions); every v1 key keeps its meaning, so the training stages read it unchanged.
@@ -70,6 +73,9 @@ class DataConfig:
     spp: int = 32  # world v2: path-traced samples per pixel
     max_depth: int = 4  # world v2: path length (3: one indirect bounce)
     variant: str = "auto"  # world v2: Mitsuba variant (scalar_rgb, llvm_ad_rgb; auto: llvm where libLLVM >= 16 is installed)
+    # world v2: held-out truths average this many independent renders of spp samples each and store their
+    # own noise (truth_noise_mse), which eval reports; training clips render once (their noise averages out)
+    heldout_passes: int = 1
 
     def validate(self) -> "DataConfig":
         if self.world not in WORLDS:
@@ -87,6 +93,12 @@ class DataConfig:
             from ...streaming.world.traced.render import check_variant
 
             check_variant(self.variant)
+        elif self.heldout_passes != 1:
+            raise AlayaError("data config: heldout_passes applies to world v2 (\"world\": \"pathtrace\")")
+        from ...streaming.world.traced.source import MAX_PASSES
+
+        if not 1 <= self.heldout_passes <= MAX_PASSES:
+            raise AlayaError(f"data config: heldout_passes {self.heldout_passes} is out of range 1..{MAX_PASSES}")
         names = _preset_table(self.world)
         for name in self.presets:
             if name not in names:
@@ -115,8 +127,8 @@ def _preset_table(world: str) -> dict:
     return PRESETS
 
 
-def traced_config(cfg: DataConfig, seed: int):
-    """The world v2 clip of `seed`: scene kind and camera path cycle with it."""
+def traced_config(cfg: DataConfig, seed: int, passes: int = 1):
+    """The world v2 clip of `seed`: scene kind and camera path cycle with it; `passes` renders per truth."""
     from ...streaming.world.traced import TracedConfig, make_scene
     from ...streaming.world.traced.paths import available_paths
 
@@ -124,32 +136,39 @@ def traced_config(cfg: DataConfig, seed: int):
     paths = available_paths(make_scene(kind, seed))
     return TracedConfig(seed=seed, scene=kind, width=cfg.width, height=cfg.height, fps=cfg.fps,
                         num_frames=cfg.frames, camera=paths[(seed // len(cfg.scenes)) % len(paths)],
-                        presets=cfg.preset_names, spp=cfg.spp, max_depth=cfg.max_depth, variant=cfg.variant)
+                        presets=cfg.preset_names, spp=cfg.spp, max_depth=cfg.max_depth, variant=cfg.variant,
+                        passes=passes)
 
 
-def render_traced_clip(cfg: DataConfig, seed: int) -> tuple[dict[str, np.ndarray], dict]:
-    """One world v2 clip (arrays as render_clip's plus captions, sun_visibility, ground) and its clip_info."""
+def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dict[str, np.ndarray], dict]:
+    """One world v2 clip (arrays as render_clip's plus captions, sun_visibility, ground, passes and, with
+    passes > 1, truth_noise_mse (P, T) float32: each truth's own noise in 8-bit levels squared) and its clip_info."""
     from ...streaming.gbuffer import frame_to_teacher
     from ...streaming.world.traced import TracedWorld
 
-    config = traced_config(cfg, seed)
+    config = traced_config(cfg, seed, passes)
     world = TracedWorld(config)
     names = config.presets
     ground_ids = np.array(world.desc.ground_objects)
-    gbuffers, rgb, vis, ground = [], [], [], []
+    gbuffers, rgb, vis, ground, noise = [], [], [], [], []
     suffix = (lambda n: f"_{n}") if len(names) > 1 else (lambda n: "")
     for frame, _ in world.frames(range(config.num_frames)):
         gbuffers.append(frame_to_teacher(frame))
         rgb.append([frame.extras["rgb" + suffix(n)] for n in names])
+        if passes > 1:
+            noise.append([frame.extras["truth_noise_mse" + suffix(n)] for n in names])
         vis.append([np.rint(frame.extras["sun_visibility" + suffix(n)] * 255).astype(np.uint8) for n in names])
         ground.append(np.isin(frame.extras["object_id"], ground_ids))
     clip = {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
             "presets": np.array(names), "captions": np.array([world.captions[n] for n in names]),
-            "sun_visibility": np.stack(vis).transpose(1, 0, 2, 3).copy(), "ground": np.stack(ground)}
+            "sun_visibility": np.stack(vis).transpose(1, 0, 2, 3).copy(), "ground": np.stack(ground),
+            "passes": np.array(passes)}
+    if noise:
+        clip["truth_noise_mse"] = np.array(noise, dtype=np.float32).T.copy()
     renderer = world.metadata()["renderer"]
     clip["renderer"] = np.array(renderer)
     info = {"scene": config.scene, "camera": config.camera, "sun_side": world.side, "renderer": renderer,
-            "captions": dict(world.captions)}
+            "passes": passes, "captions": dict(world.captions)}
     return clip, info
 
 
@@ -197,30 +216,33 @@ def build_dataset(cfg: DataConfig, progress=None, log=None) -> Path:
     if meta_path.is_file():
         # keys added since a dataset was made read as their defaults (which reproduce the old data)
         old = {**_jsonable(DataConfig()), **json.loads(meta_path.read_text()).get("config", {})}
-        if {k: v for k, v in old.items() if k not in ("train_clips", "heldout_clips")} != \
-                {k: v for k, v in _jsonable(cfg).items() if k not in ("train_clips", "heldout_clips")}:
+        free = ("train_clips", "heldout_clips", "heldout_passes")  # held-out clips of other passes are rendered again
+        if {k: v for k, v in old.items() if k not in free} != {k: v for k, v in _jsonable(cfg).items() if k not in free}:
             raise AlayaError(f"{meta_path}: this folder holds a dataset made with another config; use a new 'out'")
     clips, clip_info = {}, {}
     for split, seeds in splits.items():
         (out / split).mkdir(parents=True, exist_ok=True)
         clips[split] = []
+        passes = cfg.heldout_passes if split == "heldout" else 1
         for seed in seeds:
             path = out / split / f"clip-{seed:06d}.npz"
             name = str(path.relative_to(out))
-            if not path.is_file():
+            stale = path.is_file() and cfg.world == "pathtrace" and _passes(path) != passes
+            if not path.is_file() or stale:
                 if cfg.world == "pathtrace":
-                    arrays, clip_info[name] = render_traced_clip(cfg, seed)
+                    arrays, clip_info[name] = render_traced_clip(cfg, seed, passes)
                 else:
                     arrays = render_clip(cfg, seed)
                 _save_npz(path, arrays)
                 if log:
-                    log.info("rendered %s", path)
+                    log.info("rendered %s%s", path, f" again ({passes} passes a truth)" if stale else "")
             elif cfg.world == "pathtrace":  # resumed: the clip's info from its arrays
                 with np.load(path) as z:
                     tc = traced_config(cfg, seed)
                     clip_info[name] = {"scene": tc.scene, "camera": tc.camera, "sun_side": tc.sun_side(),
                                        # clips from before llvm_ad_rgb worked here were all scalar_rgb renders
                                        "renderer": str(z["renderer"]) if "renderer" in z else "mitsuba scalar_rgb",
+                                       "passes": int(z["passes"]) if "passes" in z else 1,
                                        "captions": dict(zip(z["presets"].tolist(), z["captions"].tolist()))}
             clips[split].append(name)
             if progress:
@@ -235,6 +257,12 @@ def build_dataset(cfg: DataConfig, progress=None, log=None) -> Path:
     tmp.write_text(json.dumps(meta, indent=1))
     os.replace(tmp, meta_path)
     return out
+
+
+def _passes(path: Path) -> int:
+    """The renders a world v2 clip's truths average (clips from before passes were recorded: 1)."""
+    with np.load(path) as z:
+        return int(z["passes"]) if "passes" in z else 1
 
 
 def _jsonable(cfg: DataConfig) -> dict:

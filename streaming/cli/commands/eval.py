@@ -11,7 +11,10 @@ once with each held-out paraphrase (2 per preset; --heldout-wordings 1 scores th
 reports made before 2026-12-04 did), and scored on the five axes:
 
   content       PSNR / SSIM against the ground truth of the prompted preset (training wordings),
-                and the student's against the teacher's render
+                and the student's against the teacher's render; from world v2 held-out clips whose
+                truths average several renders (data config heldout_passes), also the truth's own
+                noise (its PSNR against the noise-free image, from the spread of its passes) and the
+                render's PSNR against the noise-free truth (metrics.noise_free_psnr, an estimate)
   temporal      error of frame-to-frame differences against the ground truth's, and the ratio of
                 their magnitudes (1.0 = as much change as the ground truth)
   cross_window  change across chunk (student) / window (teacher) boundaries over change inside
@@ -116,6 +119,8 @@ def _clips(args, size):
             with np.load(held.root / held.meta["clips"]["heldout"][c]) as z:
                 if "sun_visibility" in z and "ground" in z:
                     clip["sun_visibility"], clip["ground"] = z["sun_visibility"][idx], z["ground"]
+                if "truth_noise_mse" in z:  # the path-traced truth's own noise (data config heldout_passes)
+                    clip["truth_noise_mse"] = z["truth_noise_mse"][idx]
             clips.append(clip)
     else:
         h, w = size
@@ -214,7 +219,7 @@ def evaluate(args) -> dict:
     text = flash.text_encoder()
     negative = text([teacher.settings.negative_prompt if teacher else ""])
     models = {"student": flash, **({"teacher": teacher} if teacher else {})}
-    scores = {m: {"psnr": [], "psnr_by_latent": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
+    scores = {m: {"psnr": [], "psnr_noise_free": [], "truth_noise_psnr": [], "psnr_by_latent": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
                   "gt_boundary_ratio": [], "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
                   "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {},
                   "fps": [], "first_frame_s": [], "lighting": []} for m in models}
@@ -260,6 +265,10 @@ def evaluate(args) -> dict:
                         s[f"miss_{kind}"].append(miss if kind == "train" else f"{miss} [paraphrase {index + 1}]")
                     if kind == "train":
                         s["psnr"].append(metrics.psnr(out, gt[p]))
+                        if "truth_noise_mse" in clip:
+                            noise = float(clip["truth_noise_mse"][p].mean()) / 255 ** 2
+                            s["truth_noise_psnr"].append(10 * math.log10(1 / noise))
+                            s["psnr_noise_free"].append(metrics.noise_free_psnr(out, gt[p], noise))
                         s["psnr_by_latent"].append(metrics.psnr_by_latent(out, gt[p]))
                         s["ssim"].append(metrics.ssim(out, gt[p]))
                         t = metrics.temporal(out, gt[p])
@@ -295,6 +304,9 @@ def evaluate(args) -> dict:
                                              "misses": s[f"miss_{kind}"]} for kind in ("train", "heldout")},
             "runtime_eval_size": {"fps": _mean(s["fps"]), "first_frame_s": _mean(s["first_frame_s"])},
         }
+        if s["psnr_noise_free"]:  # world v2 truths of several passes: their own noise, and PSNR against the noise-free truth
+            report[m]["content"]["truth_noise"] = {"truth_psnr_db": _mean(s["truth_noise_psnr"]),
+                                                   "psnr_db_noise_free": _mean(s["psnr_noise_free"])}
         if s["lighting"]:
             report[m]["lighting"] = lighting_summary(s["lighting"])
         report[m]["control"]["heldout_wordings"]["nearest_rate_by_paraphrase"] = [
@@ -446,6 +458,10 @@ def run(args) -> int:
                 print(f"{m}: PSNR {r['content']['psnr_db']:.2f} dB, SSIM {r['content']['ssim']:.3f}, "
                       f"temporal ratio {r['temporal']['ratio']:.2f}, control (held-out wordings) "
                       f"{r['control']['heldout_wordings']['nearest_rate']:.0%}", file=sys.stderr)
+                if "truth_noise" in r["content"]:
+                    tn = r["content"]["truth_noise"]
+                    print(f"{m}: PSNR {tn['psnr_db_noise_free']:.2f} dB against the noise-free truth (estimated; the "
+                          f"truth's own noise: {tn['truth_psnr_db']:.2f} dB)", file=sys.stderr)
                 if "lighting" in r:
                     li = r["lighting"]
                     shadow = li["shadows"]

@@ -8,7 +8,8 @@
 
 Extras per frame, as the physics world's (world.py): "object_id" (H, W) int32; with presets
 "rgb" (first preset) and, when several, "rgb_<preset>" each; "sun_visibility" (first preset's
-sun) and "sun_visibility_<preset>" likewise. The scene is static; only the camera moves. The
+sun) and "sun_visibility_<preset>" likewise; with passes > 1 also "truth_noise_mse" (and
+"truth_noise_mse_<preset>"): the truth's own noise, estimated from the spread of its passes. The scene is static; only the camera moves. The
 same config gives the same G-buffers bit for bit, and the same truth for the same Mitsuba build and
 variant (`variant` "auto" takes llvm_ad_rgb where a libLLVM >= 16 is installed: render.resolve_variant).
 """
@@ -31,6 +32,7 @@ from .scene import KINDS, SceneDesc, make_scene
 
 MAX_FRAMES = 100_000
 MAX_SPP = 4096
+MAX_PASSES = 16
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class TracedConfig:
     spp: int = 64  # path-traced samples per pixel
     max_depth: int = 4  # path length (3: one indirect bounce)
     variant: str = "auto"  # Mitsuba variant: scalar_rgb, llvm_ad_rgb, or auto (llvm when a libLLVM >= 16 is installed)
+    passes: int = 1  # > 1: the truth averages this many independent renders of spp samples and estimates its noise
 
     def validate(self) -> "TracedConfig":
         check_size(self.width, self.height)
@@ -67,6 +70,8 @@ class TracedConfig:
             raise AlayaError(f"world v2: fov={self.fov_y} is out of range 10..150 degrees")
         if not 1 <= self.spp <= MAX_SPP:
             raise AlayaError(f"world v2: spp={self.spp} is out of range 1..{MAX_SPP}")
+        if not 1 <= self.passes <= MAX_PASSES:
+            raise AlayaError(f"world v2: passes={self.passes} is out of range 1..{MAX_PASSES}")
         if not 3 <= self.max_depth <= 16:
             raise AlayaError(f"world v2: max_depth={self.max_depth} is out of range 3..16 (3: one indirect bounce)")
         for name in self.presets:
@@ -82,6 +87,14 @@ class TracedConfig:
         if self.sun != "auto":
             return self.sun
         return list(SIDES)[int(np.random.default_rng(self.seed + 15485863).integers(len(SIDES)))]
+
+
+def truth_noise_mse(passes: list[np.ndarray]) -> float:
+    """The mean squared error, in 8-bit levels squared, of the average of independent renders (uint8
+    images, the same frame) against the noise-free image: each pixel's sample variance across the
+    renders, over their count. The tone map is taken as locally linear (its noise is small)."""
+    x = np.stack(passes).astype(np.float64)
+    return float(x.var(axis=0, ddof=1).mean() / len(passes))
 
 
 class TracedWorld:
@@ -137,14 +150,19 @@ class TracedWorld:
 
         c, ms, light = self.config, self.mitsuba_scene(), self.lighting[k]
         truth, sun = self.preset_scenes(k)
-        radiance = ms.radiance(truth, camera, c.spp, c.max_depth, seed=(c.seed * 7919 + index) % (1 << 31))
-        rgb = tone_map(radiance, frame.depth, light, self.desc.exposure)
-        vis = ms.sun_visibility(sun, camera, light.sun_direction, frame.normal, np.isfinite(frame.depth))
-        if k == 0:
-            frame.extras["rgb"], frame.extras["sun_visibility"] = rgb, vis
-        if len(self.presets) > 1:
-            name = self.presets[k].name
-            frame.extras[f"rgb_{name}"], frame.extras[f"sun_visibility_{name}"] = rgb, vis
+        # pass 0 draws the seed a single-pass render draws, so passes=1 is the truth it always was
+        seeds = [(c.seed * 7919 + index + 1_000_003 * j) % (1 << 31) for j in range(c.passes)]
+        radiance = [ms.radiance(truth, camera, c.spp, c.max_depth, seed=seed) for seed in seeds]
+        rgb = tone_map(np.mean(radiance, axis=0), frame.depth, light, self.desc.exposure)
+        extras = {"rgb": rgb, "sun_visibility": ms.sun_visibility(sun, camera, light.sun_direction, frame.normal,
+                                                                   np.isfinite(frame.depth))}
+        if c.passes > 1:
+            extras["truth_noise_mse"] = truth_noise_mse([tone_map(r, frame.depth, light, self.desc.exposure) for r in radiance])
+        for key, value in extras.items():
+            if k == 0:
+                frame.extras[key] = value
+            if len(self.presets) > 1:
+                frame.extras[f"{key}_{self.presets[k].name}"] = value
 
     def frame(self, index: int) -> tuple[GBufferFrame, Camera]:
         """G-buffers of frame `index` and, per preset, its truth and sun visibility (extras)."""
@@ -165,7 +183,8 @@ class TracedWorld:
     def metadata(self) -> dict:
         """What a clip records about the world beyond the camera: scene, sun convention, captions."""
         return {"world": "v2 (path traced)", "scene_kind": self.desc.kind, "renderer": f"mitsuba {resolve_variant(self.config.variant)}",
-                "spp": self.config.spp, "max_depth": self.config.max_depth, "sun_side": self.side,
+                "spp": self.config.spp, "passes": self.config.passes, "max_depth": self.config.max_depth,
+                "sun_side": self.side,
                 "sun_azimuth_world_deg": self.azimuth,
                 "sun_convention": "side of the camera's first-frame heading: ahead 0, left +90, behind 180, "
                                   "right -90 degrees (counter-clockwise seen from above), within 30 degrees"}
