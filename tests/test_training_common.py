@@ -205,25 +205,23 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
 
 
 def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
-    """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2
-    data, the imported networks, the new student's latents and decoder, into one model folder."""
-    # its paths are relative to the repository; the refiner stage checks that its model exists, which the
-    # export before it writes: run from a folder with the repository's model_zoo and a stand-in for that model
-    monkeypatch.chdir(tmp_path)
+    """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2 data and
+    the physics world's, the imported networks, the new student's latents of both worlds and its
+    decoder, into one model folder."""
+    monkeypatch.chdir(tmp_path)  # its paths are relative to the repository
     (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
-    (tmp_path / "runs/model-v2b").mkdir(parents=True)
-    (tmp_path / "runs/model-v2b/config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
-    assert [name for name, _ in calls] == ["data", "import", "student-rollout", "student-rollout", "decoder", "export",
-                                           "refiner", "export"]
-    data, imported, first, student, decoder, export, refiner, refined = (cfg for _, cfg in calls)
-    assert data.world == "pathtrace" and first.data == student.data == decoder.data == refiner.data == data.out
+    assert [name for name, _ in calls] == ["data", "data", "import", "student-rollout", "student-rollout", "decoder",
+                                           "export"]
+    data, physics, imported, first, student, decoder, export = (cfg for _, cfg in calls)
+    assert data.world == "pathtrace" and data.heldout_passes > 1 and physics.world == "physics"
+    assert first.data == student.data == data.out and first.mix_data == student.mix_data == physics.out
+    assert 0 < first.mix_rate == student.mix_rate == decoder.mix_rate < 0.5  # world v2 gets most steps
     assert first.student_run == f"{imported.out}/student" and student.student_run == first.out
     assert first.caption_rate == student.caption_rate == 0.5 and first.steps < student.steps
     assert (student.window_frames, student.sink_frames) == (decoder.window_frames, decoder.sink_frames) \
         == (export.window_frames, export.sink_frames)  # trained with the cache the exported session streams with
-    assert decoder.student_run == export.student_run == refined.student_run == student.out
-    assert decoder.latents == f"{student.out}/latents-train.safetensors" and export.codecs_run == decoder.out
-    assert export.refiner_run == "" and refiner.model == export.out and refined.refiner_run == refiner.out
-    assert refiner.target == "truth" and refined.codecs_run == decoder.out  # world v2 has no turned mean
-    assert "model_zoo/default" not in (export.out, refined.out)
+    assert decoder.student_run == export.student_run == student.out
+    assert decoder.latents == f"{student.out}/latents-train.safetensors"
+    assert decoder.mix_latents == f"{student.out}/latents-mix.safetensors" and export.codecs_run == decoder.out
+    assert export.refiner_run == "" and export.out != "model_zoo/default"
