@@ -141,21 +141,34 @@ def test_eval_refuses_a_negative_heldout_wording_count(tiny_models, capsys):
     assert "--heldout-wordings -1: give a count >= 1, or 0 for all" in capsys.readouterr().err
 
 
-def test_long_stream_scores_one_continuous_stream_block_by_block():
-    """The block curve is PSNR of a whole-clip render of the same world frames, block by block; the
-    fresh start is a new stream over the midpoint block's frames."""
+@pytest.mark.parametrize("kind", ["physics", "v2"])
+def test_long_stream_scores_one_continuous_stream_block_by_block(kind):
+    """The block curve is PSNR of a whole-clip render of the same world frames (the physics world's, or
+    world v2's path-traced street), block by block; the fresh start is a new stream over the midpoint
+    block's frames."""
     from alaya_flash.model_zoo import bundle
     from alaya_flash.streaming.cli.commands import eval as ev
     from alaya_flash.streaming.engine.pipelines import FlashPipeline, PromptSchedule
     from alaya_flash.streaming.gbuffer import frame_to_teacher
     from alaya_flash.streaming.world import WorldConfig, WorldSource
 
+    if kind == "v2":
+        pytest.importorskip("mitsuba")
     flash = bundle.make_random_flash(settings=bundle.FlashSettings(chunk_frames=1, window_frames=3, sink_frames=0))
     text = flash.text_encoder()
-    report = ev.long_stream(flash, text, 15, 5, (32, 32))
-    world = WorldConfig(seed=ev.LONG_SEED, width=32, height=32, fps=ev.LONG_FPS, num_frames=15,
-                        num_objects=ev.LONG_OBJECTS, camera=report["camera"], presets=(ev.LONG_PRESET,))
-    frames = list(WorldSource(world))
+    report = ev.long_stream(flash, text, 15, 5, (32, 32), world_kind=kind)
+    assert report["world"] == kind
+    if kind == "v2":
+        from alaya_flash.streaming.world.traced import TracedConfig, TracedSource
+
+        assert (report["scene"], report["camera"]) == (ev.LONG_V2_SCENE, ev.LONG_V2_CAMERA)
+        frames = list(TracedSource(TracedConfig(seed=ev.LONG_SEED, scene=ev.LONG_V2_SCENE, camera=ev.LONG_V2_CAMERA,
+                                                width=32, height=32, fps=ev.LONG_FPS, num_frames=15,
+                                                presets=(ev.LONG_PRESET,), spp=ev.LONG_V2_SPP)))
+    else:
+        world = WorldConfig(seed=ev.LONG_SEED, width=32, height=32, fps=ev.LONG_FPS, num_frames=15,
+                            num_objects=ev.LONG_OBJECTS, camera=report["camera"], presets=(ev.LONG_PRESET,))
+        frames = list(WorldSource(world))
     gb = np.stack([frame_to_teacher(f) for f in frames])
     gt = torch.from_numpy(np.stack([f.extras["rgb"] for f in frames])).float() / 255
     sched = PromptSchedule.encode(text, report["prompt"])
@@ -226,10 +239,12 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
                      presets=("bright_sunny", "night_lamps"), spp=2, heldout_passes=2).validate()
     build_dataset(cfg)
     rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
-               "--runtime-size", "32", "--runtime-frames", "5", "--no-long-stream", "--json"])
+               "--runtime-size", "32", "--runtime-frames", "5", "--long-frames", "10", "--long-block", "5",
+               "--long-size", "32", "--json"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     setup, lighting = report["setup"], report["student"]["lighting"]
+    assert report["student"]["long_stream"]["world"] == "v2"  # the long stream follows the dataset's world
     assert setup["world"] == "pathtrace" and setup["presets"] == ["bright_sunny", "night_lamps"]
     assert setup["training_wording"] == "each clip's caption"
     # both presets score the sky; only bright_sunny names a sun side, so only it scores shadows

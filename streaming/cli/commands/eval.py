@@ -30,7 +30,9 @@ reports made before 2026-12-04 did), and scored on the five axes:
                 (luminance contrast and PSNR over metallic >= 0.9 pixels) and the sky's colour
                 (mean error in 8-bit levels); a world v2 clip's training wording is its caption
   long_stream   one long world stream (--long-frames, default 1,000, at --long-size, default 128x128;
-                an unseen seed, a held-out sunset wording) rendered as ONE stream by the student:
+                an unseen seed, a held-out sunset wording; --long-world: the physics world, or world
+                v2's street walked at eye height and path traced at 32 spp, by default the world
+                of --data) rendered as ONE stream by the student:
                 PSNR per --long-block frames against its ground truth, first and last block, the
                 drop, and a fresh stream started at the midpoint (its first block against the long
                 stream's same block: what the stream's state costs); --no-long-stream leaves it out
@@ -80,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="frame size of the long stream (multiples of 16)")
     parser.add_argument("--long-block", type=args_.bounded(int, 1, args_.MAX_FRAMES), default=25, metavar="N",
                         help="frames per PSNR block of the long stream")
+    parser.add_argument("--long-world", choices=("auto",) + LONG_WORLDS, default="auto",
+                        help="world of the long stream: physics, or v2 (a path-traced street walk, Mitsuba); "
+                             "auto: the --data dataset's world (physics without --data)")
     parser.add_argument("--no-long-stream", action="store_true", help="leave out the long-stream axis")
     parser.add_argument("--out", type=Path, help="also write the JSON report here (atomically)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
@@ -315,8 +320,10 @@ def evaluate(args) -> dict:
         report["student"]["content"]["vs_teacher"] = {"psnr_db": _mean(vs_teacher["psnr"]), "ssim": _mean(vs_teacher["ssim"])}
     report["student"]["runtime"] = _runtime(flash, text, args)
     if not args.no_long_stream:
+        kind = args.long_world if args.long_world != "auto" else "v2" if report["setup"]["world"] == "pathtrace" else "physics"
         report["student"]["long_stream"] = long_stream(flash, text, args.long_frames, args.long_block, args.long_size,
-                                                       seed=args.seed, refine=not args.no_refiner, quiet=getattr(args, "quiet", False))
+                                                       seed=args.seed, refine=not args.no_refiner,
+                                                       quiet=getattr(args, "quiet", False), world_kind=kind)
     report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return report
 
@@ -343,6 +350,10 @@ def _runtime(flash, text, args) -> dict:
 LONG_SEED = 300_000
 LONG_PRESET = "sunset_dramatic"
 LONG_FPS, LONG_OBJECTS = 16.0, 12
+# world v2's long stream: a street walked back and forth at eye height (a cut where the walk turns),
+# path traced at the data stage's samples per pixel
+LONG_WORLDS = ("physics", "v2")
+LONG_V2_SCENE, LONG_V2_CAMERA, LONG_V2_SPP = "street", "walk", 32
 
 
 def check_long_stream(frames: int, block: int, size: tuple[int, int]) -> None:
@@ -358,11 +369,12 @@ def check_long_stream(frames: int, block: int, size: tuple[int, int]) -> None:
 
 
 def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], seed: int = 0, refine: bool = True,
-                quiet: bool = True) -> dict:
+                quiet: bool = True, world_kind: str = "physics") -> dict:
     """PSNR per `block` frames of one `frames`-frame world stream rendered as one continuous stream
     (first block, last block, drop = first - last), and of a fresh stream started at the midpoint
     block (its PSNR against the long stream's over the same frames: the cost of the stream's state,
-    with the content held equal). The world is rendered as the stream goes: memory stays bounded."""
+    with the content held equal). The world (`world_kind`: the physics world, or world v2's street,
+    path traced) is rendered as the stream goes: memory stays bounded."""
     from collections import deque
 
     import numpy as np
@@ -378,8 +390,16 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
 
     check_long_stream(frames, block, size)
     h, w = size
-    world = WorldConfig(seed=LONG_SEED, width=w, height=h, fps=LONG_FPS, num_frames=frames, num_objects=LONG_OBJECTS,
-                        camera=CAMERAS[LONG_SEED % len(CAMERAS)], presets=(LONG_PRESET,))
+    if world_kind == "v2":
+        from ...world.traced import TracedConfig, TracedSource
+
+        world = TracedConfig(seed=LONG_SEED, scene=LONG_V2_SCENE, camera=LONG_V2_CAMERA, width=w, height=h, fps=LONG_FPS,
+                             num_frames=frames, presets=(LONG_PRESET,), spp=LONG_V2_SPP)
+        source = TracedSource(world)
+    else:
+        world = WorldConfig(seed=LONG_SEED, width=w, height=h, fps=LONG_FPS, num_frames=frames, num_objects=LONG_OBJECTS,
+                            camera=CAMERAS[LONG_SEED % len(CAMERAS)], presets=(LONG_PRESET,))
+        source = WorldSource(world)
     wording = wordings(LONG_PRESET, "heldout")[0]
     sched = PromptSchedule.encode(text, wording)
     mid = frames // block // 2 * block  # the fresh stream's first frame, on a block boundary
@@ -398,7 +418,7 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
             yield GBuffers(torch.from_numpy(np.stack(part)))
 
     def world_gbuffers():
-        for frame in WorldSource(world):
+        for frame in source:
             gb, rgb = frame_to_teacher(frame), frame.extras["rgb"]
             truth.append(rgb)
             if mid <= frame.index < mid + block:
@@ -429,7 +449,9 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
     bar.update()
     bar.close()
     stream_at_mid = curve[mid // block]
-    return {"frames": frames, "size": [h, w], "block_frames": block, "scene_seed": LONG_SEED, "camera": world.camera,
+    return {"frames": frames, "size": [h, w], "block_frames": block, "world": world_kind,
+            **({"scene": LONG_V2_SCENE, "spp": LONG_V2_SPP} if world_kind == "v2" else {}),
+            "scene_seed": LONG_SEED, "camera": world.camera,
             "preset": LONG_PRESET, "prompt": wording, "fps": frames / secs, "seconds": secs,
             "first_block_psnr_db": curve[0], "last_block_psnr_db": curve[-1], "drop_db": curve[0] - curve[-1],
             "psnr_db_by_block": curve,
