@@ -24,8 +24,8 @@ a camera at eye height (1.6 m) dollies 4 m along the street, 17 frames at 16 fps
                      road and pavements
   OUT/scene.json     the scene's numbers, the methods and the wall times; OUT/street.blend
 
-`compare` (the project's venv) renders OUT/gbuffers with the embedded default model and
-bright_sunny's training caption (the one that names "a bright midday sun ... crisp shadows"),
+`compare` (the project's venv) renders OUT/gbuffers with the embedded default model (or --model's)
+and bright_sunny's training caption (the one that names "a bright midday sun ... crisp shadows"),
 and scores it against the truth:
 
   PSNR            per frame and over the clip (alaya_flash.streaming.metrics.psnr); also over
@@ -352,7 +352,7 @@ def read_pngs(folder: Path):
     return files, np.stack([np.asarray(Image.open(p).convert("RGB")) for p in files])
 
 
-def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None) -> int:
+def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None, model: Path | None = None) -> int:
     import numpy as np
 
     from alaya_flash.streaming.cli import main as cli
@@ -365,7 +365,8 @@ def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None) 
     render_dir = render_dir or src / "render"
     text = prompt()
     t = time.perf_counter()
-    if cli(["render", str(gb), "--prompt", text, "--out", str(render_dir), "--format", "png", "--overwrite"]) != 0:
+    chosen = ["--model", str(model)] if model is not None else []
+    if cli(["render", str(gb), *chosen, "--prompt", text, "--out", str(render_dir), "--format", "png", "--overwrite"]) != 0:
         raise SystemExit("alaya-flash render failed")
     render_s = time.perf_counter() - t
     _, render = read_pngs(render_dir)
@@ -383,7 +384,8 @@ def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None) 
     result = score(render.astype(np.float32) / 255, truth.astype(np.float32) / 255, masks, regions)
     sphere_id = info["objects"].index(info["sphere"])
     agree = [float((m["sphere"] == (m["objects"] == sphere_id)).mean()) for m in masks]
-    result = {"scene": str(src), "prompt": text, "preset": PROMPT_PRESET, "model": "embedded default",
+    label = "embedded default" if model is None else str(model)
+    result = {"scene": str(src), "prompt": text, "preset": PROMPT_PRESET, "model": label,
               "num_frames": len(truth), "size": list(truth.shape[1:3]), "truth": info["truth"],
               "sun_visibility": info["sun_visibility"],
               "shadow_region": {"road": "asphalt only: one albedo, so the ratio is the lighting's alone",
@@ -400,7 +402,7 @@ def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None) 
     for k in FIGURE_FRAMES:
         albedo = (linear_to_srgb(np.clip(frames[k].albedo, 0, 1)) * 255 + 0.5).astype(np.uint8)
         rows.append([albedo, truth[k], render[k]])
-    figure(rows, ["albedo G-buffer", "Cycles truth (64 spp, OIDN)", "default model"], out)
+    figure(rows, ["albedo G-buffer", "Cycles truth (64 spp, OIDN)", "default model" if model is None else model.name], out)
     print(json.dumps({k: result[k] for k in ("psnr_db", "psnr_db_mean_of_frames", "psnr_db_surfaces_mean_of_frames",
                                              "shadow_ratio", "sphere_contrast",
                                              "render_seconds")}))
@@ -417,10 +419,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, required=True, help="the figure (.png or .jpg)")
     p.add_argument("--json", type=Path, required=True, help="the report")
     p.add_argument("--render-dir", type=Path, default=None, help="where the model's PNG frames go (default IN/render)")
+    p.add_argument("--model", type=Path, default=None, help="a Flash model folder (default: the embedded default)")
     args = parser.parse_args(argv)
     if args.command == "scene":
         return make_scene(args.out)
-    return compare(args.src, args.out, args.json, args.render_dir)
+    return compare(args.src, args.out, args.json, args.render_dir, args.model)
 
 
 if __name__ == "__main__":
