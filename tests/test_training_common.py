@@ -210,10 +210,13 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     decoder, into one model folder."""
     monkeypatch.chdir(tmp_path)  # its paths are relative to the repository
     (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
+    # the refiner stage checks that its model exists, which the export before it writes: a stand-in for it
+    (tmp_path / "runs/model-v2m").mkdir(parents=True)
+    (tmp_path / "runs/model-v2m/config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
     assert [name for name, _ in calls] == ["data", "data", "import", "student-rollout", "student-rollout", "decoder",
-                                           "export"]
-    data, physics, imported, first, student, decoder, export = (cfg for _, cfg in calls)
+                                           "export", "refiner", "export"]
+    data, physics, imported, first, student, decoder, export, refiner, refined = (cfg for _, cfg in calls)
     assert data.world == "pathtrace" and data.heldout_passes > 1 and physics.world == "physics"
     assert first.data == student.data == data.out and first.mix_data == student.mix_data == physics.out
     assert 0 < first.mix_rate == student.mix_rate == decoder.mix_rate < 0.5  # world v2 gets most steps
@@ -224,4 +227,7 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert decoder.student_run == export.student_run == student.out
     assert decoder.latents == f"{student.out}/latents-train.safetensors"
     assert decoder.mix_latents == f"{student.out}/latents-mix.safetensors" and export.codecs_run == decoder.out
-    assert export.refiner_run == "" and export.out != "model_zoo/default"
+    assert export.refiner_run == "" and refiner.model == export.out and refined.refiner_run == refiner.out
+    assert (refiner.data, refiner.mix_data, refiner.mix_rate) == (data.out, physics.out, first.mix_rate)
+    assert refiner.target == "truth" and refined.codecs_run == decoder.out  # world v2 has no turned mean
+    assert "model_zoo/default" not in (export.out, refined.out)

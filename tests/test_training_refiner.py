@@ -84,6 +84,45 @@ def test_prompt_refiner_stage_learns_each_presets_look(runs, tmp_path):
     assert sum(own) < sum(other)
 
 
+def test_refiner_with_a_mixed_in_world_refines_that_world_closer(mixed, tmp_path):
+    """With mix_data / mix_rate the model's renders of a second dataset's clips (other presets) are made
+    too (renders-mix/) and half the crops come from them: the refiner then brings that world's renders
+    nearer their ground truth than the same training on the first dataset alone."""
+    from alaya_flash.model_zoo.codecs import refiner as rf
+    from alaya_flash.model_zoo.loading import load_strict
+    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+
+    base = {"model": str(mixed / "model"), "data": str(mixed / "data"), "clips": 2, "crop": 32, "batch": 4, "steps": 60,
+            "lr": 3e-3, "log_every": 60, "ckpt_every": 60, "precision": "fp32", "config": "gbuffer-refiner-16-prompt"}
+    runs = {"mixed": {"mix_data": str(mixed / "mix-data"), "mix_rate": 0.5}, "alone": {}}
+    for name, extra in runs.items():
+        cfg = {**base, **extra, "out": str(tmp_path / name)}
+        assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / f"{name}.json", cfg)]) == 0
+    mix = ClipSet(mixed / "mix-data", "train")
+    mix_cfg = common.config_from_dict({**base, **runs["mixed"], "out": str(tmp_path / "mixed")}, RefinerStageConfig)
+    renders, picks = model_renders(mix_cfg, mix, None, mix=True)  # the mixed run's cache
+    errors = {}
+    for name in runs:
+        net = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
+        load_strict(net, common.final_weights(tmp_path / name, "refiner"))
+        err = []
+        for c in range(2):
+            for q in range(len(mix.presets)):
+                frames = torch.from_numpy(renders[c, q]).float() / 255
+                refined = net.refine(frames, torch.from_numpy(mix.gbuffers[c]), _embed(picks[c][q]).expand(len(frames), -1))
+                err.append(torch.mean((refined - torch.from_numpy(mix.rgb[c, q]).float() / 255) ** 2))
+        errors[name] = sum(err)
+    assert (tmp_path / "mixed" / "renders-mix" / "clip-000001.safetensors").is_file()
+    assert errors["mixed"] < errors["alone"]
+
+
+def _embed(wording: str) -> torch.Tensor:
+    from alaya_flash.model_zoo.text_encoder import TextEncoder
+
+    return TextEncoder.load()([wording])[0]
+
+
 def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_path, monkeypatch):
     import shutil
 
@@ -132,6 +171,8 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     ({"target": "mean"}, "target 'mean' is unknown; choose truth or turned"),
     ({"novel_share": 1.5}, "novel_share 1.5 is not in [0, 1]"),
     ({"device": "tpu"}, "refiner stage: device 'tpu' is unknown; choose cpu or cuda"),
+    ({"mix_rate": 0.5}, "go together (both or neither)"),
+    ({"mix_data": "x", "mix_rate": 0.5, "novel_share": 0.5}, "novel_share and mix_data do not go together"),
 ])
 def test_bad_refiner_config_is_refused(bad, message, tmp_path, capsys):
     cfg = {"out": str(tmp_path / "r"), "model": str(tmp_path), **bad}

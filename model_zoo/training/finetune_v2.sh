@@ -2,7 +2,7 @@
 # Fine-tune the embedded default (model_zoo/default/) on world v2: path-traced streets, courtyards and
 # rooms with cast shadows, reflections and sky (docs/world.md). Run from the repository root with the
 # project's venv: sh model_zoo/training/finetune_v2.sh   (RUNS=elsewhere to keep runs/ apart)
-# The result is a model folder, $RUNS/model-v2m (docs/training.md "Fine-tuning on world v2"), trained on world v2
+# The result is a model folder, $RUNS/model-v2m-refined (docs/training.md "Fine-tuning on world v2"), trained on world v2
 # and on the physics world the default learned (the shipped recipe's data.json, $RUNS/data); nothing in
 # model_zoo/default/ changes. Every stage resumes from its latest checkpoint if interrupted.
 set -e
@@ -37,6 +37,13 @@ $AF --quiet train student-rollout --config $C/student-rollout.json $S --set out=
 $AF --quiet train decoder --config $C/decoder.json --set out=$R/decoder-v2m --set student_run=$R/student-v2m2 \
     --set latents=$R/student-v2m2/latents-train.safetensors --set mix_latents=$R/student-v2m2/latents-mix.safetensors \
     --set mix_rate=0.35 --set codecs_run=$R/imported/codecs --set window_frames=1 --set steps=1000 --set decay_steps=300
-# without a refiner: the shipped one learned the physics world's shading and costs 1.1 dB on world v2
-$AF --quiet train export --config $C/export.json --set student_run=$R/student-v2m2 --set teacher_run=$R/imported/teacher \
-    --set codecs_run=$R/decoder-v2m --set vae_run=$R/imported/vae --set out=$R/model-v2m
+# first without a refiner: the shipped one learned the physics world's shading and costs 1.1 dB on world v2
+E="--set student_run=$R/student-v2m2 --set teacher_run=$R/imported/teacher --set codecs_run=$R/decoder-v2m"
+$AF --quiet train export --config $C/export.json $E --set vae_run=$R/imported/vae --set out=$R/model-v2m
+# a refiner of its own for both worlds: it learns that model's errors on the first 24 training clips of each
+# (world v2's are all the student saw; there are no others), a third of its crops from the physics world
+$AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m --set model=$R/model-v2m \
+    --set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth \
+    --set steps=3000 --set decay_steps=1500
+$AF --quiet train export --config $C/export.json $E --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m \
+    --set out=$R/model-v2m-refined

@@ -20,6 +20,10 @@ On a new scene the sun's side is not in the input (data.py), so the frame the re
 for is the ground truth's mean over the courtyard's turns, not the one sun the scene was lit by:
 `target` "turned" trains towards that mean (a dataset made with sun_turns > 1), with the
 expectation computed rather than learnt from scattered samples.
+
+With `mix_data` the model also renders a second dataset's training clips (another world, into
+out/renders-mix/) and a `mix_rate` share of the crops come from them: a model for two worlds gets a
+refiner for both.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ import torch.nn.functional as F
 
 from ..codecs import refiner as refiner_codec
 from ..errors import AlayaError
-from .common import StageConfig, autocast, check_device, descend, step_generator, train_loop
+from .common import StageConfig, autocast, check_device, check_mix, descend, step_generator, train_loop
 from .data import ClipSet
 from .latent_data import perturb_prompts
 
@@ -60,9 +64,16 @@ class RefinerStageConfig(StageConfig):
     target: str = "truth"  # or "turned": the ground truth's mean over the world's turns (data made with sun_turns > 1)
     novel_share: float = 0.0  # share of crops from renders prompted with the 'refiner' wordings (prompts.py)
     device: str = "cpu"  # or "cuda": where the model renders and the refiner trains (a render cache serves both)
+    # a second dataset (another world) whose first `clips` training clips the model renders too (out/renders-mix/);
+    # a mix_rate share of the crops come from them, so a refiner for two worlds learns both
+    mix_data: str = ""
+    mix_rate: float = 0.0
 
     def validate(self):
         check_device("refiner stage", self.device)
+        check_mix("refiner stage", self.mix_data, self.mix_rate)
+        if self.mix_data and self.novel_share:
+            raise AlayaError("refiner stage: novel_share and mix_data do not go together (novel renders are of 'data' only)")
         if self.config not in refiner_codec.CONFIGS:
             raise AlayaError(f"refiner stage: config {self.config!r} is unknown; known: {', '.join(refiner_codec.CONFIGS)}")
         if self.target not in TARGETS:
@@ -103,10 +114,12 @@ def _model_stamp(folder: Path) -> dict:
 
 
 @torch.no_grad()
-def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "train") -> tuple[np.ndarray, list]:
+def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "train",
+                  mix: bool = False) -> tuple[np.ndarray, list]:
     """The model's frames of the first `cfg.clips` training clips under every preset, uint8 (N, P, T, H, W, 3),
     each clip and preset prompted with a random wording of the prompt split `split` (prompts.py), and
-    those wordings, [clip][preset]. The 'train' renders live in out/renders/, others in out/renders-SPLIT/."""
+    those wordings, [clip][preset]. The 'train' renders live in out/renders/, others in out/renders-SPLIT/;
+    mix: the clips are mix_data's, in out/renders-mix/."""
     from ...streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
     from ...streaming.files.sinks import to_uint8
     from .. import bundle
@@ -114,9 +127,9 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     from .prompts import prompts as wordings
 
     n = len(clips) if cfg.clips == 0 else min(cfg.clips, len(clips))
-    folder = Path(cfg.out) / ("renders" if split == "train" else f"renders-{split}")
-    recipe = {"model": str(cfg.model), "weights": _model_stamp(Path(cfg.model)), "data": str(cfg.data), "seed": cfg.seed,
-              "precision": cfg.precision}
+    folder = Path(cfg.out) / ("renders-mix" if mix else "renders" if split == "train" else f"renders-{split}")
+    recipe = {"model": str(cfg.model), "weights": _model_stamp(Path(cfg.model)), "data": str(cfg.mix_data if mix else cfg.data),
+              "seed": cfg.seed, "precision": cfg.precision}
     model = None
     out = np.empty((n, len(clips.presets), *clips.rgb.shape[2:]), np.uint8)
     rng = random.Random(cfg.seed if split == "train" else f"{cfg.seed}-{split}")
@@ -144,20 +157,38 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     return out, chosen
 
 
-def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
-    clips = ClipSet(cfg.data, "train")
+@dataclass
+class _Source:
+    """One dataset's training clips, the model's renders of them, the frames to fit and the wordings' embeddings."""
+
+    clips: ClipSet
+    renders: np.ndarray
+    goal: np.ndarray
+    texts: torch.Tensor | None  # (P, W, D) for a prompt-reading refiner
+
+
+def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = False) -> _Source:
+    clips = ClipSet(data, "train")
     goal = clips.rgb if cfg.target == "truth" else clips.rgb_turned
     if goal is None:
-        raise AlayaError(f"refiner stage: target 'turned' needs a dataset made with sun_turns > 1; {cfg.data} has none")
-    renders, _ = model_renders(cfg, clips, log)
-    # renders prompted with wordings no other stage trained on, each crop of them read with its own wording
-    novel, novel_picks = model_renders(cfg, clips, log, "refiner") if cfg.novel_share else (None, None)
-    n, p, t, h, w = renders.shape[:5]
-    k = min(cfg.crop, h, w)
+        raise AlayaError(f"refiner stage: target 'turned' needs a dataset made with sun_turns > 1; {data} has none")
+    renders, _ = model_renders(cfg, clips, log, mix=mix)
+    return _Source(clips, renders, goal, _wording_embeddings(clips)[0] if text_dim else None)
+
+
+def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     dev = torch.device(cfg.device)
     net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config]).to(dev)
-    texts, empty = _wording_embeddings(clips) if net.text_dim else (None, None)  # (P, W, D), (D,)
+    sources = [_source(cfg, cfg.data, log, net.text_dim)]
+    if cfg.mix_data:
+        sources.append(_source(cfg, cfg.mix_data, log, net.text_dim, mix=True))
+    clips, renders = sources[0].clips, sources[0].renders
+    # renders prompted with wordings no other stage trained on, each crop of them read with its own wording
+    novel, novel_picks = model_renders(cfg, clips, log, "refiner") if cfg.novel_share else (None, None)
+    empty = _embeddings([""])[0] if net.text_dim else None  # (D,)
     novel_texts = None
+    n, p = renders.shape[:2]
+    k = min(cfg.crop, *(size for src in sources for size in src.renders.shape[3:5]))  # one crop size for every source
     if novel is not None and net.text_dim:
         novel_texts = _embeddings([x for picks in novel_picks for x in picks]).view(n, p, -1)  # (N, P, D)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -166,18 +197,21 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
         g = step_generator(cfg.seed, i)
         rgb, planes, target, text = [], [], [], []
         for _ in range(cfg.batch):
+            # (each draw only when asked for, so runs without a mix or novel renders keep their random stream)
+            src = sources[int(float(torch.rand((), generator=g)) < cfg.mix_rate) if cfg.mix_rate else 0]
+            n, p, t, h, w = src.renders.shape[:5]
             c, q, f = (int(torch.randint(m, (1,), generator=g)) for m in (n, p, t))
             y, x = (int(torch.randint(m - k + 1, (1,), generator=g)) for m in (h, w))
-            # (drawn only when asked for, so runs without novel renders keep their random stream)
             from_novel = novel is not None and float(torch.rand((), generator=g)) < cfg.novel_share
-            source = novel if from_novel else renders
-            if texts is not None:  # the render's own novel wording, or a random training wording of the preset;
+            frames = novel if from_novel else src.renders
+            if src.texts is not None:  # the render's own novel wording, or a random training wording of the preset;
                 # now and then the empty prompt
+                texts = src.texts
                 e = novel_texts[c, q] if from_novel else texts[q, int(torch.randint(texts.shape[1], (1,), generator=g))]
                 text.append(empty if float(torch.rand((), generator=g)) < cfg.prompt_dropout else e)
-            crop = [torch.from_numpy(source[c, q, f, y:y + k, x:x + k]),
-                    refiner_codec.gbuffer_planes(torch.from_numpy(clips.gbuffers[c, f, :, y:y + k, x:x + k])),
-                    torch.from_numpy(goal[c, q, f, y:y + k, x:x + k])]
+            crop = [torch.from_numpy(frames[c, q, f, y:y + k, x:x + k]),
+                    refiner_codec.gbuffer_planes(torch.from_numpy(src.clips.gbuffers[c, f, :, y:y + k, x:x + k])),
+                    torch.from_numpy(src.goal[c, q, f, y:y + k, x:x + k])]
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
                 crop = _mirrored(*crop)
             rgb.append(crop[0])
