@@ -24,15 +24,15 @@ $AF --quiet train import --config $C/import.json --set out=$R/imported
 # is regressed onto their ground-truth latents; half its prompts are the clips' captions, which name
 # the sun's side (the G-buffers cannot say it). A third of its steps stream physics-world clips instead
 # (32 of the shipped dataset's, mix_data): trained on world v2 alone it forgot that world (26.8 -> 13.6 dB).
-# 600 steps at 3e-5, then 1,500 more at 1e-4 from them
+# 400 steps at 3e-5, then 1,200 more at 1e-4 from them
 S="--set data=$R/data-v2 --set vae_run=$R/imported/vae --set codecs_run=$R/imported/codecs --set window_frames=1"
 S="$S --set sink_frames=1 --set caption_rate=0.5 --set mix_data=$R/data --set mix_rate=0.35"
 S="$S --set mix_max_windows=32"
 $AF --quiet train student-rollout --config $C/student-rollout.json $S --set out=$R/student-v2m \
-    --set student_run=$R/imported/student --set steps=600 --set decay_steps=150 --set lr=3e-5
+    --set student_run=$R/imported/student --set steps=400 --set decay_steps=100 --set lr=3e-5
 mkdir -p $R/student-v2m2 && ln -f $R/student-v2m/latents-*.safetensors $R/student-v2m2/  # the same clips: not encoded again
 $AF --quiet train student-rollout --config $C/student-rollout.json $S --set out=$R/student-v2m2 \
-    --set student_run=$R/student-v2m --set steps=1500 --set decay_steps=500 --set lr=1e-4
+    --set student_run=$R/student-v2m --set steps=1200 --set decay_steps=400 --set lr=1e-4
 # the tiny decoder was fitted to the shipped student's latents: it must learn the new student's, on both worlds
 $AF --quiet train decoder --config $C/decoder.json --set out=$R/decoder-v2m --set student_run=$R/student-v2m2 \
     --set latents=$R/student-v2m2/latents-train.safetensors --set mix_latents=$R/student-v2m2/latents-mix.safetensors \
