@@ -91,7 +91,7 @@ def test_refiner_with_a_mixed_in_world_refines_that_world_closer(mixed, tmp_path
     from alaya_flash.model_zoo.codecs import refiner as rf
     from alaya_flash.model_zoo.loading import load_strict
     from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, _embeddings, model_renders
 
     base = {"model": str(mixed / "model"), "data": str(mixed / "data"), "clips": 2, "crop": 32, "batch": 4, "steps": 60,
             "lr": 3e-3, "log_every": 60, "ckpt_every": 60, "precision": "fp32", "config": "gbuffer-refiner-16-prompt"}
@@ -102,6 +102,7 @@ def test_refiner_with_a_mixed_in_world_refines_that_world_closer(mixed, tmp_path
     mix = ClipSet(mixed / "mix-data", "train")
     mix_cfg = common.config_from_dict({**base, **runs["mixed"], "out": str(tmp_path / "mixed")}, RefinerStageConfig)
     renders, picks = model_renders(mix_cfg, mix, None, mix=True)  # the mixed run's cache
+    emb = _embeddings([w for row in picks for w in row]).view(2, len(mix.presets), 1, -1)  # each render's own wording
     errors = {}
     for name in runs:
         net = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
@@ -110,17 +111,11 @@ def test_refiner_with_a_mixed_in_world_refines_that_world_closer(mixed, tmp_path
         for c in range(2):
             for q in range(len(mix.presets)):
                 frames = torch.from_numpy(renders[c, q]).float() / 255
-                refined = net.refine(frames, torch.from_numpy(mix.gbuffers[c]), _embed(picks[c][q]).expand(len(frames), -1))
+                refined = net.refine(frames, torch.from_numpy(mix.gbuffers[c]), emb[c, q].expand(len(frames), -1))
                 err.append(torch.mean((refined - torch.from_numpy(mix.rgb[c, q]).float() / 255) ** 2))
         errors[name] = sum(err)
     assert (tmp_path / "mixed" / "renders-mix" / "clip-000001.safetensors").is_file()
     assert errors["mixed"] < errors["alone"]
-
-
-def _embed(wording: str) -> torch.Tensor:
-    from alaya_flash.model_zoo.text_encoder import TextEncoder
-
-    return TextEncoder.load()([wording])[0]
 
 
 def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_path, monkeypatch):

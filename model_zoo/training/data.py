@@ -227,7 +227,8 @@ def build_dataset(cfg: DataConfig, progress=None, log=None) -> Path:
         for seed in seeds:
             path = out / split / f"clip-{seed:06d}.npz"
             name = str(path.relative_to(out))
-            stale = path.is_file() and cfg.world == "pathtrace" and _passes(path) != passes
+            have = _passes(path) if path.is_file() and cfg.world == "pathtrace" else None
+            stale = have is not None and have != passes
             if not path.is_file() or stale:
                 if cfg.world == "pathtrace":
                     arrays, clip_info[name] = render_traced_clip(cfg, seed, passes)
@@ -242,7 +243,7 @@ def build_dataset(cfg: DataConfig, progress=None, log=None) -> Path:
                     clip_info[name] = {"scene": tc.scene, "camera": tc.camera, "sun_side": tc.sun_side(),
                                        # clips from before llvm_ad_rgb worked here were all scalar_rgb renders
                                        "renderer": str(z["renderer"]) if "renderer" in z else "mitsuba scalar_rgb",
-                                       "passes": int(z["passes"]) if "passes" in z else 1,
+                                       "passes": have,
                                        "captions": dict(zip(z["presets"].tolist(), z["captions"].tolist()))}
             clips[split].append(name)
             if progress:

@@ -97,7 +97,6 @@ class _Source:
     """One whole-clip cache with what the decoder reads beside it: the student's renders of its clips
     and the clips' ground-truth pixels."""
 
-    data: LatentSet
     clips: ClipSet
     windows: list
     frames: int
@@ -117,7 +116,7 @@ def _source(cfg: DecoderStageConfig, latents: str, name: str, log) -> _Source:
     windows = selected_windows(clips, recipe["frames"], recipe.get("max_windows", 0))
     if len(windows) != len(data):
         raise AlayaError(f"{path}: {len(data)} windows, the dataset {recipe['data']} has {len(windows)}")
-    return _Source(data, clips, windows, recipe["frames"], student_renders(cfg, data, latents, name, log),
+    return _Source(clips, windows, recipe["frames"], student_renders(cfg, data, latents, name, log),
                    nearest_presets(data.rgb) if cfg.pair_weight else None)
 
 

@@ -173,7 +173,7 @@ def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = 
     if goal is None:
         raise AlayaError(f"refiner stage: target 'turned' needs a dataset made with sun_turns > 1; {data} has none")
     renders, _ = model_renders(cfg, clips, log, mix=mix)
-    return _Source(clips, renders, goal, _wording_embeddings(clips)[0] if text_dim else None)
+    return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None)
 
 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
@@ -206,8 +206,10 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
             frames = novel if from_novel else src.renders
             if src.texts is not None:  # the render's own novel wording, or a random training wording of the preset;
                 # now and then the empty prompt
-                texts = src.texts
-                e = novel_texts[c, q] if from_novel else texts[q, int(torch.randint(texts.shape[1], (1,), generator=g))]
+                if from_novel:
+                    e = novel_texts[c, q]
+                else:
+                    e = src.texts[q, int(torch.randint(src.texts.shape[1], (1,), generator=g))]
                 text.append(empty if float(torch.rand((), generator=g)) < cfg.prompt_dropout else e)
             crop = [torch.from_numpy(frames[c, q, f, y:y + k, x:x + k]),
                     refiner_codec.gbuffer_planes(torch.from_numpy(src.clips.gbuffers[c, f, :, y:y + k, x:x + k])),
@@ -270,9 +272,8 @@ def _embeddings(wordings: list[str]) -> torch.Tensor:
         return TextEncoder.load()(wordings)[:, 0].float()
 
 
-def _wording_embeddings(clips: ClipSet) -> tuple[torch.Tensor, torch.Tensor]:
-    """MiniLM embeddings of every training wording of every preset, (P, W, D) (W: the fewest a preset
-    has), and of the empty prompt, (D,)."""
+def _wording_embeddings(clips: ClipSet) -> torch.Tensor:
+    """MiniLM embeddings of every training wording of every preset, (P, W, D) (W: the fewest a preset has)."""
     lists = [clips.prompts[p]["train"] for p in clips.presets]
     w = min(len(x) for x in lists)
-    return torch.stack([_embeddings(x[:w]) for x in lists]), _embeddings([""])[0]
+    return torch.stack([_embeddings(x[:w]) for x in lists])

@@ -224,8 +224,9 @@ def evaluate(args) -> dict:
     text = flash.text_encoder()
     negative = text([teacher.settings.negative_prompt if teacher else ""])
     models = {"student": flash, **({"teacher": teacher} if teacher else {})}
-    scores = {m: {"psnr": [], "psnr_noise_free": [], "truth_noise_psnr": [], "psnr_by_latent": [], "ssim": [], "diff_error": [], "temporal_ratio": [], "boundary_ratio": [],
-                  "gt_boundary_ratio": [], "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
+    scores = {m: {"psnr": [], "psnr_noise_free": [], "truth_noise_psnr": [], "psnr_by_latent": [], "ssim": [],
+                  "diff_error": [], "temporal_ratio": [], "boundary_ratio": [], "gt_boundary_ratio": [],
+                  "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
                   "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {},
                   "fps": [], "first_frame_s": [], "lighting": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}

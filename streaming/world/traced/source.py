@@ -9,9 +9,10 @@
 Extras per frame, as the physics world's (world.py): "object_id" (H, W) int32; with presets
 "rgb" (first preset) and, when several, "rgb_<preset>" each; "sun_visibility" (first preset's
 sun) and "sun_visibility_<preset>" likewise; with passes > 1 also "truth_noise_mse" (and
-"truth_noise_mse_<preset>"): the truth's own noise, estimated from the spread of its passes. The scene is static; only the camera moves. The
-same config gives the same G-buffers bit for bit, and the same truth for the same Mitsuba build and
-variant (`variant` "auto" takes llvm_ad_rgb where a libLLVM >= 16 is installed: render.resolve_variant).
+"truth_noise_mse_<preset>"): the truth's own noise, estimated from the spread of its passes. The
+scene is static; only the camera moves. The same config gives the same G-buffers bit for bit, and
+the same truth for the same Mitsuba build and variant (`variant` "auto" takes llvm_ad_rgb where a
+libLLVM >= 16 is installed: render.resolve_variant).
 """
 from __future__ import annotations
 
