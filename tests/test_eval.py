@@ -77,6 +77,9 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
         r = report[m]
         assert 0 < r["content"]["psnr_db"] < 60 and -1 <= r["content"]["ssim"] <= 1
         assert len(r["content"]["psnr_db_by_latent"]) == 3  # 9 frames: frame 0, 1-4, 5-8
+        by_preset = r["content"]["psnr_db_by_preset"]  # one clip: the overall mean is the presets' mean
+        assert list(by_preset) == ["bright_sunny", "moonlit_night"]
+        assert sum(by_preset.values()) / 2 == pytest.approx(r["content"]["psnr_db"])
         assert r["temporal"]["ratio"] >= 0 and r["temporal"]["diff_error"] >= 0
         for kind, renders, suffix in (("train_wordings", 2, ""), ("heldout_wordings", 4, r" \[paraphrase [12]\]")):
             rate, misses = r["control"][kind]["nearest_rate"], r["control"][kind]["misses"]

@@ -227,7 +227,7 @@ def evaluate(args) -> dict:
     scores = {m: {"psnr": [], "psnr_noise_free": [], "truth_noise_psnr": [], "psnr_by_latent": [], "ssim": [],
                   "diff_error": [], "temporal_ratio": [], "boundary_ratio": [], "gt_boundary_ratio": [],
                   "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
-                  "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {},
+                  "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {}, "psnr_by_preset": {},
                   "fps": [], "first_frame_s": [], "lighting": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
     from tqdm import tqdm
@@ -271,6 +271,7 @@ def evaluate(args) -> dict:
                         s[f"miss_{kind}"].append(miss if kind == "train" else f"{miss} [paraphrase {index + 1}]")
                     if kind == "train":
                         s["psnr"].append(metrics.psnr(out, gt[p]))
+                        s["psnr_by_preset"].setdefault(name, []).append(s["psnr"][-1])
                         if "truth_noise_mse" in clip:
                             noise = float(clip["truth_noise_mse"][p].mean()) / 255 ** 2
                             s["truth_noise_psnr"].append(10 * math.log10(1 / noise))
@@ -303,7 +304,8 @@ def evaluate(args) -> dict:
     for m, s in scores.items():
         report[m] = {
             "content": {"psnr_db": _mean(s["psnr"]), "ssim": _mean(s["ssim"]),
-                        "psnr_db_by_latent": [_mean(column) for column in zip(*s["psnr_by_latent"])]},
+                        "psnr_db_by_latent": [_mean(column) for column in zip(*s["psnr_by_latent"])],
+                        "psnr_db_by_preset": {name: _mean(v) for name, v in s["psnr_by_preset"].items()}},
             "temporal": {"diff_error": _mean(s["diff_error"]), "ratio": _mean(s["temporal_ratio"])},
             "cross_window": {"ratio": _mean(s["boundary_ratio"]), "gt_ratio": _mean(s["gt_boundary_ratio"])},
             "control": {f"{kind}_wordings": {"nearest_rate": _mean(s[f"hit_{kind}"]), "margin_db": _mean(s[f"margin_{kind}"]),
