@@ -203,3 +203,84 @@ def test_codec_quality_script_reports_the_control_ceiling(runs, capsys):
         assert report[f"{name}_nearest_rate"] in (0.0, 0.5, 1.0)  # 1 clip x 2 presets
         assert report[f"{name}_min_margin_db"] <= report[f"{name}_margin_db"]
         assert (report[f"{name}_nearest_rate"] == 1.0) == (report[f"{name}_min_margin_db"] > 0)
+
+
+def _mixed_world_error(mixed, decode) -> float:
+    """Mean squared error of decode(uint8 clip (1, T, H, W, 3)) -> frames (T, H, W, 3) in [0, 1] over every
+    clip and preset of the `mixed` fixture's second world (other seeds, presets the first world lacks)."""
+    from alaya_flash.model_zoo.training.data import ClipSet
+
+    clips = ClipSet(mixed / "mix-data", "train")
+    err = []
+    with torch.no_grad():
+        for c in range(len(clips)):
+            for q in range(clips.rgb.shape[1]):
+                u8 = torch.from_numpy(clips.rgb[c, q, :5])
+                err.append(float((decode(u8[None]) - u8.float().div(255)).pow(2).mean()))
+    return sum(err) / len(err)
+
+
+def test_vae_with_a_mixed_in_world_reconstructs_that_world_closer(mixed, tmp_path):
+    """mix_data / mix_rate: half the steps crop the second world's clips; from the same start (init) and
+    seed, its clips come back nearer their truth than after the same training without it."""
+    from alaya_flash.model_zoo.training.codecs import load_vae, to_video
+
+    cfg = {"data": str(mixed / "data"), "init": str(mixed / "vae"), "base_dim": 4, "frames": 5, "crop": 16,
+           "batch": 2, "steps": 30, "lr": 3e-3, "ckpt_every": 30, "log_every": 1}
+    for name, extra in (("alone", {}), ("mixed", {"mix_data": str(mixed / "mix-data"), "mix_rate": 0.5})):
+        assert main(["--quiet", "train", "vae", "--config", write(tmp_path / f"{name}.json",
+                                                                  {**cfg, **extra, "out": str(tmp_path / name)})]) == 0
+    assert "mix=1" in (tmp_path / "mixed" / "train.log").read_text()  # some steps came from the second world
+
+    def error(run) -> float:
+        vae = load_vae(tmp_path / run)
+        return _mixed_world_error(mixed, lambda u8: vae.decode(vae.encode(to_video(u8), chunk=None), chunk=None)
+                                  .float()[0].permute(1, 2, 3, 0).add(1).div(2).clamp(0, 1))
+
+    assert error("mixed") < error("alone")
+
+
+def test_codecs_start_from_a_run_and_mix_in_a_world(mixed, tmp_path, capsys):
+    """codecs init: a new run starts from another run's tiny codec and G-buffer encoder (lr 0 keeps them
+    exactly). mix_data: half the steps crop the second world (VAE targets encoded per crop, beside the
+    first world's cached ones); the tiny decoder then decodes that world's VAE latents nearer its truth."""
+    from alaya_flash.model_zoo.training.codecs import load_vae, to_video
+    from alaya_flash.model_zoo.codecs import tiny
+
+    cache = mixed / "teacher" / "latents-train.safetensors"
+    cfg = {"data": str(mixed / "data"), "vae_run": str(mixed / "vae"), "init": str(mixed / "codecs"), "frames": 9,
+           "crop": 16, "batch": 2, "ckpt_every": 1, "log_every": 1}
+    kept = write(tmp_path / "kept.json", {**cfg, "out": str(tmp_path / "kept"), "steps": 1, "lr": 0.0})
+    assert main(["--quiet", "train", "codecs", "--config", kept]) == 0
+    assert "started from the weights of" in (tmp_path / "kept" / "train.log").read_text()
+    for name in ("tiny", "gbuffer_encoder"):
+        start, got = common.final_weights(mixed / "codecs", name), common.final_weights(tmp_path / "kept", name)
+        assert all(torch.equal(start[k], got[k]) for k in start)
+    train = {**cfg, "steps": 30, "lr": 3e-3, "ckpt_every": 30, "latents": str(cache)}  # the first world's cached
+    for name, extra in (("alone", {}), ("mixed", {"mix_data": str(mixed / "mix-data"), "mix_rate": 0.5})):
+        assert main(["--quiet", "train", "codecs", "--config", write(tmp_path / f"{name}.json",
+                                                                     {**train, **extra, "out": str(tmp_path / name)})]) == 0
+    assert "mix=1" in (tmp_path / "mixed" / "train.log").read_text()
+    vae = load_vae(mixed / "vae")
+
+    def error(run) -> float:
+        codec = tiny.build(tiny.CONFIGS["taew-slim"]).eval()
+        codec.load_state_dict(common.final_weights(tmp_path / run, "tiny"))
+        return _mixed_world_error(mixed, lambda u8: codec.decode(vae.encode(to_video(u8), chunk=None).float())
+                                  .float()[0].permute(0, 2, 3, 1)[:5].clamp(0, 1))
+
+    assert error("mixed") < error("alone")
+    wrong = write(tmp_path / "wrong.json", {**cfg, "out": str(tmp_path / "wrong"), "steps": 1,
+                                            "tiny": "taew-slim", "init": str(mixed / "vae")})
+    assert main(["--quiet", "train", "codecs", "--config", wrong]) != 0
+    assert f"codecs stage: init {mixed / 'vae'}:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stage", ["vae", "codecs"])
+@pytest.mark.parametrize("bad, message", [({"mix_rate": 0.5}, "go together (both or neither)"),
+                                          ({"mix_rate": 1.5, "mix_data": "x"}, "mix_rate 1.5 must be between 0 and 1")])
+def test_bad_mix_is_refused(stage, bad, message, tmp_path, capsys):
+    assert main(["--quiet", "train", stage, "--config", write(tmp_path / "bad.json", {"out": str(tmp_path / "x"), **bad})]) != 0
+    err = capsys.readouterr().err
+    assert f"{stage} stage: mix_rate" in err and message in err
+    assert not (tmp_path / "x").exists()

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from ..codecs import gbuffer_encoder, tiny, wan_vae
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION
-from .common import (StageConfig, autocast, check_device, descend, final_weights, latest_checkpoint, step_generator,
-                     train_loop)
+from .common import (StageConfig, autocast, check_device, check_mix, descend, final_weights, latest_checkpoint,
+                     step_generator, train_loop)
 from .data import ClipSet
 
 
@@ -46,9 +46,14 @@ class VAEStageConfig(StageConfig):
     # a vae run folder (e.g. runs/imported/vae) whose latest weights start this run when `out` has no
     # checkpoint yet; the optimizer starts fresh (continue the shipped VAE without its run folder)
     init: str = ""
+    # a second dataset folder whose training clips give the whole batch of a mix_rate share of the
+    # steps (a VAE for two worlds); the latent statistics stay those of `data`
+    mix_data: str = ""
+    mix_rate: float = 0.0
 
     def validate(self):
         check_device("vae stage", self.device)
+        check_mix("vae stage", self.mix_data, self.mix_rate)
         if self.motion_weight < 0 or self.chroma_weight < 0:
             raise AlayaError(f"vae stage: motion_weight {self.motion_weight} and chroma_weight {self.chroma_weight} "
                              "must be >= 0")
@@ -72,8 +77,16 @@ class CodecStageConfig(StageConfig):
     latents: str = ""
     motion_weight: float = 0.0  # weight of motion_loss on the tiny decoder's frames
     boundary_weight: float = 0.0  # weight of boundary_motion_loss on the tiny decoder's frames
+    # a codecs run folder (e.g. runs/imported/codecs) whose latest tiny codec and G-buffer encoder start
+    # this run when `out` has no checkpoint yet; the optimizer starts fresh
+    init: str = ""
+    # a second dataset folder whose training clips give the whole batch of a mix_rate share of the steps,
+    # their VAE targets encoded crop by crop (`latents` caches the first dataset's only)
+    mix_data: str = ""
+    mix_rate: float = 0.0
 
     def validate(self):
+        check_mix("codecs stage", self.mix_data, self.mix_rate)
         if self.motion_weight < 0 or self.boundary_weight < 0:
             raise AlayaError(f"codecs stage: motion_weight {self.motion_weight} and boundary_weight "
                              f"{self.boundary_weight} must be >= 0")
@@ -173,27 +186,37 @@ def vae_gbuffer_latents(vae: wan_vae.WanVAE, gb: torch.Tensor) -> torch.Tensor:
     return z.reshape(b, 5 * z.shape[1], *z.shape[2:])
 
 
+def start_from(stage: str, cfg: StageConfig, nets: dict[str, torch.nn.Module], log) -> None:
+    """`init`: a new run (no checkpoint in `out` yet) starts from another run's latest weights of each
+    named network; weights that do not fit are refused naming the run."""
+    if not cfg.init or latest_checkpoint(Path(cfg.out)) is not None:
+        return
+    from ..loading import load_strict
+
+    try:
+        for name, net in nets.items():
+            load_strict(net, final_weights(Path(cfg.init), name))
+    except AlayaError as e:
+        raise AlayaError(f"{stage}: init {cfg.init}: {e}") from None
+    log.info("started from the weights of %s (fresh optimizer)", cfg.init)
+
+
 def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
     clips = ClipSet(cfg.data, "train")
+    sets = [clips] + ([ClipSet(cfg.mix_data, "train")] if cfg.mix_data else [])
     vcfg = vae_config(cfg)
     dev = torch.device(cfg.device)
     vae = wan_vae.build(vcfg)
-    if cfg.init and latest_checkpoint(Path(cfg.out)) is None:
-        from ..loading import load_strict
-
-        try:
-            load_strict(vae, final_weights(Path(cfg.init), "vae"))
-        except AlayaError as e:
-            raise AlayaError(f"vae stage: init {cfg.init}: {e}") from None
-        log.info("started from the weights of %s (fresh optimizer)", cfg.init)
+    start_from("vae stage", cfg, {"vae": vae}, log)
     vae = vae.to(dev)
     opt = torch.optim.AdamW(vae.parameters(), lr=cfg.lr, weight_decay=0.0)
-    log.info("vae %s: %.2fM parameters, %d training clips, on %s", vcfg,
-             sum(p.numel() for p in vae.parameters()) / 1e6, len(clips), dev)
+    log.info("vae %s: %.2fM parameters, %s training clips, on %s", vcfg,
+             sum(p.numel() for p in vae.parameters()) / 1e6, " + ".join(str(len(c)) for c in sets), dev)
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        gb, rgb, _ = sample_clips(clips, g, cfg.batch, cfg.frames, cfg.crop)
+        k = int(torch.rand(1, generator=g) < cfg.mix_rate) if cfg.mix_rate else 0  # drawn only when mixing
+        gb, rgb, _ = sample_clips(sets[k], g, cfg.batch, cfg.frames, cfg.crop)
         use_gb = torch.rand(cfg.batch, generator=g) < cfg.gbuffer_fraction
         passes = torch.randint(5, (cfg.batch,), generator=g)
         video = torch.stack([to_video(gb[j:j + 1, :, passes[j]])[0] if use_gb[j] else to_video(rgb[j:j + 1])[0]
@@ -206,6 +229,8 @@ def run_vae(cfg: VAEStageConfig, log, progress=None) -> int:
         reg = z.float().pow(2).mean()
         loss = rec + cfg.latent_reg * reg
         losses = {"rec": rec.item(), "z2": reg.item()}
+        if cfg.mix_rate:
+            losses["mix"] = k
         loss = add_frame_terms(loss, losses, recon, video, time_dim=2, channel_dim=1,  # (B, C, T, H, W)
                                motion=cfg.motion_weight, chroma=cfg.chroma_weight)
         descend(opt, loss, vae.parameters())
@@ -384,10 +409,12 @@ def run_codecs(cfg: CodecStageConfig, log, progress=None) -> int:
     pixel crop: no VAE pass per step (the stage ran ~1.9 s a step encoding 12 crops, most of it in
     the VAE), and the targets are what the decoder meets at inference, latents of whole frames."""
     clips = ClipSet(cfg.data, "train")
+    mix = ClipSet(cfg.mix_data, "train") if cfg.mix_data else None
     cached = CachedTargets(cfg, clips) if cfg.latents else None
-    vae = None if cached else load_vae(cfg.vae_run)
+    vae = None if cached and mix is None else load_vae(cfg.vae_run)
     codec = tiny.build(tiny.CONFIGS[cfg.tiny])
     genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[cfg.gbuffer_encoder])
+    start_from("codecs stage", cfg, {"tiny": codec, "gbuffer_encoder": genc}, log)
     params = list(codec.parameters()) + list(genc.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     log.info("tiny codec %s (%.2fM), G-buffer encoder %s (%.2fM)", cfg.tiny, sum(p.numel() for p in codec.parameters()) / 1e6,
@@ -395,10 +422,11 @@ def run_codecs(cfg: CodecStageConfig, log, progress=None) -> int:
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        if cached:
+        k = int(torch.rand(1, generator=g) < cfg.mix_rate) if cfg.mix_rate else 0  # drawn only when mixing
+        if cached and not k:
             gb, rgb, z_rgb, z_gb, _ = cached.sample(g, cfg.batch, cfg.crop)
         else:
-            gb, rgb, _ = sample_clips(clips, g, cfg.batch, cfg.frames, cfg.crop)
+            gb, rgb, _ = sample_clips(mix if k else clips, g, cfg.batch, cfg.frames, cfg.crop)
             with torch.no_grad(), autocast():
                 z_rgb = vae.encode(to_video(rgb), chunk=None).float()
                 z_gb = vae_gbuffer_latents(vae, gb)
@@ -414,6 +442,8 @@ def run_codecs(cfg: CodecStageConfig, log, progress=None) -> int:
         gbl = F.mse_loss(z_gb_hat, z_gb)
         loss = dec + enc + gbl
         losses = {"dec": dec.item(), "enc": enc.item(), "gbuf": gbl.item()}
+        if cfg.mix_rate:
+            losses["mix"] = k
         loss = add_frame_terms(loss, losses, frames, target, time_dim=1, channel_dim=2,  # (B, T, C, H, W)
                                motion=cfg.motion_weight, boundary=cfg.boundary_weight)
         descend(opt, loss, params)
