@@ -231,6 +231,16 @@ def test_lighting_metrics_see_shadows_metals_and_sky():
     summary = lighting_summary([same, seen, none])
     assert summary["shadows"]["renders"] == 2 and summary["shadows"]["within_tolerance"] == 0.5
     assert summary["metal"]["renders"] == 3 and summary["sky"]["renders"] == 3
+    assert summary["sun_side"] == {"renders": 0, "pairs": 0, "move_db": None, "shadow_ratio": None,
+                                   "opposite_shadow_ratio": None, "follows_rate": None}
+    # renders again with the opposite sun side named: one that darkens the truth's shadow less (follows), one
+    # that darkens it more (does not), one whose ground had no shadow pixels (moves, but no ratio)
+    sided = [{**same, "side_move_db": 20.0, "opposite_shadow_ratio": 0.9},
+             {**seen, "side_move_db": 30.0, "opposite_shadow_ratio": 0.5},
+             {**none, "side_move_db": 40.0, "opposite_shadow_ratio": None}]
+    side = lighting_summary(sided)["sun_side"]
+    assert side["renders"] == 3 and side["pairs"] == 2 and side["move_db"] == pytest.approx(30.0)
+    assert side["follows_rate"] == 0.5 and side["opposite_shadow_ratio"] == pytest.approx(0.7)
 
 
 def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path, capsys):
@@ -252,6 +262,8 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
     assert setup["training_wording"] == "each clip's caption"
     # both presets score the sky; only bright_sunny names a sun side, so only it scores shadows
     assert lighting["sky"]["renders"] == 2 and lighting["shadows"]["renders"] <= 1
+    # bright_sunny's caption names the sun's side: rendered again with the opposite side named
+    assert lighting["sun_side"]["renders"] == 1 and lighting["sun_side"]["pairs"] == lighting["shadows"]["renders"]
     content = report["student"]["content"]
     assert content["psnr_db"] > 0
     # truths of 2 passes carry their noise: the render scores higher against the noise-free truth

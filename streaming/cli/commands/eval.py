@@ -27,8 +27,10 @@ reports made before 2026-12-04 did), and scored on the five axes:
   lighting      world v2 datasets only (their clips carry sun visibility and the ground's pixels):
                 cast shadows (shadow ratio on the ground, render against truth, for presets whose
                 caption names a sun side; the share within 20% of the truth's), bare metals
-                (luminance contrast and PSNR over metallic >= 0.9 pixels) and the sky's colour
-                (mean error in 8-bit levels); a world v2 clip's training wording is its caption
+                (luminance contrast and PSNR over metallic >= 0.9 pixels), the sky's colour
+                (mean error in 8-bit levels) and the sun's side (each shadow render again with the
+                caption naming the opposite side: how far it moves, and whether the caption's own
+                side darkens the truth's shadows more); a world v2 clip's training wording is its caption
   long_stream   one long world stream (--long-frames, default 1,000, at --long-size, default 128x128;
                 an unseen seed, a held-out sunset wording; --long-world: the physics world, or world
                 v2's street walked at eye height and path traced at 32 spp, by default the world
@@ -121,6 +123,9 @@ def _clips(args, size):
             clip = {"gbuffers": held.gbuffers[c], "rgb": held.rgb[c][idx]}
             if held.captions is not None:
                 clip["captions"] = [held.captions[c][i] for i in idx]
+            info = held.meta.get("clip_info", {}).get(held.meta["clips"]["heldout"][c])
+            if info is not None:  # world v2: its scene kind and sun side, for the caption naming the other side
+                clip["scene"], clip["sun_side"] = info["scene"], info["sun_side"]
             with np.load(held.root / held.meta["clips"]["heldout"][c]) as z:
                 if "sun_visibility" in z and "ground" in z:
                     clip["sun_visibility"], clip["ground"] = z["sun_visibility"][idx], z["ground"]
@@ -186,12 +191,35 @@ def _mean(values):
 SHADOW_TOLERANCE = 0.2  # issue #32's target: a render's shadow ratio within 20% of its truth's
 
 
+def other_side(model, kind: str, out, truth, gbuffers, sun_visibility, clip: dict, preset: str, text, negative,
+               args) -> dict:
+    """The same clip rendered with its caption naming the opposite sun side (left <-> right, ahead <->
+    behind): how far that moves the render (PSNR between the two; inf: not at all) and the shadow ratio of
+    the moved render on the truth's shadowed ground (a model that follows the caption darkens the
+    truth's shadows less when told the sun is on the other side)."""
+    from ... import metrics
+    from ...engine.pipelines import FlashPipeline, PromptSchedule, TeacherPipeline
+    from ...world.traced.presets import OPPOSITE_SIDE, TRACED_PRESETS, caption
+
+    wording = caption(TRACED_PRESETS[preset], clip["scene"], OPPOSITE_SIDE[clip["sun_side"]])
+    sched = PromptSchedule.encode(text, wording)
+    if kind == "student":
+        pipe = FlashPipeline(model, sched, seed=args.seed, refine=not args.no_refiner)
+    else:
+        pipe = TeacherPipeline(model, sched, negative, seed=args.seed, steps=args.teacher_steps)
+    moved, _, _ = _render(pipe, gbuffers)
+    return {"side_move_db": metrics.psnr(out, moved),
+            "opposite_shadow_ratio": metrics.lighting(moved, truth, gbuffers, sun_visibility, clip["ground"])["shadow_ratio"]}
+
+
 def lighting_summary(records: list[dict]) -> dict:
     """The lighting axis from metrics.lighting's records (one per training-wording render)."""
     shadows = [(r["shadow_ratio"], r["gt_shadow_ratio"]) for r in records if r["shadow_ratio"] is not None]
     errors = [abs(a - b) / b for a, b in shadows if b > 0]
     metal = [r for r in records if r["metal_contrast"] is not None]
     sky = [r["sky_error_levels"] for r in records if r["sky_error_levels"] is not None]
+    sided = [r for r in records if "side_move_db" in r]  # rendered again with the opposite sun side named
+    pairs = [r for r in sided if r["shadow_ratio"] is not None and r["opposite_shadow_ratio"] is not None]
     return {"shadows": {"renders": len(shadows), "ratio": _mean([a for a, _ in shadows]),
                         "gt_ratio": _mean([b for _, b in shadows]), "relative_error": _mean(errors),
                         "within_tolerance": _mean([float(e <= SHADOW_TOLERANCE) for e in errors]),
@@ -199,7 +227,11 @@ def lighting_summary(records: list[dict]) -> dict:
             "metal": {"renders": len(metal), "contrast": _mean([r["metal_contrast"] for r in metal]),
                       "gt_contrast": _mean([r["gt_metal_contrast"] for r in metal]),
                       "psnr_db": _mean([r["metal_psnr_db"] for r in metal])},
-            "sky": {"renders": len(sky), "error_levels": _mean(sky)}}
+            "sky": {"renders": len(sky), "error_levels": _mean(sky)},
+            "sun_side": {"renders": len(sided), "pairs": len(pairs), "move_db": _mean([r["side_move_db"] for r in sided]),
+                         "shadow_ratio": _mean([r["shadow_ratio"] for r in pairs]),
+                         "opposite_shadow_ratio": _mean([r["opposite_shadow_ratio"] for r in pairs]),
+                         "follows_rate": _mean([float(r["shadow_ratio"] < r["opposite_shadow_ratio"]) for r in pairs])}}
 
 
 def evaluate(args) -> dict:
@@ -285,8 +317,11 @@ def evaluate(args) -> dict:
                         s["gt_boundary_ratio"].append(metrics.boundary_ratio(gt[p], bounds[m]))
                         if "sun_visibility" in clip:
                             sunlit = TRACED_PRESETS[name].light is not None  # the presets whose caption names a sun side
-                            s["lighting"].append(metrics.lighting(out, gt[p], gb, clip["sun_visibility"][p] if sunlit else None,
-                                                                  clip["ground"]))
+                            vis = clip["sun_visibility"][p] if sunlit else None
+                            record = metrics.lighting(out, gt[p], gb, vis, clip["ground"])
+                            if sunlit and "sun_side" in clip:
+                                record.update(other_side(model, m, out, gt[p], gb, vis, clip, name, text, negative, args))
+                            s["lighting"].append(record)
                 if kind == "train" and "teacher" in renders:
                     vs_teacher["psnr"].append(metrics.psnr(renders["student"], renders["teacher"]))
                     vs_teacher["ssim"].append(metrics.ssim(renders["student"], renders["teacher"]))
@@ -493,6 +528,11 @@ def run(args) -> int:
                     if shadow["renders"]:
                         print(f"{m} lighting: shadow ratio {shadow['ratio']:.2f} (truth {shadow['gt_ratio']:.2f}, "
                               f"{shadow['within_tolerance']:.0%} within 20%)", file=sys.stderr)
+                    side = li["sun_side"]
+                    if side["pairs"] and side["move_db"] is not None:
+                        print(f"{m} sun side: the opposite side named moves the render to {side['move_db']:.1f} dB; "
+                              f"shadow ratio {side['shadow_ratio']:.2f} against {side['opposite_shadow_ratio']:.2f} "
+                              f"({side['follows_rate']:.0%} follow the caption)", file=sys.stderr)
                 if "long_stream" in r:
                     ls = r["long_stream"]
                     print(f"{m} long stream ({ls['frames']} frames): first block {ls['first_block_psnr_db']:.2f} dB, "

@@ -34,6 +34,7 @@ from .scene import CONTENT
 
 SIDES = {"ahead": 0.0, "left": 90.0, "behind": 180.0, "right": -90.0}
 SIDE_JITTER = 30.0  # degrees either side of a side's centre
+OPPOSITE_SIDE = {"ahead": "behind", "behind": "ahead", "left": "right", "right": "left"}
 PHRASES = {"ahead": "with the {light} ahead, shining towards the camera", "left": "with the {light} on the left",
            "right": "with the {light} on the right", "behind": "with the {light} behind the camera"}
 
