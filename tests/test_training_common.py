@@ -215,8 +215,9 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     (tmp_path / "runs/model-v2m/config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
     assert [name for name, _ in calls] == ["data", "data", "import", "student-rollout", "student-rollout", "decoder",
-                                           "export", "refiner", "export"]
-    data, physics, imported, first, student, decoder, export, refiner, refined = (cfg for _, cfg in calls)
+                                           "export", "refiner", "export", "student-rollout", "decoder", "export", "export"]
+    data, physics, imported, first, student, decoder, export, refiner, refined = (cfg for _, cfg in calls[:9])
+    third, decoder3, export3, refined3 = (cfg for _, cfg in calls[9:])
     assert data.world == "pathtrace" and data.heldout_passes > 1 and physics.world == "physics"
     assert first.data == student.data == data.out and first.mix_data == student.mix_data == physics.out
     assert 0 < first.mix_rate == student.mix_rate == decoder.mix_rate < 0.5  # world v2 gets most steps
@@ -231,3 +232,10 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert (refiner.data, refiner.mix_data, refiner.mix_rate) == (data.out, physics.out, first.mix_rate)
     assert refiner.target == "truth" and refined.codecs_run == decoder.out  # world v2 has no turned mean
     assert "model_zoo/default" not in (export.out, refined.out)
+    # the third student run continues the second on the same data and mix; its decoder continues the first decoder
+    assert third.student_run == student.out and (third.data, third.mix_data, third.mix_rate) == (
+        student.data, student.mix_data, student.mix_rate)
+    assert decoder3.student_run == export3.student_run == refined3.student_run == third.out
+    assert decoder3.codecs_run == decoder.out and export3.codecs_run == refined3.codecs_run == decoder3.out
+    assert decoder3.latents == f"{third.out}/latents-train.safetensors" and refined3.refiner_run == refiner.out
+    assert export3.refiner_run == "" and len({export.out, refined.out, export3.out, refined3.out}) == 4

@@ -391,3 +391,31 @@ def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
     assert v2.world == "pathtrace" and len(v2.preset_names) == len(TRACED_PRESETS)
     with pytest.raises(AlayaError, match="sun_turns applies to the physics world"):
         DataConfig(world="pathtrace", sun_turns=4).validate()
+
+
+def test_caption_sides_script_measures_the_side_apart_from_preset_and_scene():
+    """scripts/caption_sides.py: an encoder that drops the side phrase puts sides 0 apart and keeps presets and
+    scene kinds apart; one that reads only the side phrase does the reverse."""
+    import re
+
+    import torch
+    from training_helpers import load_script
+
+    from alaya_flash.streaming.world.traced.presets import PHRASES
+
+    script = load_script("caption_sides")
+    side = re.compile("|".join(re.escape(p.format(light=light)) for p in PHRASES.values() for light in ("sun", "moon")))
+
+    def bag(texts):  # a stand-in for the prompt encoder: hashed words, normalised
+        out = torch.zeros(len(texts), 1, 64)
+        for i, t in enumerate(texts):
+            for w in t.split():
+                out[i, 0, hash(w) % 64] += 1
+        return torch.nn.functional.normalize(out, dim=-1)
+
+    blind = script.distances(lambda texts: bag([side.sub("", t) for t in texts]))
+    assert blind["sides"] == 0 and blind["presets"] > 0 and blind["scene_kinds"] > 0
+    named = {p.format(light=light): name for name, p in PHRASES.items() for light in ("sun", "moon")}
+    only = script.distances(lambda texts: bag([named[side.search(t).group(0)] for t in texts]))
+    assert only["sides"] > 0 and only["presets"] == 0 and only["scene_kinds"] == 0
+    assert len(only["by_side_pair"]) == 6 and all(v > 0 for v in only["by_side_pair"].values())
