@@ -239,7 +239,8 @@ def check_caption_rate(stage: str, caption_rate: float) -> None:
 
 
 def check_mix(stage: str, mix: str, mix_rate: float) -> None:
-    """mix / mix_rate (vae, codecs, student-rollout, decoder, refiner): a second source drawn for a share of the steps or crops."""
+    """mix / mix_rate (vae, codecs, student-rollout, decoder, refiner): a second source drawn for a share
+    of the steps or crops."""
     if not 0.0 <= mix_rate <= 1.0:
         raise AlayaError(f"{stage}: mix_rate {mix_rate} must be between 0 and 1")
     if bool(mix) != bool(mix_rate):

@@ -123,10 +123,11 @@ def _clips(args, size):
             clip = {"gbuffers": held.gbuffers[c], "rgb": held.rgb[c][idx]}
             if held.captions is not None:
                 clip["captions"] = [held.captions[c][i] for i in idx]
-            info = held.meta.get("clip_info", {}).get(held.meta["clips"]["heldout"][c])
+            file = held.meta["clips"]["heldout"][c]
+            info = held.meta.get("clip_info", {}).get(file)
             if info is not None:  # world v2: its scene kind and sun side, for the caption naming the other side
                 clip["scene"], clip["sun_side"] = info["scene"], info["sun_side"]
-            with np.load(held.root / held.meta["clips"]["heldout"][c]) as z:
+            with np.load(held.root / file) as z:
                 if "sun_visibility" in z and "ground" in z:
                     clip["sun_visibility"], clip["ground"] = z["sun_visibility"][idx], z["ground"]
                 if "truth_noise_mse" in z:  # the path-traced truth's own noise (data config heldout_passes)
@@ -191,23 +192,15 @@ def _mean(values):
 SHADOW_TOLERANCE = 0.2  # issue #32's target: a render's shadow ratio within 20% of its truth's
 
 
-def other_side(model, kind: str, out, truth, gbuffers, sun_visibility, clip: dict, preset: str, text, negative,
-               args) -> dict:
-    """The same clip rendered with its caption naming the opposite sun side (left <-> right, ahead <->
-    behind): how far that moves the render (PSNR between the two; inf: not at all) and the shadow ratio of
-    the moved render on the truth's shadowed ground (a model that follows the caption darkens the
-    truth's shadows less when told the sun is on the other side)."""
+def other_side(render, out, truth, gbuffers, sun_visibility, clip: dict, preset: str) -> dict:
+    """The same clip rendered (render: wording -> frames) with its caption naming the opposite sun side
+    (left <-> right, ahead <-> behind): how far that moves the render (PSNR between the two; inf: not at
+    all) and the shadow ratio of the moved render on the truth's shadowed ground (a model that follows
+    the caption darkens the truth's shadows less when told the sun is on the other side)."""
     from ... import metrics
-    from ...engine.pipelines import FlashPipeline, PromptSchedule, TeacherPipeline
     from ...world.traced.presets import OPPOSITE_SIDE, TRACED_PRESETS, caption
 
-    wording = caption(TRACED_PRESETS[preset], clip["scene"], OPPOSITE_SIDE[clip["sun_side"]])
-    sched = PromptSchedule.encode(text, wording)
-    if kind == "student":
-        pipe = FlashPipeline(model, sched, seed=args.seed, refine=not args.no_refiner)
-    else:
-        pipe = TeacherPipeline(model, sched, negative, seed=args.seed, steps=args.teacher_steps)
-    moved, _, _ = _render(pipe, gbuffers)
+    moved = render(caption(TRACED_PRESETS[preset], clip["scene"], OPPOSITE_SIDE[clip["sun_side"]]))
     return {"side_move_db": metrics.psnr(out, moved),
             "opposite_shadow_ratio": metrics.lighting(moved, truth, gbuffers, sun_visibility, clip["ground"])["shadow_ratio"]}
 
@@ -262,6 +255,14 @@ def evaluate(args) -> dict:
                   "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {}, "psnr_by_preset": {},
                   "fps": [], "first_frame_s": [], "lighting": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
+
+    def render(m: str, wording: str, gbuffers):
+        """(frames, seconds, first-frame seconds) of model m prompted with `wording`."""
+        sched = PromptSchedule.encode(text, wording)
+        if m == "student":
+            return _render(FlashPipeline(flash, sched, seed=args.seed, refine=not args.no_refiner), gbuffers)
+        return _render(TeacherPipeline(teacher, sched, negative, seed=args.seed, steps=args.teacher_steps), gbuffers)
+
     from tqdm import tqdm
 
     # one tick per render: clips x presets x (training wording, held-out paraphrases) x models
@@ -280,14 +281,9 @@ def evaluate(args) -> dict:
             wordings = [("train", 0, clip["captions"][p] if "captions" in clip else prompts[name]["train"])]
             wordings += [("heldout", i, w) for i, w in enumerate(prompts[name]["heldout_all"])]
             for kind, index, wording in wordings:
-                sched = PromptSchedule.encode(text, wording)
                 renders = {}
-                for m, model in models.items():
-                    if m == "student":
-                        pipe = FlashPipeline(model, sched, seed=args.seed, refine=not args.no_refiner)
-                    else:
-                        pipe = TeacherPipeline(model, sched, negative, seed=args.seed, steps=args.teacher_steps)
-                    out, secs, first = _render(pipe, gb)
+                for m in models:
+                    out, secs, first = render(m, wording, gb)
                     bar.set_postfix_str(f"clip {c}, {name}, {m}")
                     bar.update()
                     renders[m] = out
@@ -320,7 +316,7 @@ def evaluate(args) -> dict:
                             vis = clip["sun_visibility"][p] if sunlit else None
                             record = metrics.lighting(out, gt[p], gb, vis, clip["ground"])
                             if sunlit and "sun_side" in clip:
-                                record.update(other_side(model, m, out, gt[p], gb, vis, clip, name, text, negative, args))
+                                record.update(other_side(lambda w: render(m, w, gb)[0], out, gt[p], gb, vis, clip, name))
                             s["lighting"].append(record)
                 if kind == "train" and "teacher" in renders:
                     vs_teacher["psnr"].append(metrics.psnr(renders["student"], renders["teacher"]))
