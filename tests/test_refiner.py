@@ -139,9 +139,9 @@ def test_refiner_folder_errors_name_file_and_key(flash, tmp_path):
         bundle.load_flash(folder)
 
 
-def _prompt_refiner(seed: int = 3) -> rf.GBufferRefiner:
-    """A refiner that reads the prompt, with every weight random (a fresh one's FiLM layer is zero)."""
-    net = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
+def _random_refiner(name: str, seed: int = 3) -> rf.GBufferRefiner:
+    """A refiner of config `name` with every weight random (a fresh one's last layers are zero)."""
+    net = rf.build(rf.CONFIGS[name])
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in net.parameters():
@@ -154,7 +154,7 @@ def test_a_prompt_refiner_starts_as_the_identity_and_then_follows_the_prompt():
     a, b = torch.randn(2, 384).unbind()
     fresh = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
     assert torch.equal(fresh.refine(frames, gb, a.expand(2, -1)), frames)
-    net = _prompt_refiner()
+    net = _random_refiner("gbuffer-refiner-16-prompt")
     out_a, out_b = net.refine(frames, gb, a.expand(2, -1)), net.refine(frames, gb, b.expand(2, -1))
     assert not torch.allclose(out_a, out_b, atol=1e-3)
     mixed = net.refine(frames, gb, torch.stack([a, b]))  # each frame its own prompt
@@ -165,12 +165,44 @@ def test_a_prompt_refiner_starts_as_the_identity_and_then_follows_the_prompt():
         net(frames[:1].permute(0, 3, 1, 2), rf.gbuffer_planes(gb[:1]), torch.zeros(1, 32))
 
 
+def test_the_context_path_reaches_across_the_frame_and_reads_the_prompt():
+    """A change 80 pixels away moves a pixel's refined colour only through the 1/16-resolution context
+    path, whose own FiLM follows the prompt; a fresh context refiner is still the identity."""
+    frames, gb = torch.rand(1, 128, 128, 3), _gbuffers(1, 128, 128).images
+    far = gb.clone()
+    far[:, :, 100:, 100:] = 255 - far[:, :, 100:, 100:]  # the G-buffers of the far corner turned over
+    a, b = torch.randn(2, 384).unbind()
+    fresh = rf.build(rf.CONFIGS["gbuffer-refiner-16-context"])
+    assert torch.equal(fresh.refine(frames, gb, a[None]), frames)
+    rgb = frames.permute(0, 3, 1, 2)
+    for name, reaches in (("gbuffer-refiner-16-prompt", False), ("gbuffer-refiner-16-context", True)):
+        net = _random_refiner(name)
+        with torch.no_grad():  # (unclamped)
+            near, moved = (net(rgb, rf.gbuffer_planes(x), a[None])[0, :, :16, :16] for x in (gb, far))
+        assert ((moved - near).abs().max() > 1e-4) == reaches, name
+    net = _random_refiner("gbuffer-refiner-16-context")
+    with torch.no_grad():
+        net.text[-1].weight.zero_()  # only the context path reads the prompt now
+        net.text[-1].bias.zero_()
+    assert not torch.allclose(net.refine(frames, gb, a[None]), net.refine(frames, gb, b[None]), atol=1e-3)
+
+
+def test_a_context_refiner_in_bf16_with_fused_ops_matches_float32():
+    """bf16 inference runs the fused, channels-last path (one frame per call, as refine streams)."""
+    net = _random_refiner("gbuffer-refiner-16-context")
+    rgb, planes, text = torch.rand(1, 3, 64, 96), rf.gbuffer_planes(_gbuffers(1, 64, 96).images), torch.randn(1, 384)
+    with torch.no_grad():
+        want = net(rgb, planes, text) - rgb  # (unclamped residuals)
+        got = net.to(torch.bfloat16)(rgb, planes, text) - rgb
+    assert (got - want).abs().max() < 0.03 * want.abs().max()
+
+
 @pytest.mark.parametrize("cut", [1, 3, 13])
 def test_a_prompt_schedule_reaches_the_refiner_frame_by_frame(flash, cut):
     """A refiner that reads the prompt gets, for each frame, the embedding in effect at that frame,
     whatever the chunking: the pipeline's frames equal the refiner applied afterwards with them."""
     model = bundle.make_random_flash(seed=0)
-    model.refiner = _prompt_refiner()
+    model.refiner = _random_refiner("gbuffer-refiner-16-prompt")
     sched = pl.PromptSchedule.encode(model.text_encoder(), "0: a sunny street\n6: a street at night")
     g = _gbuffers(13)
     pieces = [pl.GBuffers(g.images[i:i + cut]) for i in range(0, 13, cut)]
@@ -183,7 +215,7 @@ def test_a_prompt_schedule_reaches_the_refiner_frame_by_frame(flash, cut):
 
 
 def test_a_prompt_refiner_without_a_prompt_is_refused_by_name(flash, tmp_path):
-    net = _prompt_refiner()
+    net = _random_refiner("gbuffer-refiner-16-prompt")
     with pytest.raises(AlayaError, match="reads the prompt; connect the prompt"):
         pl.Refine(net)
     with pytest.raises(AlayaError, match="prompt embeddings are 8 wide, the refiner reads 384"):
@@ -203,7 +235,7 @@ def test_a_prompt_refiner_without_a_prompt_is_refused_by_name(flash, tmp_path):
 def test_prompt_refiner_folder_round_trip(tmp_path):
     model = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16-prompt")
     assert model.refiner.text_dim == 384
-    model.refiner = _prompt_refiner()
+    model.refiner = _random_refiner("gbuffer-refiner-16-prompt")
     back = bundle.load_flash(bundle.save_flash(model, tmp_path / "m"), dtype=torch.float32)
     assert back.refiner.config == model.refiner.config
     for k, v in model.refiner.state_dict().items():

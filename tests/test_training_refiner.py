@@ -168,6 +168,7 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     ({"device": "tpu"}, "refiner stage: device 'tpu' is unknown; choose cpu or cuda"),
     ({"mix_rate": 0.5}, "go together (both or neither)"),
     ({"mix_data": "x", "mix_rate": 0.5, "novel_share": 0.5}, "novel_share and mix_data do not go together"),
+    ({"caption_rate": 1.5}, "caption_rate 1.5 must be between 0 and 1"),
 ])
 def test_bad_refiner_config_is_refused(bad, message, tmp_path, capsys):
     cfg = {"out": str(tmp_path / "r"), "model": str(tmp_path), **bad}
@@ -303,6 +304,55 @@ def test_novel_share_trains_on_renders_of_the_refiner_wordings_read_with_their_o
     crops = torch.cat(seen)
     assert len(crops) == 12  # 3 steps x batch 4
     assert all(torch.isclose(allowed, e, atol=1e-6).all(-1).any() for e in crops)
+
+
+def test_world_v2_crops_read_their_clips_caption_mirrored_with_the_crop(runs, tmp_path, monkeypatch, capsys):
+    """caption_rate 1: every crop of a world v2 dataset reads its clip's caption under its preset, and
+    exactly the crops mirrored left-right read the mirrored caption (the sun on the other side). A
+    dataset without captions is refused by name."""
+    pytest.importorskip("mitsuba")
+    from alaya_flash.model_zoo.codecs import refiner as rf
+    from alaya_flash.model_zoo.training import refiner as stage
+    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset
+    from alaya_flash.streaming.world.traced import presets
+
+    data = tmp_path / "data"
+    build_dataset(DataConfig(out=str(data), width=32, height=32, frames=5, fps=8.0, train_clips=2, heldout_clips=0,
+                             world="pathtrace", scenes=("street",), presets=("bright_sunny", "rainy_wet"),
+                             spp=2).validate())
+    # a mirrored caption that differs whatever side the seeds gave the two clips
+    monkeypatch.setattr(presets, "mirrored_caption", lambda text: text + " Seen in a mirror.")
+    events = []
+    real_forward, real_mirrored = rf.GBufferRefiner.forward, stage._mirrored
+    monkeypatch.setattr(rf.GBufferRefiner, "forward",
+                        lambda self, rgb, planes, text=None: events.append(text.detach().clone()) or
+                        real_forward(self, rgb, planes, text))
+    monkeypatch.setattr(stage, "_mirrored", lambda *crop: events.append("mirrored") or real_mirrored(*crop))
+    cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(data), "clips": 2, "crop": 16,
+           "batch": 6, "steps": 3, "log_every": 3, "ckpt_every": 3, "precision": "fp32", "prompt_dropout": 0.0,
+           "config": "gbuffer-refiner-16-prompt", "caption_rate": 1.0}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    captions = ClipSet(data, "train").captions
+    own = stage._embeddings([t for row in captions for t in row])
+    mirrored = stage._embeddings([t + " Seen in a mirror." for row in captions for t in row])
+    steps = []
+    for e in events:
+        if isinstance(e, str):
+            steps.append(steps.pop() + 1 if steps and isinstance(steps[-1], int) else 1)
+        else:
+            flips = steps.pop() if steps and isinstance(steps[-1], int) else 0
+            steps.append((flips, e))
+    assert len(steps) == 3
+    total = 0
+    for flips, texts in steps:
+        is_own = torch.isclose(texts[:, None], own[None], atol=1e-5).all(-1).any(-1)
+        is_mirrored = torch.isclose(texts[:, None], mirrored[None], atol=1e-5).all(-1).any(-1)
+        assert (is_own | is_mirrored).all() and int(is_mirrored.sum()) == flips
+        total += flips
+    assert 0 < total < 18
+    cfg.update(data=str(runs / "data"), out=str(tmp_path / "v1"))
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "v1.json", cfg)]) != 0
+    assert "caption_rate 1.0 needs a refiner config that reads the prompt and clip captions" in capsys.readouterr().err
 
 
 def test_mirrored_refiner_crops_turn_the_normals_with_the_image():

@@ -16,7 +16,7 @@ from alaya_flash.streaming.world.camera import Camera
 from alaya_flash.streaming.world.traced import (KINDS, TRACED_PRESETS, GBufferCaster, TracedConfig, TracedWorld,
                                                 caption, make_scene, write_traced_clip)
 from alaya_flash.streaming.world.traced.paths import available_paths, camera_path, heading
-from alaya_flash.streaming.world.traced.presets import placed, side_of, sun_azimuth
+from alaya_flash.streaming.world.traced.presets import mirrored_caption, placed, side_of, sun_azimuth
 from alaya_flash.streaming.world.traced.scene import Box, CameraAnchors, Cylinder, Material, SceneDesc, Sphere
 
 
@@ -134,6 +134,14 @@ def test_sun_side_convention_and_captions():
     assert len(auto) >= 3  # the seed spreads the sun over the sides
     assert caption(TRACED_PRESETS["rainy_wet"], "interior", "behind").startswith("a furnished room")
     assert placed(TRACED_PRESETS["cyberpunk_neon"], 10.0).sun_azimuth == 10.0
+    # the mirrored scene's caption: left and right swap, ahead and behind and sideless captions stay
+    for preset, light in (("bright_sunny", "sun"), ("moonlit_night", "moon")):
+        left, right = (caption(TRACED_PRESETS[preset], "street", s) for s in ("left", "right"))
+        assert mirrored_caption(left) == right and mirrored_caption(right) == left and f"the {light} on" in left
+        ahead = caption(TRACED_PRESETS[preset], "street", "ahead")
+        assert mirrored_caption(ahead) == ahead
+    assert mirrored_caption(caption(TRACED_PRESETS["overcast"], "street", "left")) == \
+        caption(TRACED_PRESETS["overcast"], "street", "left")
 
 
 def test_config_errors_name_the_value():

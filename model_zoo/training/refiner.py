@@ -14,7 +14,8 @@ embedding of a random training wording of the crop's preset (any of them, not on
 clip was rendered with: paraphrases must steer it alike). Trained on scenes the student never
 saw (`data` pointing at a dataset of other seeds, configs/data-refiner.json), it learns what the
 student gets wrong on new scenes, the lighting among it, rather than what it gets wrong on the
-scenes it memorised.
+scenes it memorised. On world v2 data, `caption_rate` of the crops read the clip's own caption
+instead, the only prompt that names the sun's side (a mirrored crop: the caption naming the other).
 
 On a new scene the sun's side is not in the input (data.py), so the frame the refiner should aim
 for is the ground truth's mean over the courtyard's turns, not the one sun the scene was lit by:
@@ -38,7 +39,8 @@ import torch.nn.functional as F
 
 from ..codecs import refiner as refiner_codec
 from ..errors import AlayaError
-from .common import StageConfig, autocast, check_device, check_mix, descend, step_generator, train_loop
+from .common import (StageConfig, autocast, check_caption_rate, check_device, check_mix, descend, step_generator,
+                     train_loop)
 from .data import ClipSet
 from .latent_data import perturb_prompts
 
@@ -68,10 +70,14 @@ class RefinerStageConfig(StageConfig):
     # a mix_rate share of the crops come from them, so a refiner for two worlds learns both
     mix_data: str = ""
     mix_rate: float = 0.0
+    # share of a world v2 dataset's crops read with the clip's own caption (the only prompt naming the sun's
+    # side; a mirrored crop's caption names the other side) instead of a training wording of the preset
+    caption_rate: float = 0.0
 
     def validate(self):
         check_device("refiner stage", self.device)
         check_mix("refiner stage", self.mix_data, self.mix_rate)
+        check_caption_rate("refiner stage", self.caption_rate)
         if self.mix_data and self.novel_share:
             raise AlayaError("refiner stage: novel_share and mix_data do not go together (novel renders are of 'data' only)")
         if self.config not in refiner_codec.CONFIGS:
@@ -165,6 +171,7 @@ class _Source:
     renders: np.ndarray
     goal: np.ndarray
     texts: torch.Tensor | None  # (P, W, D) for a prompt-reading refiner
+    captions: torch.Tensor | None = None  # (N, P, 2, D): each clip's caption per preset, as is and mirrored
 
 
 def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = False) -> _Source:
@@ -173,7 +180,14 @@ def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = 
     if goal is None:
         raise AlayaError(f"refiner stage: target 'turned' needs a dataset made with sun_turns > 1; {data} has none")
     renders, _ = model_renders(cfg, clips, log, mix=mix)
-    return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None)
+    captions = None
+    if cfg.caption_rate and text_dim and clips.captions is not None:
+        from ...streaming.world.traced.presets import mirrored_caption
+
+        n = len(renders)
+        texts = [t for row in clips.captions[:n] for caption in row for t in (caption, mirrored_caption(caption))]
+        captions = _embeddings(texts).view(n, len(clips.presets), 2, -1)
+    return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None, captions)
 
 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
@@ -182,6 +196,9 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     sources = [_source(cfg, cfg.data, log, net.text_dim)]
     if cfg.mix_data:
         sources.append(_source(cfg, cfg.mix_data, log, net.text_dim, mix=True))
+    if cfg.caption_rate and not (net.text_dim and any(src.captions is not None for src in sources)):
+        raise AlayaError(f"refiner stage: caption_rate {cfg.caption_rate} needs a refiner config that reads the prompt "
+                         f"and clip captions, which only a world v2 dataset has ({cfg.config}, {cfg.data})")
     clips, renders = sources[0].clips, sources[0].renders
     # renders prompted with wordings no other stage trained on, each crop of them read with its own wording
     novel, novel_picks = model_renders(cfg, clips, log, "refiner") if cfg.novel_share else (None, None)
@@ -204,18 +221,24 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
             y, x = (int(torch.randint(m - k + 1, (1,), generator=g)) for m in (h, w))
             from_novel = novel is not None and float(torch.rand((), generator=g)) < cfg.novel_share
             frames = novel if from_novel else src.renders
-            if src.texts is not None:  # the render's own novel wording, or a random training wording of the preset;
-                # now and then the empty prompt
+            captioned = False
+            if src.texts is not None:  # the render's own novel wording, the clip's caption, or a random training
+                # wording of the preset; now and then the empty prompt
                 if from_novel:
                     e = novel_texts[c, q]
                 else:
                     e = src.texts[q, int(torch.randint(src.texts.shape[1], (1,), generator=g))]
-                text.append(empty if float(torch.rand((), generator=g)) < cfg.prompt_dropout else e)
+                dropped = float(torch.rand((), generator=g)) < cfg.prompt_dropout
+                if src.captions is not None and not from_novel:  # (drawn only then: the old random stream otherwise)
+                    captioned = float(torch.rand((), generator=g)) < cfg.caption_rate and not dropped
+                text.append(empty if dropped else src.captions[c, q, 0] if captioned else e)
             crop = [torch.from_numpy(frames[c, q, f, y:y + k, x:x + k]),
                     refiner_codec.gbuffer_planes(torch.from_numpy(src.clips.gbuffers[c, f, :, y:y + k, x:x + k])),
                     torch.from_numpy(src.goal[c, q, f, y:y + k, x:x + k])]
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
                 crop = _mirrored(*crop)
+                if captioned:  # the mirrored scene's sun is on the other side
+                    text[-1] = src.captions[c, q, 1]
             rgb.append(crop[0])
             planes.append(crop[1])
             target.append(crop[2])

@@ -119,6 +119,18 @@ def placed(preset: TracedPreset, azimuth: float) -> LightingPreset:
     return dataclasses.replace(base, sun_azimuth=azimuth, fills=fills)
 
 
+def mirrored_caption(text: str) -> str:
+    """The caption of the scene mirrored left-right: a light on the left is then on the right (ahead,
+    behind and captions without a side stay as they are)."""
+    for light in sorted({p.light for p in TRACED_PRESETS.values() if p.light}):
+        left, right = (PHRASES[s].format(light=light) for s in ("left", "right"))
+        if left in text:
+            return text.replace(left, right, 1)
+        if right in text:
+            return text.replace(right, left, 1)
+    return text
+
+
 def caption(preset: TracedPreset, kind: str, side: str | None) -> str:
     """The preset's prompt about a scene of `kind`, naming the sun's side when the preset has one:
     "<scene>; the scene is <lighting>, with the sun on the left, creating a <mood> atmosphere."."""
