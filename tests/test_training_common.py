@@ -211,13 +211,15 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # its paths are relative to the repository
     (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
     # the refiner stage checks that its model exists, which the export before it writes: a stand-in for it
-    (tmp_path / "runs/model-v2m").mkdir(parents=True)
-    (tmp_path / "runs/model-v2m/config.json").write_text("{}")
+    for model in ("model-v2m", "model-v2m3"):
+        (tmp_path / "runs" / model).mkdir(parents=True)
+        (tmp_path / "runs" / model / "config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
     assert [name for name, _ in calls] == ["data", "data", "import", "student-rollout", "student-rollout", "decoder",
-                                           "export", "refiner", "export", "student-rollout", "decoder", "export", "export"]
+                                           "export", "refiner", "export", "student-rollout", "decoder", "export", "export",
+                                           "refiner", "export"]
     data, physics, imported, first, student, decoder, export, refiner, refined = (cfg for _, cfg in calls[:9])
-    third, decoder3, export3, refined3 = (cfg for _, cfg in calls[9:])
+    third, decoder3, export3, refined3, refiner3, context3 = (cfg for _, cfg in calls[9:])
     assert data.world == "pathtrace" and data.heldout_passes > 1 and physics.world == "physics"
     assert first.data == student.data == data.out and first.mix_data == student.mix_data == physics.out
     assert 0 < first.mix_rate == student.mix_rate == decoder.mix_rate < 0.5  # world v2 gets most steps
@@ -238,4 +240,9 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert decoder3.student_run == export3.student_run == refined3.student_run == third.out
     assert decoder3.codecs_run == decoder.out and export3.codecs_run == refined3.codecs_run == decoder3.out
     assert decoder3.latents == f"{third.out}/latents-train.safetensors" and refined3.refiner_run == refiner.out
-    assert export3.refiner_run == "" and len({export.out, refined.out, export3.out, refined3.out}) == 4
+    assert export3.refiner_run == "" and len({export.out, refined.out, export3.out, refined3.out, context3.out}) == 5
+    # the last refiner learns the third student's own frames, with the context path and the captions
+    assert refiner3.model == export3.out and context3.refiner_run == refiner3.out and refiner3.out != refiner.out
+    assert refiner3.config == "gbuffer-refiner-16-context" and refiner3.caption_rate > 0
+    assert (refiner3.data, refiner3.mix_data, refiner3.mix_rate) == (refiner.data, refiner.mix_data, refiner.mix_rate)
+    assert context3.student_run == third.out and context3.codecs_run == decoder3.out

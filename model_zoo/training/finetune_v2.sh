@@ -2,7 +2,7 @@
 # Fine-tune the embedded default (model_zoo/default/) on world v2: path-traced streets, courtyards and
 # rooms with cast shadows, reflections and sky (docs/world.md). Run from the repository root with the
 # project's venv: sh model_zoo/training/finetune_v2.sh   (RUNS=elsewhere to keep runs/ apart)
-# The result is a model folder, $RUNS/model-v2m3-refined (docs/training.md "Fine-tuning on world v2"), trained on world v2
+# The result is a model folder, $RUNS/model-v2m3c (docs/training.md "Fine-tuning on world v2"), trained on world v2
 # and on the physics world the default learned (the shipped recipe's data.json, $RUNS/data); nothing in
 # model_zoo/default/ changes. Every stage resumes from its latest checkpoint if interrupted.
 set -e
@@ -59,3 +59,10 @@ E3="--set student_run=$R/student-v2m3 --set teacher_run=$R/imported/teacher --se
 $AF --quiet train export --config $C/export.json $E3 --set vae_run=$R/imported/vae --set out=$R/model-v2m3
 $AF --quiet train export --config $C/export.json $E3 --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m \
     --set out=$R/model-v2m3-refined
+# a refiner of the third student's own with the 1/16-resolution context path (gbuffer-refiner-16-context), half
+# of its world v2 crops read with the clip's caption (the sun's side), on 128x128 crops (whole frames scored the same)
+$AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m3c --set model=$R/model-v2m3 \
+    --set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth \
+    --set config=gbuffer-refiner-16-context --set caption_rate=0.5 --set crop=128 --set steps=6000 --set decay_steps=3000
+$AF --quiet train export --config $C/export.json $E3 --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m3c \
+    --set out=$R/model-v2m3c
