@@ -38,6 +38,20 @@ def test_text_anchor_refits_only_the_prompt_mlps_and_exports(runs, tmp_path):
     assert flash.settings.chunk_frames == 1  # the student run's, carried through the anchor run
 
 
+def test_text_anchor_refits_both_prompt_mlps_of_a_context_refiner(runs, tmp_path):
+    """A context refiner reads the prompt twice (its features' FiLM and the context path's): both MLPs
+    are refitted, every other refiner weight stays the source's."""
+    ref = {"out": str(tmp_path / "ctx"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 2,
+           "crop": 16, "batch": 2, "steps": 2, "ckpt_every": 2, "log_every": 1, "precision": "fp32",
+           "config": "gbuffer-refiner-16-context"}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "ctx.json", ref)]) == 0
+    out = _text_anchor(runs, tmp_path, "anchor", refiner_run=ref["out"], steps=4)
+    new, old = common.final_weights(out, "refiner"), common.final_weights(tmp_path / "ctx", "refiner")
+    assert new.keys() == old.keys()
+    changed = {k for k in new if not torch.equal(new[k], old[k].float())}
+    assert {k.split(".")[0] for k in changed} == {"text", "context_text"}, changed
+
+
 def test_text_anchor_pulls_new_wordings_onto_their_presets_mean(runs, tmp_path):
     """After the stage, the extra wordings' DiT offsets lie nearer their preset's target (the source's mean
     over the preset's training wordings) than the other presets' by a wider margin, the refiner's frames

@@ -146,7 +146,10 @@ class RefinerAnchor:
             raise AlayaError(f"text-anchor: {cfg.refiner_run} was trained on presets {self.clips.presets}, "
                              f"the student on {presets}")
         self.renders, _ = model_renders(ref_cfg, self.clips, log)  # its cache, unless that model changed since
-        self.net, self.source, self.text = refiner, source, refiner.text
+        # its prompt MLPs: the FiLM of the full- and quarter-resolution features and, in a context refiner,
+        # that of the context path
+        mlps = [refiner.text] + ([refiner.context_text] if hasattr(refiner, "context_text") else [])
+        self.net, self.source, self.text = refiner, source, nn.ModuleList(mlps)
         fewest = min(map(len, train))  # a stack needs as many per preset (the dataset writes 8 for each)
         self.train = torch.stack([t[:fewest] for t in train])  # (P, W, D)
         self.choices = [torch.cat([t, x]) for t, x in zip(train, extra)]  # every wording a crop may read, per preset
