@@ -211,15 +211,16 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # its paths are relative to the repository
     (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
     # the refiner stage checks that its model exists, which the export before it writes: a stand-in for it
-    for model in ("model-v2m", "model-v2m3"):
+    for model in ("model-v2m", "model-v2m3", "model-v2m4"):
         (tmp_path / "runs" / model).mkdir(parents=True)
         (tmp_path / "runs" / model / "config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
     assert [name for name, _ in calls] == ["data", "data", "import", "student-rollout", "student-rollout", "decoder",
                                            "export", "refiner", "export", "student-rollout", "decoder", "export", "export",
-                                           "refiner", "export"]
+                                           "refiner", "export", "student-rollout", "decoder", "export", "refiner", "export"]
     data, physics, imported, first, student, decoder, export, refiner, refined = (cfg for _, cfg in calls[:9])
-    third, decoder3, export3, refined3, refiner3, context3 = (cfg for _, cfg in calls[9:])
+    third, decoder3, export3, refined3, refiner3, context3 = (cfg for _, cfg in calls[9:15])
+    fourth, decoder4, export4, refiner4, context4 = (cfg for _, cfg in calls[15:])
     assert data.world == "pathtrace" and data.heldout_passes > 1 and physics.world == "physics"
     assert first.data == student.data == data.out and first.mix_data == student.mix_data == physics.out
     assert 0 < first.mix_rate == student.mix_rate == decoder.mix_rate < 0.5  # world v2 gets most steps
@@ -246,3 +247,12 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert refiner3.config == "gbuffer-refiner-16-context" and refiner3.caption_rate > 0
     assert (refiner3.data, refiner3.mix_data, refiner3.mix_rate) == (refiner.data, refiner.mix_data, refiner.mix_rate)
     assert context3.student_run == third.out and context3.codecs_run == decoder3.out
+    # the fourth continues the third, its decoder the third's decoder, its refiner as the third's on its own frames
+    assert fourth.student_run == third.out and (fourth.data, fourth.mix_data, fourth.caption_rate) == (
+        third.data, third.mix_data, third.caption_rate)
+    assert decoder4.student_run == export4.student_run == context4.student_run == fourth.out
+    assert decoder4.codecs_run == decoder3.out and export4.codecs_run == context4.codecs_run == decoder4.out
+    assert decoder4.latents == f"{fourth.out}/latents-train.safetensors" and export4.refiner_run == ""
+    assert refiner4.model == export4.out and context4.refiner_run == refiner4.out
+    assert (refiner4.config, refiner4.caption_rate, refiner4.steps) == (refiner3.config, refiner3.caption_rate, refiner3.steps)
+    assert len({context3.out, export4.out, context4.out}) == 3

@@ -2,7 +2,7 @@
 # Fine-tune the embedded default (model_zoo/default/) on world v2: path-traced streets, courtyards and
 # rooms with cast shadows, reflections and sky (docs/world.md). Run from the repository root with the
 # project's venv: sh model_zoo/training/finetune_v2.sh   (RUNS=elsewhere to keep runs/ apart)
-# The result is a model folder, $RUNS/model-v2m3c (docs/training.md "Fine-tuning on world v2"), trained on world v2
+# The result is a model folder, $RUNS/model-v2m4c (docs/training.md "Fine-tuning on world v2"), trained on world v2
 # and on the physics world the default learned (the shipped recipe's data.json, $RUNS/data); nothing in
 # model_zoo/default/ changes. Every stage resumes from its latest checkpoint if interrupted.
 set -e
@@ -66,3 +66,18 @@ $AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m3c --
     --set config=gbuffer-refiner-16-context --set caption_rate=0.5 --set crop=128 --set steps=6000 --set decay_steps=3000
 $AF --quiet train export --config $C/export.json $E3 --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m3c \
     --set out=$R/model-v2m3c
+# the student 1,600 steps further (the same clips: their latents are not encoded again), its decoder continued,
+# and a context refiner of its own: $R/model-v2m4c
+S4="$S --set out=$R/student-v2m4 --set student_run=$R/student-v2m3"
+mkdir -p $R/student-v2m4 && ln -f $R/student-v2m3/latents-*.safetensors $R/student-v2m4/
+$AF --quiet train student-rollout --config $C/student-rollout.json $S4 --set steps=1600 --set decay_steps=600 --set lr=1e-4
+$AF --quiet train decoder --config $C/decoder.json --set out=$R/decoder-v2m4 --set student_run=$R/student-v2m4 \
+    --set latents=$R/student-v2m4/latents-train.safetensors --set mix_latents=$R/student-v2m4/latents-mix.safetensors \
+    --set mix_rate=0.35 --set codecs_run=$R/decoder-v2m3 --set window_frames=1 --set steps=1000 --set decay_steps=300
+E4="--set student_run=$R/student-v2m4 --set teacher_run=$R/imported/teacher --set codecs_run=$R/decoder-v2m4"
+$AF --quiet train export --config $C/export.json $E4 --set vae_run=$R/imported/vae --set out=$R/model-v2m4
+$AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m4c --set model=$R/model-v2m4 \
+    --set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth \
+    --set config=gbuffer-refiner-16-context --set caption_rate=0.5 --set crop=128 --set steps=6000 --set decay_steps=3000
+$AF --quiet train export --config $C/export.json $E4 --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m4c \
+    --set out=$R/model-v2m4c
