@@ -28,6 +28,12 @@ $AF --quiet train import --config $C/import.json --set out=$R/imported
 S="--set data=$R/data-v2 --set vae_run=$R/imported/vae --set codecs_run=$R/imported/codecs --set window_frames=1"
 S="$S --set sink_frames=1 --set caption_rate=0.5 --set mix_data=$R/data --set mix_rate=0.35"
 S="$S --set mix_max_windows=32"
+# every decoder refit and every refiner: both worlds, 35% of the steps or crops from the physics world
+D="--set mix_rate=0.35 --set window_frames=1 --set steps=1000 --set decay_steps=300"
+F="--set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth"
+# the context refiner (gbuffer-refiner-16-context): half of its world v2 crops read with the clip's caption (the
+# sun's side), on 128x128 crops (whole frames scored the same)
+FC="$F --set config=gbuffer-refiner-16-context --set caption_rate=0.5 --set crop=128 --set steps=6000 --set decay_steps=3000"
 $AF --quiet train student-rollout --config $C/student-rollout.json $S --set out=$R/student-v2m \
     --set student_run=$R/imported/student --set steps=400 --set decay_steps=100 --set lr=3e-5
 mkdir -p $R/student-v2m2 && ln -f $R/student-v2m/latents-*.safetensors $R/student-v2m2/  # the same clips: not encoded again
@@ -36,15 +42,14 @@ $AF --quiet train student-rollout --config $C/student-rollout.json $S --set out=
 # the tiny decoder was fitted to the shipped student's latents: it must learn the new student's, on both worlds
 $AF --quiet train decoder --config $C/decoder.json --set out=$R/decoder-v2m --set student_run=$R/student-v2m2 \
     --set latents=$R/student-v2m2/latents-train.safetensors --set mix_latents=$R/student-v2m2/latents-mix.safetensors \
-    --set mix_rate=0.35 --set codecs_run=$R/imported/codecs --set window_frames=1 --set steps=1000 --set decay_steps=300
+    --set codecs_run=$R/imported/codecs $D
 # first without a refiner: the shipped one learned the physics world's shading and costs 1.1 dB on world v2
 E="--set student_run=$R/student-v2m2 --set teacher_run=$R/imported/teacher --set codecs_run=$R/decoder-v2m"
 $AF --quiet train export --config $C/export.json $E --set vae_run=$R/imported/vae --set out=$R/model-v2m
 # a refiner of its own for both worlds: it learns that model's errors on the first 24 training clips of each
 # (world v2's are all the student saw; there are no others), a third of its crops from the physics world
 $AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m --set model=$R/model-v2m \
-    --set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth \
-    --set steps=3000 --set decay_steps=1500
+    $F --set steps=3000 --set decay_steps=1500
 $AF --quiet train export --config $C/export.json $E --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m \
     --set out=$R/model-v2m-refined
 # the student 2,400 steps further on all 24 training clips (the two runs above trained on the first 19: a
@@ -54,16 +59,13 @@ mkdir -p $R/student-v2m3 && ln -f $R/student-v2m2/latents-mix.safetensors $R/stu
 $AF --quiet train student-rollout --config $C/student-rollout.json $S3 --set steps=2400 --set decay_steps=800 --set lr=1e-4
 $AF --quiet train decoder --config $C/decoder.json --set out=$R/decoder-v2m3 --set student_run=$R/student-v2m3 \
     --set latents=$R/student-v2m3/latents-train.safetensors --set mix_latents=$R/student-v2m3/latents-mix.safetensors \
-    --set mix_rate=0.35 --set codecs_run=$R/decoder-v2m --set window_frames=1 --set steps=1000 --set decay_steps=300
+    --set codecs_run=$R/decoder-v2m $D
 E3="--set student_run=$R/student-v2m3 --set teacher_run=$R/imported/teacher --set codecs_run=$R/decoder-v2m3"
 $AF --quiet train export --config $C/export.json $E3 --set vae_run=$R/imported/vae --set out=$R/model-v2m3
 $AF --quiet train export --config $C/export.json $E3 --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m \
     --set out=$R/model-v2m3-refined
-# a refiner of the third student's own with the 1/16-resolution context path (gbuffer-refiner-16-context), half
-# of its world v2 crops read with the clip's caption (the sun's side), on 128x128 crops (whole frames scored the same)
-$AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m3c --set model=$R/model-v2m3 \
-    --set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth \
-    --set config=gbuffer-refiner-16-context --set caption_rate=0.5 --set crop=128 --set steps=6000 --set decay_steps=3000
+# a context refiner of the third student's own
+$AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m3c --set model=$R/model-v2m3 $FC
 $AF --quiet train export --config $C/export.json $E3 --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m3c \
     --set out=$R/model-v2m3c
 # the student 1,600 steps further (the same clips: their latents are not encoded again), its decoder continued,
@@ -73,11 +75,9 @@ mkdir -p $R/student-v2m4 && ln -f $R/student-v2m3/latents-*.safetensors $R/stude
 $AF --quiet train student-rollout --config $C/student-rollout.json $S4 --set steps=1600 --set decay_steps=600 --set lr=1e-4
 $AF --quiet train decoder --config $C/decoder.json --set out=$R/decoder-v2m4 --set student_run=$R/student-v2m4 \
     --set latents=$R/student-v2m4/latents-train.safetensors --set mix_latents=$R/student-v2m4/latents-mix.safetensors \
-    --set mix_rate=0.35 --set codecs_run=$R/decoder-v2m3 --set window_frames=1 --set steps=1000 --set decay_steps=300
+    --set codecs_run=$R/decoder-v2m3 $D
 E4="--set student_run=$R/student-v2m4 --set teacher_run=$R/imported/teacher --set codecs_run=$R/decoder-v2m4"
 $AF --quiet train export --config $C/export.json $E4 --set vae_run=$R/imported/vae --set out=$R/model-v2m4
-$AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m4c --set model=$R/model-v2m4 \
-    --set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth \
-    --set config=gbuffer-refiner-16-context --set caption_rate=0.5 --set crop=128 --set steps=6000 --set decay_steps=3000
+$AF --quiet train refiner --config $C/refiner.json --set out=$R/refiner-v2m4c --set model=$R/model-v2m4 $FC
 $AF --quiet train export --config $C/export.json $E4 --set vae_run=$R/imported/vae --set refiner_run=$R/refiner-v2m4c \
     --set out=$R/model-v2m4c
