@@ -13,9 +13,12 @@ Only bf16/fp16 without autograd takes the fused path. float32 keeps separate ops
 stay independent of how frames are batched (chunked streams equal whole clips bit for bit). The
 fused ReLU gives the same bits as the separate one; a fused add rounds once instead of twice
 (within one bf16 step of the separate ops). Where the op is missing (another PyTorch build, or a
-device other than the CPU) everything falls back to the separate ops.
+device other than the CPU), or this CPU has no oneDNN kernel for the dtype (fp16 needs AVX512-FP16
+or AVX-NE-CONVERT: an AMD EPYC with AVX512-BF16 refuses it), everything falls back to the separate ops.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -35,10 +38,29 @@ def _has_fused_op() -> bool:
 FUSED_OP = _has_fused_op()
 
 
+@functools.lru_cache(maxsize=None)
+def fused_op_runs(dtype: torch.dtype) -> bool:
+    """Whether this CPU's oneDNN runs the fused ops in `dtype`: tried once on tiny inputs, since the
+    kernels depend on the CPU's instructions, not on the PyTorch build (fp16 fails on CPUs without
+    AVX512-FP16 / AVX-NE-CONVERT, with an error, not a slow path)."""
+    x = torch.ones(1, 4, 3, 3, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    w = torch.ones(4, 4, 3, 3, dtype=dtype)
+    args = (w, None, [1, 1], [1, 1], [1, 1], 1)
+    try:
+        with torch.no_grad():
+            torch.ops.mkldnn._convolution_pointwise(x, *args, "relu", [], "")
+            torch.ops.mkldnn._convolution_pointwise.binary(x, x.clone(), *args, "add", 1.0, "relu", [], None)
+            torch.ops.mkldnn._linear_pointwise(torch.ones(3, 4, dtype=dtype), w[:, :, 0, 0], None, "gelu", [], "tanh")
+    except (AttributeError, RuntimeError):  # (AttributeError: a build without the ops)
+        return False
+    return True
+
+
 def fusable(x: Tensor) -> bool:
-    """Whether convolutions over x take the fused oneDNN path: CPU, bf16/fp16, no autograd."""
+    """Whether convolutions over x take the fused oneDNN path: CPU, bf16/fp16 where this CPU's oneDNN
+    has kernels for it, no autograd."""
     return (FUSED_OP and x.device.type == "cpu" and x.dtype in REDUCED_PRECISION
-            and not (torch.is_grad_enabled() and x.requires_grad))
+            and not (torch.is_grad_enabled() and x.requires_grad) and fused_op_runs(x.dtype))
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, groups: int = 1,

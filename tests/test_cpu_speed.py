@@ -88,6 +88,35 @@ def test_fused_conv_matches_the_separate_ops():
         assert (fused.linear_gelu(h, layer).float() - want.float()).abs().max() < 0.05
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_dtype_takes_the_fused_path_only_where_this_cpu_runs_it(dtype):
+    """oneDNN's fp16 kernels need AVX512-FP16 or AVX-NE-CONVERT and fail outright without them (an AMD
+    EPYC with AVX512-BF16 does): `fusable` follows what the fused ops did on this CPU, and a model in
+    that dtype renders either way."""
+    x = torch.randn(1, 8, 12, 12).to(dtype).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(8, 8, 3, 3).to(dtype)
+    try:
+        with torch.no_grad():
+            torch.ops.mkldnn._convolution_pointwise(x, w, None, [1, 1], [1, 1], [1, 1], 1, "relu", [], "")
+            torch.ops.mkldnn._linear_pointwise(x[0, 0], torch.randn(4, 12).to(dtype), None, "gelu", [], "tanh")
+        runs = True
+    except (AttributeError, RuntimeError):
+        runs = False
+    with torch.no_grad():
+        assert fused.fusable(x) == runs
+        got = fused.conv2d(x, w, None, 1, 1, relu=True, add=torch.ones(1, 8, 12, 12).to(dtype))
+        want = torch.relu(torch.nn.functional.conv2d(x.float(), w.float(), None, 1, 1) + 1)
+        assert (got.float() - want).abs().max() <= 0.02 * want.abs().max()
+        layer = torch.nn.Linear(12, 16).to(dtype)
+        h = torch.randn(3, 12).to(dtype)
+        want = torch.nn.functional.gelu(torch.nn.functional.linear(h.float(), layer.weight.float(), layer.bias.float()),
+                                        approximate="tanh")
+        assert (fused.linear_gelu(h, layer).float() - want).abs().max() < 0.05
+    flash = bundle.make_random_flash(seed=1, dtype=dtype, refiner="gbuffer-refiner-16")
+    frames = _render(flash, [pl.GBuffers(torch.randint(0, 256, (5, 5, 16, 16, 3), dtype=torch.uint8))])
+    assert frames.shape == (5, 16, 16, 3) and frames.isfinite().all()
+
+
 class _Add:
     """A toy stage: adds its amount, remembers the thread that ran it, can fail at a given call."""
 
