@@ -256,3 +256,6 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert refiner4.model == export4.out and context4.refiner_run == refiner4.out
     assert (refiner4.config, refiner4.caption_rate, refiner4.steps) == (refiner3.config, refiner3.caption_rate, refiner3.steps)
     assert len({context3.out, export4.out, context4.out}) == 3
+    # every training stage takes THREADS (default 1: a shared CPU), so THREADS=2 reaches all of them
+    trained = [cfg for name, cfg in calls if name in ("student-rollout", "decoder", "refiner")]
+    assert len(trained) == 10 and {cfg.threads for cfg in trained} == {1}

@@ -6,7 +6,10 @@
 # and on the physics world the default learned (the shipped recipe's data.json, $RUNS/data); nothing in
 # model_zoo/default/ changes. Every stage resumes from its latest checkpoint if interrupted.
 set -e
-export OMP_NUM_THREADS=1  # on a shared CPU, one thread per process is 5-10x faster than oversubscribed ones
+# torch threads per stage: 1 (the default) where other work shares the CPU, whose busy cores make two threads
+# 5-10x slower; THREADS=2 on two free cores (a student step 1.4x faster, docs/training.md)
+export OMP_NUM_THREADS=${THREADS:-1}
+T="--set threads=${THREADS:-1}"
 AF=${AF:-.venv/bin/alaya-flash}
 C=model_zoo/training/configs
 R="${RUNS:-runs}"
@@ -27,10 +30,10 @@ $AF --quiet train import --config $C/import.json --set out=$R/imported
 # 400 steps at 3e-5, then 1,200 more at 1e-4 from them
 S="--set data=$R/data-v2 --set vae_run=$R/imported/vae --set codecs_run=$R/imported/codecs --set window_frames=1"
 S="$S --set sink_frames=1 --set caption_rate=0.5 --set mix_data=$R/data --set mix_rate=0.35"
-S="$S --set mix_max_windows=32"
+S="$S --set mix_max_windows=32 $T"
 # every decoder refit and every refiner: both worlds, 35% of the steps or crops from the physics world
-D="--set mix_rate=0.35 --set window_frames=1 --set steps=1000 --set decay_steps=300"
-F="--set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth"
+D="$T --set mix_rate=0.35 --set window_frames=1 --set steps=1000 --set decay_steps=300"
+F="$T --set data=$R/data-v2 --set mix_data=$R/data --set mix_rate=0.35 --set clips=24 --set target=truth"
 # the context refiner (gbuffer-refiner-16-context): half of its world v2 crops read with the clip's caption (the
 # sun's side), on 128x128 crops (whole frames scored the same)
 FC="$F --set config=gbuffer-refiner-16-context --set caption_rate=0.5 --set crop=128 --set steps=6000 --set decay_steps=3000"
