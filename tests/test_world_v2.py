@@ -414,11 +414,13 @@ def test_caption_sides_script_measures_the_side_apart_from_preset_and_scene():
     script = load_script("caption_sides")
     side = re.compile("|".join(re.escape(p.format(light=light)) for p in PHRASES.values() for light in ("sun", "moon")))
 
-    def bag(texts):  # a stand-in for the prompt encoder: hashed words, normalised
-        out = torch.zeros(len(texts), 1, 64)
+    vocabulary: dict[str, int] = {}
+
+    def bag(texts):  # a stand-in for the prompt encoder: a bag of words (one dimension each), normalised
+        out = torch.zeros(len(texts), 1, 1024)
         for i, t in enumerate(texts):
             for w in t.split():
-                out[i, 0, hash(w) % 64] += 1
+                out[i, 0, vocabulary.setdefault(w, len(vocabulary))] += 1
         return torch.nn.functional.normalize(out, dim=-1)
 
     blind = script.distances(lambda texts: bag([side.sub("", t) for t in texts]))
