@@ -7,7 +7,7 @@
 # model_zoo/default/ changes. Every stage resumes from its latest checkpoint if interrupted.
 set -e
 # torch threads per stage: 1 (the default) where other work shares the CPU, whose busy cores make two threads
-# 5-10x slower; THREADS=2 on two free cores (a student step 1.4x faster, docs/training.md)
+# 5-10x slower; THREADS=2 on two free cores (a 256x256 student step 1.6x faster, docs/training.md)
 export OMP_NUM_THREADS=${THREADS:-1}
 T="--set threads=${THREADS:-1}"
 AF=${AF:-.venv/bin/alaya-flash}
