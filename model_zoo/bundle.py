@@ -402,6 +402,11 @@ def default_flash_dir() -> Path:
     return DEFAULT_DIR
 
 
+def shipped_models() -> dict[str, Path]:
+    """Name -> folder of every Flash model folder shipped in model_zoo/ (the default and any beside it)."""
+    return {p.name: p for p in sorted(DEFAULT_DIR.parent.iterdir()) if p.is_dir() and is_model_folder(p) == "flash"}
+
+
 def has_default_flash() -> bool:
     return (DEFAULT_DIR / "config.json").is_file()
 

@@ -24,6 +24,36 @@ def test_wheel_installs_only_alaya_flash(tmp_path):
     assert "alaya_flash/streaming/cli/__init__.py" in names
     assert "alaya_flash/client.py" in names  # an engine's client (docs/live.md, Engine ingest)
     assert not any(n.startswith("alaya_flash/tests/") for n in names)
+    # every model folder shipped in model_zoo/ travels whole: its config and every weight file, teacher/ too
+    from alaya_flash.model_zoo.bundle import shipped_models
+
+    shipped = shipped_models()
+    assert "default" in shipped
+    for name, folder in shipped.items():
+        for file in [*folder.glob("*.json"), *folder.glob("*.safetensors"), *folder.glob("teacher/*")]:
+            assert f"alaya_flash/model_zoo/{name}/{file.relative_to(folder).as_posix()}" in names, file
+
+
+def test_model_argument_takes_a_shipped_models_name(tmp_path, monkeypatch):
+    """--model NAME finds model_zoo/NAME from any directory; a path that exists wins; anything else is
+    left as given, for the command to name what is missing."""
+    from alaya_flash.model_zoo.bundle import DEFAULT_DIR, shipped_models
+    from alaya_flash.streaming.cli.args import model_path
+
+    monkeypatch.chdir(tmp_path)
+    assert shipped_models()["default"] == DEFAULT_DIR
+    assert model_path("default") == DEFAULT_DIR
+    (tmp_path / "default").mkdir()  # a folder of the user's of that name is theirs
+    assert model_path("default") == Path("default")
+    assert model_path("nonesuch") == Path("nonesuch") and model_path("a/default") == Path("a/default")
+    assert all((folder / "config.json").is_file() for folder in shipped_models().values())
+    # every command that takes --model resolves it the same way
+    import argparse
+
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for command in ("render", "eval", "demo", "serve", "bench"):
+        (action,) = [a for a in sub.choices[command]._actions if "--model" in a.option_strings]
+        assert action.type is model_path, command
 
 
 def test_pack_exports_comfyui_mappings():

@@ -206,56 +206,45 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
 
 def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2 data and
-    the physics world's, the imported networks, the new student's latents of both worlds and its
-    decoder, into one model folder."""
+    the physics world's, the imported networks, each student's latents of both worlds and its decoder, a
+    refiner of the last model's own, into model_zoo/world_v2."""
     monkeypatch.chdir(tmp_path)  # its paths are relative to the repository
     (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
     # the refiner stage checks that its model exists, which the export before it writes: a stand-in for it
-    for model in ("model-v2m", "model-v2m3", "model-v2m4"):
-        (tmp_path / "runs" / model).mkdir(parents=True)
-        (tmp_path / "runs" / model / "config.json").write_text("{}")
+    (tmp_path / "runs" / "m128-v2m4").mkdir(parents=True)
+    (tmp_path / "runs" / "m128-v2m4" / "config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
-    assert [name for name, _ in calls] == ["data", "data", "import", "student-rollout", "student-rollout", "decoder",
-                                           "export", "refiner", "export", "student-rollout", "decoder", "export", "export",
-                                           "refiner", "export", "student-rollout", "decoder", "export", "refiner", "export"]
-    data, physics, imported, first, student, decoder, export, refiner, refined = (cfg for _, cfg in calls[:9])
-    third, decoder3, export3, refined3, refiner3, context3 = (cfg for _, cfg in calls[9:15])
-    fourth, decoder4, export4, refiner4, context4 = (cfg for _, cfg in calls[15:])
-    assert data.world == "pathtrace" and data.heldout_passes > 1 and physics.world == "physics"
-    assert first.data == student.data == data.out and first.mix_data == student.mix_data == physics.out
-    assert 0 < first.mix_rate == student.mix_rate == decoder.mix_rate < 0.5  # world v2 gets most steps
-    assert first.student_run == f"{imported.out}/student" and student.student_run == first.out
-    assert first.caption_rate == student.caption_rate == 0.5 and first.steps < student.steps
-    assert (student.window_frames, student.sink_frames) == (decoder.window_frames, decoder.sink_frames) \
-        == (export.window_frames, export.sink_frames)  # trained with the cache the exported session streams with
-    assert decoder.student_run == export.student_run == student.out
-    assert decoder.latents == f"{student.out}/latents-train.safetensors"
-    assert decoder.mix_latents == f"{student.out}/latents-mix.safetensors" and export.codecs_run == decoder.out
-    assert export.refiner_run == "" and refiner.model == export.out and refined.refiner_run == refiner.out
-    assert (refiner.data, refiner.mix_data, refiner.mix_rate) == (data.out, physics.out, first.mix_rate)
-    assert refiner.target == "truth" and refined.codecs_run == decoder.out  # world v2 has no turned mean
-    assert "model_zoo/default" not in (export.out, refined.out)
-    # the third student run continues the second on the same data and mix; its decoder continues the first decoder
-    assert third.student_run == student.out and (third.data, third.mix_data, third.mix_rate) == (
-        student.data, student.mix_data, student.mix_rate)
-    assert decoder3.student_run == export3.student_run == refined3.student_run == third.out
-    assert decoder3.codecs_run == decoder.out and export3.codecs_run == refined3.codecs_run == decoder3.out
-    assert decoder3.latents == f"{third.out}/latents-train.safetensors" and refined3.refiner_run == refiner.out
-    assert export3.refiner_run == "" and len({export.out, refined.out, export3.out, refined3.out, context3.out}) == 5
-    # the last refiner learns the third student's own frames, with the context path and the captions
-    assert refiner3.model == export3.out and context3.refiner_run == refiner3.out and refiner3.out != refiner.out
-    assert refiner3.config == "gbuffer-refiner-16-context" and refiner3.caption_rate > 0
-    assert (refiner3.data, refiner3.mix_data, refiner3.mix_rate) == (refiner.data, refiner.mix_data, refiner.mix_rate)
-    assert context3.student_run == third.out and context3.codecs_run == decoder3.out
-    # the fourth continues the third, its decoder the third's decoder, its refiner as the third's on its own frames
-    assert fourth.student_run == third.out and (fourth.data, fourth.mix_data, fourth.caption_rate) == (
-        third.data, third.mix_data, third.caption_rate)
-    assert decoder4.student_run == export4.student_run == context4.student_run == fourth.out
-    assert decoder4.codecs_run == decoder3.out and export4.codecs_run == context4.codecs_run == decoder4.out
-    assert decoder4.latents == f"{fourth.out}/latents-train.safetensors" and export4.refiner_run == ""
-    assert refiner4.model == export4.out and context4.refiner_run == refiner4.out
-    assert (refiner4.config, refiner4.caption_rate, refiner4.steps) == (refiner3.config, refiner3.caption_rate, refiner3.steps)
-    assert len({context3.out, export4.out, context4.out}) == 3
+    assert [name for name, _ in calls] == ["data", "data", "data", "import", "student-rollout", "student-rollout",
+                                           "decoder", "student-rollout", "decoder", "data", "student-rollout",
+                                           "decoder", "export", "refiner", "export"]
+    physics, physics_full, data, imported, first, second, decoder2, third, decoder3, data24, fourth, decoder4, export, \
+        refiner, shipped = (cfg for _, cfg in calls)
+    # the student and decoder train on 128x128 clips of both worlds, the refiner reads the physics world at 256x256
+    assert physics.world == "physics" and (physics.width, physics.height) == (128, 128)
+    assert physics_full.world == "physics" and (physics_full.width, physics_full.height) == (256, 256)
+    assert data.world == data24.world == "pathtrace" and data.out == data24.out and (data.width, data.height) == (128, 128)
+    assert data.train_clips < data24.train_clips and (data24.width, data24.heldout_clips) == (128, data.heldout_clips)
+    students = (first, second, third, fourth)
+    assert all(s.data == data.out and s.mix_data == physics.out and s.caption_rate == 0.5 for s in students)
+    assert all(0 < s.mix_rate == decoder2.mix_rate < 0.5 for s in students)  # world v2 gets most steps
+    assert first.student_run == f"{imported.out}/student"
+    assert [s.student_run for s in students[1:]] == [s.out for s in students[:-1]]  # each continues the one before
+    assert first.steps < second.steps and len({s.out for s in students}) == 4
+    # each decoder refits the student before it from the last decoder, on that student's latents of both worlds
+    for decoder, student, codecs in ((decoder2, second, f"{imported.out}/codecs"), (decoder3, third, decoder2.out),
+                                     (decoder4, fourth, decoder3.out)):
+        assert decoder.student_run == student.out and decoder.codecs_run == codecs
+        assert decoder.latents == f"{student.out}/latents-train.safetensors"
+        assert decoder.mix_latents == f"{student.out}/latents-mix.safetensors"
+        assert (student.window_frames, student.sink_frames) == (decoder.window_frames, decoder.sink_frames) \
+            == (export.window_frames, export.sink_frames)  # trained with the cache the exported session streams with
+    assert export.student_run == shipped.student_run == fourth.out
+    assert export.codecs_run == shipped.codecs_run == decoder4.out and export.refiner_run == ""
+    # the refiner learns the exported model's own frames, with the context path and the captions, both worlds
+    assert refiner.model == export.out and shipped.refiner_run == refiner.out
+    assert refiner.config == "gbuffer-refiner-16-context" and refiner.caption_rate > 0 and refiner.target == "truth"
+    assert (refiner.data, refiner.mix_data, refiner.mix_rate) == (data.out, physics_full.out, first.mix_rate)
+    assert shipped.out == "model_zoo/world_v2" and export.out != shipped.out
     # every training stage takes THREADS (default 1: a shared CPU), so THREADS=2 reaches all of them
     trained = [cfg for name, cfg in calls if name in ("student-rollout", "decoder", "refiner")]
-    assert len(trained) == 10 and {cfg.threads for cfg in trained} == {1}
+    assert len(trained) == 8 and {cfg.threads for cfg in trained} == {1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 MAX_SIDE = 4096  # pixels per frame side
 MAX_FRAMES = 10_000_000
@@ -48,6 +49,17 @@ FPS = bounded(float, 1.0, 240.0)
 FRAMES = bounded(int, 0, MAX_FRAMES)  # 0 where a command reads it as "all"
 SEED = bounded(int, 0, MAX_SEED)
 STEPS = bounded(int, 1, 1000)
+
+
+def model_path(text: str) -> Path:
+    """--model: a path, or the name of a model folder shipped in model_zoo/ ('default', 'world_v2')
+    where no such path exists here, so a pip-installed package's models are reachable by name."""
+    path = Path(text)
+    if path.exists() or len(path.parts) != 1:
+        return path
+    from ...model_zoo.bundle import shipped_models
+
+    return shipped_models().get(text, path)  # not a shipped name either: the command says what is missing
 
 
 def add_cpu_arguments(parser) -> None:
