@@ -38,7 +38,7 @@ def test_model_argument_takes_a_shipped_models_name(tmp_path, monkeypatch):
     """--model NAME finds model_zoo/NAME from any directory; a path that exists wins; anything else is
     left as given, for the command to name what is missing."""
     from alaya_flash.model_zoo.bundle import DEFAULT_DIR, shipped_models
-    from alaya_flash.streaming.cli.args import model_path
+    from alaya_flash.streaming.cli.args import SHIPPED_MODEL_HELP, model_path
 
     monkeypatch.chdir(tmp_path)
     assert shipped_models()["default"] == DEFAULT_DIR
@@ -54,6 +54,10 @@ def test_model_argument_takes_a_shipped_models_name(tmp_path, monkeypatch):
     for command in ("render", "eval", "demo", "serve", "bench"):
         (action,) = [a for a in sub.choices[command]._actions if "--model" in a.option_strings]
         assert action.type is model_path, command
+        assert action.help.startswith(SHIPPED_MODEL_HELP), command
+    # the help names exactly the folders shipped
+    listed = SHIPPED_MODEL_HELP[SHIPPED_MODEL_HELP.index("(") + 1:SHIPPED_MODEL_HELP.index(")")]
+    assert sorted(listed.split(", ")) == sorted(shipped_models())
 
 
 def test_pack_exports_comfyui_mappings():

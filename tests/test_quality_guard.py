@@ -14,6 +14,7 @@ on one thread per model, and 10 s of path tracing for world v2. `python tests/te
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -52,10 +53,17 @@ WORLD_V2_REFERENCE = {"psnr_db": 18.38, "nearest_rate": 0.8, "margin_db": 2.21}
 WORLD_V2_SPP = 8
 WORLD_V2_MIN_NEAREST_RATE = 7 / 10
 
-# every model folder shipped in model_zoo/ has a guard: its world, its reference, the nearest rate it may not
-# fall below, and how much its long stream (below) may drop
-GUARDS = {"default": ("physics", REFERENCE, MIN_NEAREST_RATE, 1.0),
-          "world_v2": ("pathtrace", WORLD_V2_REFERENCE, WORLD_V2_MIN_NEAREST_RATE, 1.5)}
+class Guard(NamedTuple):
+    """What one shipped model is held to."""
+    world: str  # the world of its held-out clip: "physics" or "pathtrace" (world v2)
+    reference: dict  # its figures at this configuration (above)
+    min_nearest_rate: float  # the share of presets nearest their own truth it may not fall below
+    max_long_drop_db: float  # how much its long stream (below) may drop, first block to last
+
+
+# every model folder shipped in model_zoo/ has a guard
+GUARDS = {"default": Guard("physics", REFERENCE, MIN_NEAREST_RATE, max_long_drop_db=1.0),
+          "world_v2": Guard("pathtrace", WORLD_V2_REFERENCE, WORLD_V2_MIN_NEAREST_RATE, max_long_drop_db=1.5)}
 
 
 def held_out_clip(world: str) -> dict:
@@ -72,7 +80,7 @@ def held_out_clip(world: str) -> dict:
 
 def guard_figures(model: str = "default") -> dict:
     """Mean PSNR, nearest rate and mean control margin of a shipped model over its world's presets."""
-    clip = held_out_clip(GUARDS[model][0])
+    clip = held_out_clip(GUARDS[model].world)
     names = [str(n) for n in clip["presets"]]
     gt = [torch.from_numpy(clip["rgb"][p]).float() / 255 for p in range(len(names))]
     flash = bundle.load_flash(bundle.shipped_models()[model], dtype=preferred_dtype("cpu"))
@@ -104,16 +112,16 @@ def test_every_shipped_model_has_a_guard():
 
 def test_shipped_model_psnr_holds_on_a_held_out_clip(guarded):
     model, figures = guarded
-    reference = GUARDS[model][1]
+    reference = GUARDS[model].reference
     floor = reference["psnr_db"] - PSNR_MARGIN_DB
     assert figures["psnr_db"] >= floor, f"{model}: PSNR {figures['psnr_db']:.2f} dB < {floor:.2f} dB (reference {reference})"
 
 
 def test_shipped_model_prompt_control_holds_on_a_held_out_clip(guarded):
     model, figures = guarded
-    _, reference, min_rate, _ = GUARDS[model]
-    assert figures["nearest_rate"] >= min_rate, f"{model}: misses: {figures['misses']}"
-    floor = reference["margin_db"] - CONTROL_MARGIN_DB
+    guard = GUARDS[model]
+    assert figures["nearest_rate"] >= guard.min_nearest_rate, f"{model}: misses: {figures['misses']}"
+    floor = guard.reference["margin_db"] - CONTROL_MARGIN_DB
     assert figures["margin_db"] >= floor, f"{model}: control margin {figures['margin_db']:+.2f} dB < {floor:+.2f} dB"
 
 
@@ -138,7 +146,7 @@ def long_stream_figures(model: str) -> dict:
 @pytest.mark.parametrize("model", sorted(GUARDS))
 def test_shipped_model_holds_over_a_long_stream(model):
     r = long_stream_figures(model)
-    max_drop = GUARDS[model][3]
+    max_drop = GUARDS[model].max_long_drop_db
     assert r["drop_db"] <= max_drop, f"{model}: long stream drops {r['drop_db']:.2f} dB: {r['psnr_db_by_block']}"
     gain = r["fresh_start"]["gain_db"]
     assert gain <= MAX_FRESH_GAIN_DB, f"{model}: a fresh stream at frame {r['fresh_start']['frame']} is {gain:.2f} dB better"

@@ -51,6 +51,10 @@ SEED = bounded(int, 0, MAX_SEED)
 STEPS = bounded(int, 1, 1000)
 
 
+# --model's help, the start every command shares (tests/test_package.py checks the names against model_zoo/)
+SHIPPED_MODEL_HELP = "Flash model folder, or the name of one shipped in model_zoo/ (default, world_v2)"
+
+
 def model_path(text: str) -> Path:
     """--model: a path, or the name of a model folder shipped in model_zoo/ ('default', 'world_v2')
     where no such path exists here, so a pip-installed package's models are reachable by name."""

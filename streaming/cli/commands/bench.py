@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=parse_size, default=(128, 128), metavar="N|WxH", help="frame size (multiples of 16)")
     parser.add_argument("--frames", type=args_.FRAMES, default=48, help="frames to render")
     parser.add_argument("--chunk", type=args_.bounded(int, 1, 4096), default=12, help="frames per runner tick (one AR chunk = 12 frames)")
-    parser.add_argument("--model", type=args_.model_path, help="Flash model folder, or the name of one shipped in model_zoo/ (default, world_v2); default: random weights, configs below")
+    parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + "; default: random weights, configs below")
     parser.add_argument("--dit", default="dit-small", help="DiT config for random weights (alayarenderer-teacher = full "
                         "1.3B); helios-flash-1.3b / helios-flash-small: the Flash release's Helios backbone with "
                         "its compressed-history session, its grouped encoder (hidden 128) and taew2_1")

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="size of each tile, WIDTHxHEIGHT (multiples of 16 with a model); "
                              "default: the model's trained size, else 256x144")
     parser.add_argument("--seed", type=args_.SEED, default=0, help="seed of the bundled scene and of the sampler")
-    parser.add_argument("--model", type=args_.model_path, help="Flash model folder, or the name of one shipped in model_zoo/ (default, world_v2); default: the embedded default model")
+    parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + "; default: the embedded default model")
     parser.add_argument("--prompt", help="prompt for the model (default: a sunset lighting prompt)")
     parser.add_argument("--preview", action="store_true", help="no model: the passes plus a Lambert shading")
     args_.add_cpu_arguments(parser)

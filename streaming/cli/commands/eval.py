@@ -58,7 +58,7 @@ HELP = "evaluate student vs teacher on held-out clips (content, temporal, cross-
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", type=args_.model_path, help="Flash model folder, or the name of one shipped in model_zoo/ (default, world_v2); default: the embedded model_zoo/default")
+    parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + "; default: the embedded model_zoo/default")
     parser.add_argument("--teacher", type=Path, help="teacher model folder (default: MODEL/teacher when present)")
     parser.add_argument("--no-teacher", action="store_true", help="evaluate the student only")
     parser.add_argument("--no-refiner", action="store_true",

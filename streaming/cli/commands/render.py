@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", required=True, help="prompt, or lines 'FRAME: prompt' (a schedule)")
     parser.add_argument("--out", type=Path, required=True, help="output file (mp4) or folder (png, exr, npy)")
     parser.add_argument("--format", choices=("mp4", "png", "exr", "npy"), default="mp4", help="output format")
-    parser.add_argument("--model", type=args_.model_path, help="Flash model folder, the name of one shipped in model_zoo/ (default, world_v2), a Flash release folder (transformer/, "
+    parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + ", a Flash release folder (transformer/, "
                         "transformer_partial.safetensors, ...), or a teacher folder or published teacher "
                         "file/folder (default: the embedded default Flash model)")
     parser.add_argument("--vae", type=Path, help="teacher: the Wan2.1 VAE file (default: the model's, or one next to it)")

@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=tuple(PRESETS), default="bright_sunny",
                         help="initial lighting preset (its prompt is the initial prompt)")
     parser.add_argument("--prompt", default="", help="initial prompt (overrides the preset's)")
-    parser.add_argument("--model", type=args_.model_path, help="Flash model folder, or the name of one shipped in model_zoo/ (default, world_v2); default: the embedded default model")
+    parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + "; default: the embedded default model")
     parser.add_argument("--random-model", action="store_true",
                         help="use tiny random weights (no model needed; shows the plumbing, not pictures)")
     parser.add_argument("--workflow", type=Path, help="API-format workflow to render with instead of the "
