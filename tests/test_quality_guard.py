@@ -53,6 +53,7 @@ WORLD_V2_REFERENCE = {"psnr_db": 18.38, "nearest_rate": 0.8, "margin_db": 2.21}
 WORLD_V2_SPP = 8
 WORLD_V2_MIN_NEAREST_RATE = 7 / 10
 
+
 class Guard(NamedTuple):
     """What one shipped model is held to."""
     world: str  # the world of its held-out clip: "physics" or "pathtrace" (world v2)
@@ -78,12 +79,17 @@ def held_out_clip(world: str) -> dict:
     return render_clip(cfg, SCENE_SEED)
 
 
+def load_shipped(model: str):
+    """A shipped model's Flash bundle in the dtype this CPU prefers, as users' commands load it."""
+    return bundle.load_flash(bundle.shipped_models()[model], dtype=preferred_dtype("cpu"))
+
+
 def guard_figures(model: str = "default") -> dict:
     """Mean PSNR, nearest rate and mean control margin of a shipped model over its world's presets."""
     clip = held_out_clip(GUARDS[model].world)
     names = [str(n) for n in clip["presets"]]
     gt = [torch.from_numpy(clip["rgb"][p]).float() / 255 for p in range(len(names))]
-    flash = bundle.load_flash(bundle.shipped_models()[model], dtype=preferred_dtype("cpu"))
+    flash = load_shipped(model)
     text = flash.text_encoder()
     psnr, hits, margins, misses = [], [], [], []
     for p, name in enumerate(names):
@@ -139,7 +145,7 @@ MAX_FRESH_GAIN_DB = 2.0
 def long_stream_figures(model: str) -> dict:
     from alaya_flash.streaming.cli.commands.eval import long_stream
 
-    flash = bundle.load_flash(bundle.shipped_models()[model], dtype=preferred_dtype("cpu"))
+    flash = load_shipped(model)
     return long_stream(flash, flash.text_encoder(), 200, 25, (64, 64))
 
 
