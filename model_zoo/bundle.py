@@ -64,7 +64,8 @@ class _TextEncoderNames(tuple):
                                                   and len(name) > len(UMT5_PREFIX))
 
 
-TEXT_ENCODERS = _TextEncoderNames(("all-minilm-l6-v2", f"{UMT5_PREFIX}<path>"))
+MINILM_TOKENS = "all-minilm-l6-v2+tokens"  # the sentence embedding, then its word tokens (text_encoder.py)
+TEXT_ENCODERS = _TextEncoderNames(("all-minilm-l6-v2", MINILM_TOKENS, f"{UMT5_PREFIX}<path>"))
 DEFAULT_DIR = Path(__file__).resolve().parent / "default"
 
 
@@ -169,9 +170,9 @@ def _load_text_encoder(name: str, device: str):
         from .umt5 import load_umt5
 
         return load_umt5(name[len(UMT5_PREFIX):], device=device)
-    from .text_encoder import TextEncoder
+    from .text_encoder import CONTEXT_TOKENS, TextEncoder
 
-    return TextEncoder.load(device=device)
+    return TextEncoder.load(device=device, tokens=CONTEXT_TOKENS if name == MINILM_TOKENS else 0)
 
 
 # ---------------------------------------------------------------------------------------------

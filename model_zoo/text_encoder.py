@@ -29,6 +29,7 @@ from .loading import load_strict
 
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 MINILM_DIM = 384
+CONTEXT_TOKENS = 76  # word tokens after the sentence embedding in a "+tokens" context (a caption is ~50)
 
 
 def default_model_dir() -> Path:
@@ -73,6 +74,13 @@ def _position_ids_checked(source: Path):
     return convert
 
 
+def sentence_embedding(context: torch.Tensor) -> torch.Tensor:
+    """A prompt context (B, L, D) -> one vector per prompt (B, D), what the G-buffer refiner reads: a
+    MiniLM context's first token (its sentence embedding, word tokens or not); another encoder's mean."""
+    context = context.float()
+    return context[:, 0] if context.shape[-1] == MINILM_DIM else context.mean(1)
+
+
 class TextEncoder:
     """Prompt strings -> context for the DiT's text slot.
 
@@ -86,16 +94,19 @@ class TextEncoder:
     text_dim = MINILM_DIM  # all-MiniLM-L6-v2's width; an instance reports its own model's
     text_len = 1
 
-    def __init__(self, model: nn.Module, tokenizer, cache_size: int = 64):
+    def __init__(self, model: nn.Module, tokenizer, cache_size: int = 64, tokens: int = 0):
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.cache_size = cache_size
         self.text_dim = int(model.config.hidden_size)
+        self.tokens = tokens  # 0: the sentence embedding alone; N: then the first N word tokens' outputs
+        self.text_len = 1 + tokens
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
 
     @classmethod
-    def load(cls, model_dir: str | Path | None = None, device: str | torch.device = "cpu") -> "TextEncoder":
-        """A sentence-transformers BERT folder (model.safetensors, tokenizer.json, config.json)."""
+    def load(cls, model_dir: str | Path | None = None, device: str | torch.device = "cpu", tokens: int = 0) -> "TextEncoder":
+        """A sentence-transformers BERT folder (model.safetensors, tokenizer.json, config.json).
+        tokens: 0 for the one-token context; N for the sentence embedding then N word tokens."""
         from tokenizers import Tokenizer
         from transformers import BertModel
 
@@ -113,7 +124,7 @@ class TextEncoder:
         config._attn_implementation = "sdpa"
         model = BertModel(config, add_pooling_layer=True)  # 22.7M parameters: built in place, then overwritten
         load_strict(model, model_dir / "model.safetensors", convert=_position_ids_checked(model_dir / "model.safetensors"))
-        return cls(model.to(device), tokenizer)
+        return cls(model.to(device), tokenizer, tokens=tokens)
 
     @property
     def device(self) -> torch.device:
@@ -122,6 +133,11 @@ class TextEncoder:
     @torch.no_grad()
     def embed(self, prompts: list[str]) -> torch.Tensor:
         """Sentence embeddings (B, 384), mean-pooled over real tokens and L2-normalised."""
+        return self._run(prompts)[0]
+
+    @torch.no_grad()
+    def _run(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(sentence embeddings (B, D), every token's output (B, L, D), attention mask (B, L))."""
         if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
             raise AlayaError(f"text encoder: expected a list of prompt strings, got {prompts!r:.80}")
         batch = self.tokenizer.encode_batch(list(prompts))
@@ -130,16 +146,29 @@ class TextEncoder:
         hidden = self.model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).last_hidden_state.float()
         m = mask[..., None].float()
         pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
-        return F.normalize(pooled, dim=-1)
+        return F.normalize(pooled, dim=-1), hidden, mask
+
+    def context(self, prompt: str) -> torch.Tensor:
+        """One prompt's context (text_len, 384): the sentence embedding, then (with `tokens`) each word
+        token's output, unit norm, in order ([CLS] and [SEP] included), zeros after the prompt's last
+        token. The word tokens are what tell apart words the pooled embedding nearly merges (the
+        sun "on the left" and "on the right" lie 0.02 apart pooled, 0.49 at the side's token)."""
+        pooled, hidden, _ = self._run([prompt])
+        if not self.tokens:
+            return pooled
+        words = F.normalize(hidden[0, : self.tokens], dim=-1)
+        return torch.cat([pooled, F.pad(words, (0, 0, 0, self.tokens - words.shape[0]))])
 
     def __call__(self, prompts: list[str]) -> torch.Tensor:
-        """Context for the DiT: (B, text_len=1, 384), with an LRU cache per prompt."""
+        """Context for the DiT: (B, text_len, 384) (text_len 1, or 1 + tokens), with an LRU cache per prompt."""
+        if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+            raise AlayaError(f"text encoder: expected a list of prompt strings, got {prompts!r:.80}")
         for p in dict.fromkeys(prompts):
             if p not in self._cache:  # alone, never padded beside others: its embedding depends on its text only
-                self._cache[p] = self.embed([p])[0]
+                self._cache[p] = self.context(p).reshape(self.text_len, -1)
         for p in prompts:
             self._cache.move_to_end(p)
-        context = torch.stack([self._cache[p] for p in prompts])[:, None, :]
+        context = torch.stack([self._cache[p] for p in prompts])
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return context

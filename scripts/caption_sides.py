@@ -1,9 +1,11 @@
 """How far apart the prompt encoder puts world v2 captions that differ only in the sun's side, against
 captions that differ in the preset or the scene kind (mean Euclidean distance of the unit MiniLM
-embeddings the DiT reads). The caption is the only input that names the side (docs/world.md), so a
-small distance is a small signal for the model to learn cast shadows from.
+contexts the DiT reads; for a context of several tokens, the largest distance at one position). The
+caption is the only input that names the side (docs/world.md), so a small distance is a small signal
+for the model to learn cast shadows from.
 
-    .venv/bin/python scripts/caption_sides.py
+    .venv/bin/python scripts/caption_sides.py            # the sentence embedding (all-minilm-l6-v2)
+    .venv/bin/python scripts/caption_sides.py --tokens   # with its word tokens (all-minilm-l6-v2+tokens)
 
 Prints JSON: the mean distance between sides, presets and scene kinds, and per pair of sides.
 """
@@ -14,20 +16,20 @@ import json
 import statistics
 import sys
 
-from alaya_flash.model_zoo.text_encoder import TextEncoder
+from alaya_flash.model_zoo.text_encoder import CONTEXT_TOKENS, TextEncoder
 from alaya_flash.streaming.world.traced.presets import SIDES, TRACED_PRESETS, caption
 from alaya_flash.streaming.world.traced.scene import CONTENT
 
 
 def distances(text) -> dict:
-    """text: prompts -> (B, 1, D) embeddings (a TextEncoder)."""
+    """text: prompts -> (B, L, D) contexts (a TextEncoder)."""
     sunlit = [name for name, p in TRACED_PRESETS.items() if p.light is not None]  # captions naming a side
     kinds, sides = list(CONTENT), list(SIDES)
     keys = [(n, k, s) for n in sunlit for k in kinds for s in sides]
-    emb = dict(zip(keys, text([caption(TRACED_PRESETS[n], k, s) for n, k, s in keys])[:, 0]))
+    emb = dict(zip(keys, text([caption(TRACED_PRESETS[n], k, s) for n, k, s in keys])))
 
     def mean(pairs) -> float:
-        return statistics.mean(float((emb[a] - emb[b]).norm()) for a, b in pairs)
+        return statistics.mean(float((emb[a] - emb[b]).norm(dim=-1).max()) for a, b in pairs)
 
     report = {
         "sides": mean(((n, k, a), (n, k, b)) for n in sunlit for k in kinds for a, b in itertools.combinations(sides, 2)),
@@ -40,7 +42,7 @@ def distances(text) -> dict:
 
 
 def main() -> int:
-    print(json.dumps(distances(TextEncoder.load()), indent=1))
+    print(json.dumps(distances(TextEncoder.load(tokens=CONTEXT_TOKENS if "--tokens" in sys.argv[1:] else 0)), indent=1))
     return 0
 
 

@@ -211,6 +211,19 @@ def test_encode_prompt_accepts_conditioning_of_the_right_width():
         node.encode(text, "x", conditioning=[[torch.randn(1, 7, 4096), {}]])
 
 
+@pytest.mark.parametrize("encoder_name, text_len", [("all-minilm-l6-v2", 1), (bundle.MINILM_TOKENS, 77)])
+def test_a_minilm_folder_chosen_in_the_loader_gives_the_context_the_model_reads(encoder_name, text_len):
+    """Load Flash Model's text_encoder input: a MiniLM-style folder in text_encoders replaces the model's
+    encoder with the same kind of context (the sentence embedding, with word tokens for a +tokens model)."""
+    from alaya_flash.model_zoo.text_encoder import default_model_dir
+    from alaya_flash.nodes.models import _text_override
+
+    model = bundle.make_random_flash()
+    model.text_encoder_name = encoder_name
+    _text_override(model, str(default_model_dir()), "cpu")
+    assert model.text_encoder()(["a moonlit night"]).shape == (1, text_len, 384)
+
+
 class Interrupted(Exception):
     """Stands in for ComfyUI's InterruptProcessingException."""
 

@@ -63,6 +63,39 @@ def test_context_shape_and_cache(encoder):
     assert out.shape == (3, 1, 384) and len(small._cache) == 2
 
 
+def test_word_token_context_starts_with_the_sentence_embedding(encoder):
+    """all-minilm-l6-v2+tokens: the sentence embedding, then each token's unit output, zeros after the
+    prompt; the same prompt alone or in a batch gives the same context; a long prompt keeps its first
+    CONTEXT_TOKENS tokens after the sentence embedding of all of it."""
+    from alaya_flash.model_zoo.text_encoder import CONTEXT_TOKENS, sentence_embedding
+
+    tokens = TextEncoder(encoder.model, encoder.tokenizer, tokens=CONTEXT_TOKENS)
+    assert tokens.text_len == 1 + CONTEXT_TOKENS
+    ctx = tokens(PROMPTS[:2] + [RECORDED_PROMPTS[8]])
+    assert ctx.shape == (3, 1 + CONTEXT_TOKENS, 384)
+    assert torch.equal(ctx[:, 0], encoder(PROMPTS[:2] + [RECORDED_PROMPTS[8]])[:, 0])
+    assert torch.equal(sentence_embedding(ctx), ctx[:, 0])
+    n = len(encoder.tokenizer.encode(PROMPTS[0]).ids)  # [CLS] ... [SEP]
+    norms = ctx[0, 1:].norm(dim=-1)
+    assert torch.allclose(norms[:n], torch.ones(n), atol=1e-5) and not norms[n:].any()
+    assert ctx[2, 1:].norm(dim=-1).min() > 0.99  # a prompt of 256 tokens fills every slot
+    assert torch.equal(tokens([PROMPTS[1]])[0], ctx[1])
+
+
+def test_word_tokens_tell_apart_the_sides_the_sentence_embedding_merges(encoder):
+    """Captions that differ only in the sun's side: pooled they nearly coincide, at the side's token
+    they differ about as much as two presets' sentence embeddings (docs/text-encoder.md)."""
+    from alaya_flash.model_zoo.text_encoder import CONTEXT_TOKENS
+    from alaya_flash.streaming.world.traced.presets import TRACED_PRESETS, caption
+
+    tokens = TextEncoder(encoder.model, encoder.tokenizer, tokens=CONTEXT_TOKENS)
+    left, right = tokens([caption(TRACED_PRESETS["bright_sunny"], "street", side) for side in ("left", "right")])
+    pooled = float((left[0] - right[0]).norm())
+    words = float((left[1:] - right[1:]).norm(dim=-1).max())
+    presets = tokens([caption(TRACED_PRESETS[name], "street", "left") for name in ("bright_sunny", "sunset_dramatic")])
+    assert pooled < 0.05 and words > 10 * pooled and words > 0.5 * float((presets[0, 0] - presets[1, 0]).norm())
+
+
 def test_bad_inputs(encoder, tmp_path):
     with pytest.raises(AlayaError, match="list of prompt strings"):
         encoder.embed("not a list")

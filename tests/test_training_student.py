@@ -187,6 +187,39 @@ def test_rollout_with_a_mixed_in_world_keeps_that_world(mixed, tmp_path):
     assert _stream_error(mixed / "mixed", mix) < _stream_error(alone, mix)
 
 
+def test_rollout_with_word_tokens_caches_them_and_exports_a_model_that_reads_them(runs, tmp_path, capsys):
+    """text_encoder all-minilm-l6-v2+tokens: the rollout's cache holds each wording's sentence embedding
+    then its word tokens (the sentence embedding equal to the default cache's), its checkpoints record
+    the encoder, export writes it into config.json, the folder loads with it, and text-anchor (which
+    fits one pooled token) refuses the run."""
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.loading import read_metadata
+    from alaya_flash.model_zoo.text_encoder import CONTEXT_TOKENS
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from training_helpers import rollout_config
+
+    out = tmp_path / "tokens"
+    conf = rollout_config(runs, out, steps=2, ckpt_every=2, text_encoder=bundle.MINILM_TOKENS)
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "t.json", conf)]) == 0
+    cache = out / "latents-train.safetensors"
+    assert json.loads(read_metadata(cache)["recipe"])["text_encoder"] == bundle.MINILM_TOKENS
+    words, pooled = LatentSet(cache), LatentSet(runs / "rollout" / "latents-train.safetensors")
+    assert words.negative.shape == (1 + CONTEXT_TOKENS, 384) and pooled.negative.shape == (1, 384)
+    assert torch.equal(words.embedding(0, "train", 0)[:1], pooled.embedding(0, "train", 0))
+    assert common.run_text_encoder(out) == bundle.MINILM_TOKENS and common.run_text_encoder(runs / "rollout") == "all-minilm-l6-v2"
+    export = {"out": str(tmp_path / "model"), "student_run": str(out), "teacher_run": str(runs / "teacher"),
+              "codecs_run": str(runs / "codecs"), "vae_run": str(runs / "vae"), "trained_size": [32, 32],
+              "teacher_window_frames": 9}
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", export)]) == 0
+    assert json.loads((tmp_path / "model" / "config.json").read_text())["text_encoder"] == bundle.MINILM_TOKENS
+    model = bundle.load_flash(tmp_path / "model")
+    assert model.text_encoder_name == bundle.MINILM_TOKENS
+    assert model.text_encoder()(["a moonlit night"]).shape == (1, 1 + CONTEXT_TOKENS, 384)
+    anchor = {"out": str(tmp_path / "anchor"), "data": str(runs / "data"), "student_run": str(out), "steps": 1}
+    assert main(["train", "text-anchor", "--config", write(tmp_path / "a.json", anchor)]) == 2
+    assert "fits one pooled token's cross-attention" in capsys.readouterr().err
+
+
 def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
     from alaya_flash.model_zoo.training.latent_data import nearest_presets
 
@@ -251,7 +284,8 @@ def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
                                           ({"caption_rate": 0.5, "pair_weight": 1.0}, "do not go together"),
                                           ({"mix_rate": 1.5, "mix_data": "x"}, "mix_rate 1.5 must be between 0 and 1"),
                                           ({"mix_rate": 0.5}, "go together (both or neither)"),
-                                          ({"mix_data": "x"}, "go together (both or neither)")])
+                                          ({"mix_data": "x"}, "go together (both or neither)"),
+                                          ({"text_encoder": "umt5-xxl:/x"}, "text_encoder 'umt5-xxl:/x' is not one of")])
 def test_bad_rollout_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert message in capsys.readouterr().err

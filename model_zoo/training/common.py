@@ -238,6 +238,23 @@ def check_caption_rate(stage: str, caption_rate: float) -> None:
         raise AlayaError(f"{stage}: caption_rate {caption_rate} must be between 0 and 1")
 
 
+TRAINING_TEXT_ENCODERS = ("all-minilm-l6-v2", "all-minilm-l6-v2+tokens")  # what a stage can embed prompts with
+
+
+def check_text_encoder(stage: str, name: str) -> None:
+    """text_encoder (student-rollout): a MiniLM context the CPU can embed every wording with."""
+    if name not in TRAINING_TEXT_ENCODERS:
+        raise AlayaError(f"{stage}: text_encoder {name!r} is not one of {', '.join(TRAINING_TEXT_ENCODERS)}")
+
+
+def run_text_encoder(run) -> str:
+    """The prompt encoder a student run's latest checkpoint was trained with (older runs: all-minilm-l6-v2)."""
+    ckpt = latest_checkpoint(Path(run))
+    if ckpt is None:
+        raise AlayaError(f"{run}: no checkpoint here; run that stage first")
+    return json.loads(read_metadata(ckpt).get("extra", "{}")).get("text_encoder", TRAINING_TEXT_ENCODERS[0])
+
+
 def check_mix(stage: str, mix: str, mix_rate: float) -> None:
     """mix / mix_rate (vae, codecs, student-rollout, decoder, refiner): a second source drawn for a share
     of the steps or crops."""

@@ -47,7 +47,7 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     from ..codecs import gbuffer_encoder, tiny
     from ..loading import load_strict, read_metadata
     from .codecs import load_vae
-    from .common import final_weights, latest_checkpoint
+    from .common import final_weights, latest_checkpoint, run_text_encoder
     from .teacher import load_dit
 
     dtype = getattr(torch, cfg.dtype)
@@ -74,7 +74,7 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     flash = bundle.FlashModel(
         dit=student.to(dtype), gbuffer_encoder=genc.to(dtype), decoder=codec.to(dtype), refiner=refiner,
         settings=bundle.FlashSettings(chunk_frames=chunk, window_frames=cfg.window_frames, sink_frames=cfg.sink_frames),
-        trained_size=size,
+        trained_size=size, text_encoder_name=run_text_encoder(cfg.student_run),
     )
     notes = cfg.notes or "alaya-flash default model, trained on this project's physics world (docs/model-card.md)"
     bundle.save_flash(flash, out, config_names={"gbuffer_encoder": names["gbuffer_encoder"], "decoder": names["tiny"],

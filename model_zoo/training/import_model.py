@@ -73,7 +73,8 @@ def run_import(cfg: ImportConfig, log, progress=None) -> int:
         log.info("wrote %s", path)
         return path
 
-    dit_extra = {"dit_config": asdict(flash.dit.config), "chunk_frames": flash.settings.chunk_frames}
+    dit_extra = {"dit_config": asdict(flash.dit.config), "chunk_frames": flash.settings.chunk_frames,
+                 "text_encoder": flash.text_encoder_name}
     write("student", {"dit": flash.dit}, dit_extra)
     write("codecs", {"tiny": flash.decoder, "gbuffer_encoder": flash.gbuffer_encoder},
           {"tiny": names["decoder"], "gbuffer_encoder": names["gbuffer_encoder"]})

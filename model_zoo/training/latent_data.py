@@ -23,9 +23,10 @@ from .data import ClipSet
 
 def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path, codecs_run: str | Path | None,
                  cond_encoder: str, out: Path, log=None, max_windows: int = 0, size: int = 0,
-                 with_rgb: bool = True) -> Path:
+                 with_rgb: bool = True, text_encoder: str = "all-minilm-l6-v2") -> Path:
     """Encode a split's windows and prompts into `out` (skipped when it exists with the same recipe).
 
+    text_encoder: the MiniLM context the prompts are embedded with (bundle.TEXT_ENCODERS).
     with_rgb=False: only the conditioning (the student's distilled-encoder latents of the windows
     its teacher's file holds; the windows are the same for the same data / frames / max_windows)."""
     import json
@@ -46,8 +47,10 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     recipe["clips"] = len(meta["clips"][split])  # a dataset grown since (more clips rendered) makes it stale
     if meta.get("world") == "pathtrace":
         recipe["captions"] = True  # a cache made before captions were cached is stale
+    if text_encoder != "all-minilm-l6-v2":  # recorded only then, so caches made before it stay current
+        recipe["text_encoder"] = text_encoder
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
-        return _refresh_prompts(out, data)
+        return _refresh_prompts(out, data, text_encoder)
     clips = ClipSet(data, split)
     vae = load_vae(vae_run)
     genc = None
@@ -71,9 +74,7 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
             cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
     if log:
         log.info("encoded %d windows of %d frames from %s/%s", len(windows), frames, data, split)
-    from ..text_encoder import TextEncoder
-
-    text = TextEncoder.load()
+    text = _text_encoder(text_encoder)
     tensors = {"cond": torch.stack(cond), **({"rgb": torch.stack(rgb)} if with_rgb else {}),
                **_prompt_tensors(clips.prompts, text)}
     if clips.captions is not None:
@@ -82,12 +83,16 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     return out
 
 
-def _prompt_tensors(prompts: dict[str, dict[str, list[str]]], text=None) -> dict[str, torch.Tensor]:
-    """MiniLM embeddings of "" (negative) and of every wording: prompt.{preset}.{train|heldout}.{i}
-    (text: a loaded TextEncoder, else the default one is loaded)."""
-    from ..text_encoder import TextEncoder
+def _text_encoder(name: str):
+    """A training stage's MiniLM prompt encoder by its model-folder name (bundle.TEXT_ENCODERS)."""
+    from ..bundle import load_text_encoder
 
-    text = TextEncoder.load() if text is None else text
+    return load_text_encoder(name)
+
+
+def _prompt_tensors(prompts: dict[str, dict[str, list[str]]], text) -> dict[str, torch.Tensor]:
+    """MiniLM contexts (text_len, 384) of "" (negative) and of every wording: prompt.{preset}.{train|heldout}.{i}
+    (text: a loaded TextEncoder)."""
     tensors = {"negative": text([""])[0]}
     for name, kinds in prompts.items():
         for kind in ("train", "heldout"):
@@ -97,14 +102,14 @@ def _prompt_tensors(prompts: dict[str, dict[str, list[str]]], text=None) -> dict
 
 
 def _caption_tensor(captions: list[list[str]], text) -> torch.Tensor:
-    """MiniLM embeddings (N, P, 1, 384) of each window's caption per preset (one pass per distinct
+    """MiniLM contexts (N, P, text_len, 384) of each window's caption per preset (one pass per distinct
     caption) by the TextEncoder `text`."""
     distinct = sorted({c for row in captions for c in row})
     emb = dict(zip(distinct, text(distinct)))
     return torch.stack([torch.stack([emb[c] for c in row]) for row in captions])
 
 
-def _refresh_prompts(out: Path, data: str | Path) -> Path:
+def _refresh_prompts(out: Path, data: str | Path, text_encoder: str) -> Path:
     """A cache whose latents are current but whose wordings are not the dataset's (dataset.json was
     rewritten with more paraphrases) gets new prompt embeddings and keeps its latents: encoding the
     windows again takes minutes, embedding the wordings a second."""
@@ -115,7 +120,7 @@ def _refresh_prompts(out: Path, data: str | Path) -> Path:
     if json.loads(meta.get("prompts", "{}")) == prompts:
         return out
     state = {k: v for k, v in read_state_dict(out).items() if not k.startswith("prompt.") and k != "negative"}
-    save_safetensors({**state, **_prompt_tensors(prompts)}, out,
+    save_safetensors({**state, **_prompt_tensors(prompts, _text_encoder(text_encoder))}, out,
                      {"recipe": json.loads(meta["recipe"]), "presets": json.loads(meta["presets"]), "prompts": prompts})
     return out
 
@@ -163,7 +168,7 @@ class LatentSet:
         state = read_state_dict(path)
         meta = read_metadata(path)
         self.rgb, self.cond, self.negative = state.get("rgb"), state["cond"], state["negative"]
-        self.captions = state.get("caption")  # (N, P, 1, 384) from a world v2 dataset, else None
+        self.captions = state.get("caption")  # (N, P, text_len, 384) from a world v2 dataset, else None
         self.presets: list[str] = json.loads(meta["presets"])
         self.prompts: dict = json.loads(meta["prompts"])
         self.prompt_emb = {k[len("prompt."):]: v for k, v in state.items() if k.startswith("prompt.")}
@@ -184,7 +189,7 @@ class LatentSet:
 
     def sample(self, g: torch.Generator, batch: int, prompt_dropout: float = 0.0, wordings: int = 0,
                text_noise: float = 0.0, caption_rate: float = 0.0):
-        """x0 (B, 16, T', h, w), cond (B, 80, T', h, w), prompt (B, 1, 384), (window, preset) indices.
+        """x0 (B, 16, T', h, w), cond (B, 80, T', h, w), prompt (B, text_len, 384), (window, preset) indices.
         wordings: draw prompts from the first this many training wordings of each preset (0 = all);
         caption_rate: the share of (kept) prompts that are the window's own caption instead (world v2);
         text_noise: perturb the (kept) prompts, see perturb_prompts."""

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from .. import dit
 from ..errors import AlayaError
 from ...streaming.engine import sampler, session
-from .common import (StageConfig, autocast, check_caption_rate, check_mix, check_pair_weight, descend, step_generator,
+from .common import (StageConfig, autocast, check_caption_rate, check_mix, check_text_encoder, check_pair_weight, descend, step_generator,
                      train_loop)
 from .latent_data import LatentSet, nearest_presets, perturb_prompts
 from .teacher import flow_loss, load_dit
@@ -369,11 +369,15 @@ class RolloutStageConfig(StageConfig):
     mix_data: str = ""
     mix_rate: float = 0.0
     mix_max_windows: int = 0
+    # the prompt context: "all-minilm-l6-v2+tokens" adds the word tokens after the sentence embedding,
+    # so the DiT can read words the pooled embedding nearly merges (the sun's side); export writes it
+    text_encoder: str = "all-minilm-l6-v2"
 
     def validate(self):
         if (self.frames - 1) % 4 or self.frames < 5:
             raise AlayaError(f"student-rollout: frames {self.frames} must be 4k + 1 and at least 5")
         check_mix("student-rollout", self.mix_data, self.mix_rate)
+        check_text_encoder("student-rollout", self.text_encoder)
         check_pair_weight("student-rollout", self.pair_weight, self.batch)
         check_caption_rate("student-rollout", self.caption_rate)
         if self.caption_rate and self.pair_weight:
@@ -417,7 +421,7 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
 
     def encoded(data: str, name: str, max_windows: int) -> LatentSet:
         return LatentSet(encode_split(data, "train", cfg.frames, cfg.vae_run, cfg.codecs_run, "distilled",
-                                      Path(cfg.out) / name, log, max_windows))
+                                      Path(cfg.out) / name, log, max_windows, text_encoder=cfg.text_encoder))
 
     sets = [encoded(cfg.data, "latents-train.safetensors", cfg.max_windows)]
     if cfg.mix_data:
@@ -452,4 +456,5 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
         return logs
 
     return train_loop(cfg, {"dit": student}, {"opt_dit": opt}, step, log, progress,
-                      extra={"dit_config": asdict(student.config), "chunk_frames": cfg.chunk_frames})
+                      extra={"dit_config": asdict(student.config), "chunk_frames": cfg.chunk_frames,
+                             "text_encoder": cfg.text_encoder})

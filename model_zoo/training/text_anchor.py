@@ -238,6 +238,10 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
     source = latest_checkpoint(Path(cfg.student_run))
     extra_meta = json.loads(read_metadata(source)["extra"])
     extra_meta.pop("elapsed_s", None)
+    if extra_meta.get("text_encoder", "all-minilm-l6-v2") != "all-minilm-l6-v2":
+        # with several prompt tokens the cross-attention's output depends on the queries too
+        raise AlayaError(f"text-anchor: {cfg.student_run} reads {extra_meta['text_encoder']} prompts; the anchor "
+                         "fits one pooled token's cross-attention (all-minilm-l6-v2) only")
     dit = load_dit(cfg.student_run).float()
     nets: dict[str, nn.Module] = {"dit": dit}
     presets, train_words, extra_words = _wordings(cfg)

@@ -47,6 +47,7 @@ import torch
 
 from ...model_zoo.errors import AlayaError
 from ...model_zoo.latents import TIME_COMPRESSION
+from ...model_zoo.text_encoder import sentence_embedding
 from .driver import Lanes, StageGraph, Step, concat_chunks, ticks
 from ..gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
 from .history_session import HistoryConfig, HistorySession
@@ -431,8 +432,7 @@ class Refine:
     def _text(self, n: int) -> torch.Tensor | None:
         if not getattr(self.refiner, "text_dim", 0):
             return None
-        # the sentence embedding, pooled over its tokens (all-MiniLM's context is one token already)
-        return torch.cat([self.prompts.at(self.frame + i)[1].float().mean(1) for i in range(n)])
+        return torch.cat([sentence_embedding(self.prompts.at(self.frame + i)[1]) for i in range(n)])
 
     def step(self, frames: torch.Tensor | None, gbuffers: GBuffers | None = None) -> torch.Tensor | None:
         self.add_gbuffers(gbuffers)
