@@ -220,6 +220,50 @@ def test_rollout_with_word_tokens_caches_them_and_exports_a_model_that_reads_the
     assert "fits one pooled token's cross-attention" in capsys.readouterr().err
 
 
+def test_side_pairs_fit_the_change_the_sun_side_makes(runs, tmp_path, capsys):
+    """data's sun "opposite" renders the same world v2 clips (the same G-buffers) with the sun on the
+    other side and captions naming it; student-rollout's side pairs then bring the change between a
+    clip's renders under the two captions nearer the change between the two truths than the same
+    training on the captions alone leaves it. Pairs from clips that are not the same are refused."""
+    pytest.importorskip("mitsuba")
+    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset, dataset_meta
+    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.streaming.world.traced.presets import OPPOSITE_SIDE
+    from training_helpers import rollout_config
+
+    cfg = DataConfig(out=str(tmp_path / "seeded"), width=32, height=32, frames=9, fps=8.0, train_clips=2,
+                     heldout_clips=0, world="pathtrace", scenes=("street", "courtyard"),
+                     presets=("bright_sunny", "overcast"), spp=2)
+    build_dataset(cfg.validate())
+    build_dataset(DataConfig(**{**cfg.__dict__, "out": str(tmp_path / "other"), "sun": "opposite"}).validate())
+    seeded, other = ClipSet(tmp_path / "seeded", "train"), ClipSet(tmp_path / "other", "train")
+    assert (seeded.gbuffers == other.gbuffers).all() and not (seeded.rgb[:, 0] == other.rgb[:, 0]).all()
+    sides = [[dataset_meta(d, "train")["clip_info"][c]["sun_side"] for c in seeded.meta["clips"]["train"]]
+             for d in (tmp_path / "seeded", tmp_path / "other")]
+    assert sides[1] == [OPPOSITE_SIDE[s] for s in sides[0]]
+    assert seeded.captions[0][0] != other.captions[0][0] and seeded.captions[0][1] == other.captions[0][1]
+
+    def train(name: str, **extra) -> float:
+        conf = rollout_config(runs, tmp_path / name, data=str(tmp_path / "seeded"), caption_rate=1.0, **extra)
+        assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / f"{name}.json", conf)]) == 0
+        a = LatentSet(tmp_path / name / "latents-train.safetensors")
+        b = LatentSet(tmp_path / "paired" / "latents-side.safetensors")
+        model = load_dit(tmp_path / name).eval()
+        with torch.no_grad():
+            x = [rollout(model, s.cond, s.captions[:, 0], 1, 3, torch.Generator().manual_seed(1), 2, 1, finish=True)
+                 for s in (a, b)]
+        return float(((x[0] - x[1]) - (a.rgb[:, 0] - b.rgb[:, 0])).pow(2).mean())
+
+    paired = train("paired", side_data=str(tmp_path / "other"), side_rate=1.0, side_weight=4.0)
+    assert " side=" in (tmp_path / "paired" / "train.log").read_text()
+    assert paired < train("captions")
+    bad = rollout_config(runs, tmp_path / "bad", data=str(tmp_path / "seeded"), side_data=str(runs / "data"), side_rate=0.5)
+    assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
+    assert "must be world v2 clips under data's presets" in capsys.readouterr().err
+
+
 def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
     from alaya_flash.model_zoo.training.latent_data import nearest_presets
 
@@ -285,7 +329,9 @@ def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
                                           ({"mix_rate": 1.5, "mix_data": "x"}, "mix_rate 1.5 must be between 0 and 1"),
                                           ({"mix_rate": 0.5}, "go together (both or neither)"),
                                           ({"mix_data": "x"}, "go together (both or neither)"),
-                                          ({"text_encoder": "umt5-xxl:/x"}, "text_encoder 'umt5-xxl:/x' is not one of")])
+                                          ({"text_encoder": "umt5-xxl:/x"}, "text_encoder 'umt5-xxl:/x' is not one of"),
+                                          ({"side_data": "x"}, "go together (both or neither)"),
+                                          ({"side_data": "x", "side_rate": 0.5, "batch": 3}, "side pairs need an even batch")])
 def test_bad_rollout_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert message in capsys.readouterr().err

@@ -399,6 +399,10 @@ def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
     assert v2.world == "pathtrace" and len(v2.preset_names) == len(TRACED_PRESETS)
     with pytest.raises(AlayaError, match="sun_turns applies to the physics world"):
         DataConfig(world="pathtrace", sun_turns=4).validate()
+    with pytest.raises(AlayaError, match="sun 'left' is not 'auto'"):
+        DataConfig(world="pathtrace", sun="left").validate()
+    with pytest.raises(AlayaError, match="sun applies to world v2"):
+        DataConfig(sun="opposite").validate()
 
 
 def test_caption_sides_script_measures_the_side_apart_from_preset_and_scene():

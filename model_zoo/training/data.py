@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +72,9 @@ class DataConfig:
     scenes: tuple = ("street", "courtyard", "interior")  # world v2 scene kinds, cycled with the seed
     spp: int = 32  # world v2: path-traced samples per pixel
     max_depth: int = 4  # world v2: path length (3: one indirect bounce)
+    # world v2: "auto" puts the sun on each clip's seeded side; "opposite" on the other side of the same
+    # clip (a side-paired copy of a dataset of the same seeds: the same G-buffers, the shadows moved)
+    sun: str = "auto"
     variant: str = "auto"  # world v2: Mitsuba variant (scalar_rgb, llvm_ad_rgb; auto: llvm where libLLVM >= 16 is installed)
     # world v2: held-out truths average this many independent renders of spp samples each and store their
     # own noise (truth_noise_mse), which eval reports; training clips render once (their noise averages out)
@@ -93,6 +96,10 @@ class DataConfig:
             from ...streaming.world.traced.render import check_variant
 
             check_variant(self.variant)
+            if self.sun not in ("auto", "opposite"):
+                raise AlayaError(f"data config: sun {self.sun!r} is not 'auto' (each clip's seeded side) or 'opposite'")
+        elif self.sun != "auto":
+            raise AlayaError("data config: sun applies to world v2 (\"world\": \"pathtrace\")")
         elif self.heldout_passes != 1:
             raise AlayaError("data config: heldout_passes applies to world v2 (\"world\": \"pathtrace\")")
         from ...streaming.world.traced.source import MAX_PASSES
@@ -132,12 +139,15 @@ def traced_config(cfg: DataConfig, seed: int, passes: int = 1):
     from ...streaming.world.traced import TracedConfig, make_scene
     from ...streaming.world.traced.paths import available_paths
 
+    from ...streaming.world.traced.presets import OPPOSITE_SIDE
+
     kind = cfg.scenes[seed % len(cfg.scenes)]
     paths = available_paths(make_scene(kind, seed))
-    return TracedConfig(seed=seed, scene=kind, width=cfg.width, height=cfg.height, fps=cfg.fps,
-                        num_frames=cfg.frames, camera=paths[(seed // len(cfg.scenes)) % len(paths)],
-                        presets=cfg.preset_names, spp=cfg.spp, max_depth=cfg.max_depth, variant=cfg.variant,
-                        passes=passes)
+    config = TracedConfig(seed=seed, scene=kind, width=cfg.width, height=cfg.height, fps=cfg.fps,
+                          num_frames=cfg.frames, camera=paths[(seed // len(cfg.scenes)) % len(paths)],
+                          presets=cfg.preset_names, spp=cfg.spp, max_depth=cfg.max_depth, variant=cfg.variant,
+                          passes=passes)
+    return replace(config, sun=OPPOSITE_SIDE[config.sun_side()]) if cfg.sun == "opposite" else config
 
 
 def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dict[str, np.ndarray], dict]:

@@ -372,12 +372,22 @@ class RolloutStageConfig(StageConfig):
     # the prompt context: "all-minilm-l6-v2+tokens" adds the word tokens after the sentence embedding,
     # so the DiT can read words the pooled embedding nearly merges (the sun's side); export writes it
     text_encoder: str = "all-minilm-l6-v2"
+    # side pairs: a copy of `data`'s first clips rendered with the sun on the other side (data's sun
+    # "opposite"); a side_rate share of the steps take a clip and preset from both, each read with its
+    # own caption, and the change between the two renders is fitted to the truths' with side_weight
+    side_data: str = ""
+    side_rate: float = 0.0
+    side_weight: float = 1.0
 
     def validate(self):
         if (self.frames - 1) % 4 or self.frames < 5:
             raise AlayaError(f"student-rollout: frames {self.frames} must be 4k + 1 and at least 5")
         check_mix("student-rollout", self.mix_data, self.mix_rate)
         check_text_encoder("student-rollout", self.text_encoder)
+        check_mix("student-rollout (side pairs)", self.side_data, self.side_rate)
+        if self.side_rate and (self.batch % 2 or self.side_weight < 0):
+            raise AlayaError(f"student-rollout: side pairs need an even batch (got {self.batch}) and side_weight >= 0 "
+                             f"(got {self.side_weight})")
         check_pair_weight("student-rollout", self.pair_weight, self.batch)
         check_caption_rate("student-rollout", self.caption_rate)
         if self.caption_rate and self.pair_weight:
@@ -395,6 +405,34 @@ def sample_pairs(data: LatentSet, nearest: torch.Tensor, g: torch.Generator, pai
     wo = torch.randint(data.wordings("train"), (pairs,), generator=g)
     other = torch.stack([data.embedding(int(q), "train", int(w)) for q, w in zip(qi, wo)])
     return torch.cat([x0, data.rgb[wi, qi]]), torch.cat([cond, cond]), torch.cat([prompt, other])
+
+
+class SidePairs:
+    """A dataset's clips (`data`) beside the same clips with the sun on the other side (`other`): the
+    G-buffers, hence the conditioning, are the same; the truths and the captions differ in the side."""
+
+    def __init__(self, data: LatentSet, other: LatentSet, where: str):
+        n = len(other)
+        if data.captions is None or other.captions is None or data.presets != other.presets or n > len(data):
+            raise AlayaError(f"student-rollout: side_data {where} must be world v2 clips under data's presets, "
+                             f"no more clips than data has")
+        if not torch.equal(data.cond[:n], other.cond):
+            raise AlayaError(f"student-rollout: side_data {where}: its clips' G-buffers are not data's first {n} "
+                             "(render it with data's config and seeds, sun 'opposite')")
+        self.data, self.other = data, other
+        # (clip, preset) whose captions differ: the presets that name a side
+        self.pairs = [(w, p) for w in range(n) for p in range(len(data.presets))
+                      if not torch.equal(data.captions[w, p], other.captions[w, p])]
+        if not self.pairs:
+            raise AlayaError(f"student-rollout: side_data {where}: no caption differs from data's; is its sun 'opposite'?")
+
+    def sample(self, g: torch.Generator, pairs: int):
+        """2 x pairs samples: clips and presets under data's side, then the same under the other side."""
+        pick = [self.pairs[int(i)] for i in torch.randint(len(self.pairs), (pairs,), generator=g)]
+        w, p = (torch.tensor(x) for x in zip(*pick))
+        x0 = torch.cat([self.data.rgb[w, p], self.other.rgb[w, p]])
+        prompt = torch.cat([self.data.captions[w, p], self.other.captions[w, p]])
+        return x0, torch.cat([self.data.cond[w], self.data.cond[w]]), prompt
 
 
 def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
@@ -426,6 +464,9 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     sets = [encoded(cfg.data, "latents-train.safetensors", cfg.max_windows)]
     if cfg.mix_data:
         sets.append(encoded(cfg.mix_data, "latents-mix.safetensors", cfg.mix_max_windows))
+    sides = None
+    if cfg.side_data:
+        sides = SidePairs(sets[0], encoded(cfg.side_data, "latents-side.safetensors", cfg.max_windows), cfg.side_data)
     student = load_dit(cfg.student_run).requires_grad_(True)
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
     n_steps = len(student_sigmas())
@@ -434,8 +475,11 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
         k = int(torch.rand(1, generator=g) < cfg.mix_rate) if cfg.mix_rate else 0  # drawn only when mixing
+        side = k == 0 and cfg.side_rate and bool(torch.rand(1, generator=g) < cfg.side_rate)
         data = sets[k]
-        if nearest[k] is None:  # a physics world mixed in has no captions: its prompts are the wordings
+        if side:
+            x0, cond, prompt = sides.sample(g, cfg.batch // 2)
+        elif nearest[k] is None:  # a physics world mixed in has no captions: its prompts are the wordings
             rate = cfg.caption_rate if k == 0 or data.captions is not None else 0.0
             x0, cond, prompt, _ = data.sample(g, cfg.batch, caption_rate=rate)
         else:
@@ -447,11 +491,11 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
         logs = {"rollout": loss.item(), "first": err[0].item(), "last": err[-1].item()}
         if cfg.mix_rate:
             logs["mix"] = k
-        if nearest[k] is not None:
+        if nearest[k] is not None or side:
             (xa, xb), (ya, yb) = x.chunk(2), x0.chunk(2)
             pair = ((xa - xb) - (ya - yb)).pow(2).mean()
-            loss = loss + cfg.pair_weight * pair
-            logs["pair"] = pair.item()
+            loss = loss + (cfg.side_weight if side else cfg.pair_weight) * pair
+            logs["side" if side else "pair"] = pair.item()
         descend(opt, loss, student.parameters())
         return logs
 
