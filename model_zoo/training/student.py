@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from .. import dit
 from ..errors import AlayaError
 from ...streaming.engine import sampler, session
-from .common import (StageConfig, autocast, check_caption_rate, check_mix, check_text_encoder, check_pair_weight, descend, step_generator,
-                     train_loop)
+from .common import (StageConfig, autocast, check_caption_rate, check_mix, check_pair_weight, check_text_encoder, descend,
+                     step_generator, train_loop)
 from .latent_data import LatentSet, nearest_presets, perturb_prompts
 from .teacher import flow_loss, load_dit
 
@@ -454,6 +454,7 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     With pair_weight, presets that look alike (bright_sunny and overcast differ mostly in white
     balance) get their own term: a plain MSE spends its gradient on the content error both renders
     share, while the change the prompt makes, small against it, is what decides controllability.
+    Side pairs (side_data) do the same for the sun's side, which only the clip's caption names.
     """
     from .latent_data import encode_split
 
@@ -475,7 +476,7 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
         k = int(torch.rand(1, generator=g) < cfg.mix_rate) if cfg.mix_rate else 0  # drawn only when mixing
-        side = k == 0 and cfg.side_rate and bool(torch.rand(1, generator=g) < cfg.side_rate)
+        side = bool(k == 0 and cfg.side_rate and torch.rand(1, generator=g) < cfg.side_rate)  # drawn only with pairs
         data = sets[k]
         if side:
             x0, cond, prompt = sides.sample(g, cfg.batch // 2)
