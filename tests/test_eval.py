@@ -120,6 +120,7 @@ def test_eval_scores_the_refiners_frames_unless_told_not_to(tmp_path, capsys):
         reports.append(json.loads(capsys.readouterr().out))
     refined, plain = reports
     assert refined["setup"]["refiner"] is True and plain["setup"]["refiner"] is False
+    assert refined["setup"]["text_encoder"] == "all-minilm-l6-v2"
     assert refined["student"]["content"]["psnr_db"] != plain["student"]["content"]["psnr_db"]
 
 

@@ -331,7 +331,7 @@ def evaluate(args) -> dict:
                         "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
                         "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
                         "model": _shown_path(flash.path), "refiner": flash.refiner is not None and not args.no_refiner,
-                        "torch_threads": torch.get_num_threads()}}
+                        "text_encoder": flash.text_encoder_name, "torch_threads": torch.get_num_threads()}}
     for m, s in scores.items():
         report[m] = {
             "content": {"psnr_db": _mean(s["psnr"]), "ssim": _mean(s["ssim"]),
