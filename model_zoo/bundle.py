@@ -45,6 +45,7 @@ from torch import nn
 from . import registry
 from .errors import AlayaError, CheckpointError
 from .loading import load_strict, save_safetensors
+from .text_encoder import MINILM_NAMES, MINILM_TOKENS  # noqa: F401 (MINILM_TOKENS: the name users import from here)
 
 FORMAT_VERSION = 1
 CONFIG_KEYS = {"format", "version", "networks", "text_encoder", "session", "trained_size", "random_weights", "notes"}
@@ -64,8 +65,7 @@ class _TextEncoderNames(tuple):
                                                   and len(name) > len(UMT5_PREFIX))
 
 
-MINILM_TOKENS = "all-minilm-l6-v2+tokens"  # the sentence embedding, then its word tokens (text_encoder.py)
-TEXT_ENCODERS = _TextEncoderNames(("all-minilm-l6-v2", MINILM_TOKENS, f"{UMT5_PREFIX}<path>"))
+TEXT_ENCODERS = _TextEncoderNames((*MINILM_NAMES, f"{UMT5_PREFIX}<path>"))
 DEFAULT_DIR = Path(__file__).resolve().parent / "default"
 
 
@@ -170,9 +170,9 @@ def _load_text_encoder(name: str, device: str):
         from .umt5 import load_umt5
 
         return load_umt5(name[len(UMT5_PREFIX):], device=device)
-    from .text_encoder import CONTEXT_TOKENS, TextEncoder
+    from .text_encoder import TextEncoder, context_tokens
 
-    return TextEncoder.load(device=device, tokens=CONTEXT_TOKENS if name == MINILM_TOKENS else 0)
+    return TextEncoder.load(device=device, tokens=context_tokens(name))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,14 @@ from .loading import load_strict
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 MINILM_DIM = 384
 CONTEXT_TOKENS = 76  # word tokens after the sentence embedding in a "+tokens" context (a caption is ~50)
+MINILM = "all-minilm-l6-v2"  # model-folder name of the one-token context (the sentence embedding)
+MINILM_TOKENS = "all-minilm-l6-v2+tokens"  # the sentence embedding, then its word tokens
+MINILM_NAMES = (MINILM, MINILM_TOKENS)
+
+
+def context_tokens(name: str) -> int:
+    """Word tokens after the sentence embedding in the context a MiniLM model-folder name reads."""
+    return CONTEXT_TOKENS if name == MINILM_TOKENS else 0
 
 
 def default_model_dir() -> Path:
@@ -135,25 +143,29 @@ class TextEncoder:
         """Sentence embeddings (B, 384), mean-pooled over real tokens and L2-normalised."""
         return self._run(prompts)[0]
 
-    @torch.no_grad()
-    def _run(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(sentence embeddings (B, D), every token's output (B, L, D), attention mask (B, L))."""
+    @staticmethod
+    def _check_prompts(prompts) -> None:
         if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
             raise AlayaError(f"text encoder: expected a list of prompt strings, got {prompts!r:.80}")
+
+    @torch.no_grad()
+    def _run(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sentence embeddings (B, D), every token's output (B, L, D))."""
+        self._check_prompts(prompts)
         batch = self.tokenizer.encode_batch(list(prompts))
         ids = torch.tensor([e.ids for e in batch], device=self.device)
         mask = torch.tensor([e.attention_mask for e in batch], device=self.device)
         hidden = self.model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).last_hidden_state.float()
         m = mask[..., None].float()
         pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
-        return F.normalize(pooled, dim=-1), hidden, mask
+        return F.normalize(pooled, dim=-1), hidden
 
     def context(self, prompt: str) -> torch.Tensor:
         """One prompt's context (text_len, 384): the sentence embedding, then (with `tokens`) each word
         token's output, unit norm, in order ([CLS] and [SEP] included), zeros after the prompt's last
         token. The word tokens are what tell apart words the pooled embedding nearly merges (the
-        sun "on the left" and "on the right" lie 0.02 apart pooled, 0.49 at the side's token)."""
-        pooled, hidden, _ = self._run([prompt])
+        sun "on the left" and "on the right" lie 0.02 apart pooled, about 0.5 at the side's token)."""
+        pooled, hidden = self._run([prompt])
         if not self.tokens:
             return pooled
         words = F.normalize(hidden[0, : self.tokens], dim=-1)
@@ -161,8 +173,7 @@ class TextEncoder:
 
     def __call__(self, prompts: list[str]) -> torch.Tensor:
         """Context for the DiT: (B, text_len, 384) (text_len 1, or 1 + tokens), with an LRU cache per prompt."""
-        if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
-            raise AlayaError(f"text encoder: expected a list of prompt strings, got {prompts!r:.80}")
+        self._check_prompts(prompts)
         for p in dict.fromkeys(prompts):
             if p not in self._cache:  # alone, never padded beside others: its embedding depends on its text only
                 self._cache[p] = self.context(p).reshape(self.text_len, -1)

@@ -134,11 +134,10 @@ def _text_override(model, name: str, device) -> None:
             raise AlayaError(f"text encoder {name!r} gives {width}-wide embeddings, the model takes {model.text_dim}")
         model.text_encoder_name, model._text = f"umt5-xxl:{path.resolve()}", None
         return
-    from ..model_zoo.bundle import MINILM_TOKENS
-    from ..model_zoo.text_encoder import CONTEXT_TOKENS
+    from ..model_zoo.text_encoder import context_tokens
 
     # a MiniLM-style folder feeds the model the context it was trained on (with word tokens or not)
-    enc = TextEncoder.load(path, device=device, tokens=CONTEXT_TOKENS if model.text_encoder_name == MINILM_TOKENS else 0)
+    enc = TextEncoder.load(path, device=device, tokens=context_tokens(model.text_encoder_name))
     if enc.text_dim != model.text_dim:
         raise AlayaError(f"text encoder {name!r} gives {enc.text_dim}-wide embeddings, the model takes {model.text_dim}")
     model._text = enc

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..errors import AlayaError
 from ..loading import read_metadata, read_state_dict, save_safetensors
+from ..text_encoder import MINILM, MINILM_NAMES
 
 CKPT_RE = re.compile(r"ckpt-(\d+)\.safetensors$")
 
@@ -238,13 +239,10 @@ def check_caption_rate(stage: str, caption_rate: float) -> None:
         raise AlayaError(f"{stage}: caption_rate {caption_rate} must be between 0 and 1")
 
 
-TRAINING_TEXT_ENCODERS = ("all-minilm-l6-v2", "all-minilm-l6-v2+tokens")  # what a stage can embed prompts with
-
-
 def check_text_encoder(stage: str, name: str) -> None:
     """text_encoder (student-rollout): a MiniLM context the CPU can embed every wording with."""
-    if name not in TRAINING_TEXT_ENCODERS:
-        raise AlayaError(f"{stage}: text_encoder {name!r} is not one of {', '.join(TRAINING_TEXT_ENCODERS)}")
+    if name not in MINILM_NAMES:
+        raise AlayaError(f"{stage}: text_encoder {name!r} is not one of {', '.join(MINILM_NAMES)}")
 
 
 def run_text_encoder(run) -> str:
@@ -252,7 +250,7 @@ def run_text_encoder(run) -> str:
     ckpt = latest_checkpoint(Path(run))
     if ckpt is None:
         raise AlayaError(f"{run}: no checkpoint here; run that stage first")
-    return json.loads(read_metadata(ckpt).get("extra", "{}")).get("text_encoder", TRAINING_TEXT_ENCODERS[0])
+    return json.loads(read_metadata(ckpt).get("extra", "{}")).get("text_encoder", MINILM)
 
 
 def check_mix(stage: str, mix: str, mix_rate: float) -> None:

@@ -138,7 +138,6 @@ def traced_config(cfg: DataConfig, seed: int, passes: int = 1):
     """The world v2 clip of `seed`: scene kind and camera path cycle with it; `passes` renders per truth."""
     from ...streaming.world.traced import TracedConfig, make_scene
     from ...streaming.world.traced.paths import available_paths
-
     from ...streaming.world.traced.presets import OPPOSITE_SIDE
 
     kind = cfg.scenes[seed % len(cfg.scenes)]

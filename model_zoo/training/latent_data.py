@@ -16,14 +16,16 @@ from pathlib import Path
 
 import torch
 
+from ..bundle import load_text_encoder
 from ..errors import AlayaError
 from ..loading import read_metadata, read_state_dict, save_safetensors
+from ..text_encoder import MINILM
 from .data import ClipSet
 
 
 def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path, codecs_run: str | Path | None,
                  cond_encoder: str, out: Path, log=None, max_windows: int = 0, size: int = 0,
-                 with_rgb: bool = True, text_encoder: str = "all-minilm-l6-v2") -> Path:
+                 with_rgb: bool = True, text_encoder: str = MINILM) -> Path:
     """Encode a split's windows and prompts into `out` (skipped when it exists with the same recipe).
 
     text_encoder: the MiniLM context the prompts are embedded with (bundle.TEXT_ENCODERS).
@@ -47,7 +49,7 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     recipe["clips"] = len(meta["clips"][split])  # a dataset grown since (more clips rendered) makes it stale
     if meta.get("world") == "pathtrace":
         recipe["captions"] = True  # a cache made before captions were cached is stale
-    if text_encoder != "all-minilm-l6-v2":  # recorded only then, so caches made before it stay current
+    if text_encoder != MINILM:  # recorded only then, so caches made before it stay current
         recipe["text_encoder"] = text_encoder
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return _refresh_prompts(out, data, text_encoder)
@@ -74,20 +76,13 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
             cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
     if log:
         log.info("encoded %d windows of %d frames from %s/%s", len(windows), frames, data, split)
-    text = _text_encoder(text_encoder)
+    text = load_text_encoder(text_encoder)
     tensors = {"cond": torch.stack(cond), **({"rgb": torch.stack(rgb)} if with_rgb else {}),
                **_prompt_tensors(clips.prompts, text)}
     if clips.captions is not None:
         tensors["caption"] = _caption_tensor([clips.captions[c] for c, _ in windows], text)
     save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
     return out
-
-
-def _text_encoder(name: str):
-    """A training stage's MiniLM prompt encoder by its model-folder name (bundle.TEXT_ENCODERS)."""
-    from ..bundle import load_text_encoder
-
-    return load_text_encoder(name)
 
 
 def _prompt_tensors(prompts: dict[str, dict[str, list[str]]], text) -> dict[str, torch.Tensor]:
@@ -120,7 +115,7 @@ def _refresh_prompts(out: Path, data: str | Path, text_encoder: str) -> Path:
     if json.loads(meta.get("prompts", "{}")) == prompts:
         return out
     state = {k: v for k, v in read_state_dict(out).items() if not k.startswith("prompt.") and k != "negative"}
-    save_safetensors({**state, **_prompt_tensors(prompts, _text_encoder(text_encoder))}, out,
+    save_safetensors({**state, **_prompt_tensors(prompts, load_text_encoder(text_encoder))}, out,
                      {"recipe": json.loads(meta["recipe"]), "presets": json.loads(meta["presets"]), "prompts": prompts})
     return out
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .. import dit
 from ..errors import AlayaError
+from ..text_encoder import MINILM
 from ...streaming.engine import sampler, session
 from .common import (StageConfig, autocast, check_caption_rate, check_mix, check_pair_weight, check_text_encoder, descend,
                      step_generator, train_loop)
@@ -371,7 +372,7 @@ class RolloutStageConfig(StageConfig):
     mix_max_windows: int = 0
     # the prompt context: "all-minilm-l6-v2+tokens" adds the word tokens after the sentence embedding,
     # so the DiT can read words the pooled embedding nearly merges (the sun's side); export writes it
-    text_encoder: str = "all-minilm-l6-v2"
+    text_encoder: str = MINILM
     # side pairs: a copy of `data`'s first clips rendered with the sun on the other side (data's sun
     # "opposite"); a side_rate share of the steps take a clip and preset from both, each read with its
     # own caption, and the change between the two renders is fitted to the truths' with side_weight

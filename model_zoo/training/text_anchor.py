@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import AlayaError
+from ..text_encoder import MINILM
 from .common import StageConfig, autocast, latest_checkpoint, step_generator, train_loop
 from .latent_data import perturb_prompts
 from .refiner import _embeddings  # pooled MiniLM embeddings of wordings, as the refiner stage reads them
@@ -238,10 +239,10 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
     source = latest_checkpoint(Path(cfg.student_run))
     extra_meta = json.loads(read_metadata(source)["extra"])
     extra_meta.pop("elapsed_s", None)
-    if extra_meta.get("text_encoder", "all-minilm-l6-v2") != "all-minilm-l6-v2":
+    if extra_meta.get("text_encoder", MINILM) != MINILM:
         # with several prompt tokens the cross-attention's output depends on the queries too
         raise AlayaError(f"text-anchor: {cfg.student_run} reads {extra_meta['text_encoder']} prompts; the anchor "
-                         "fits one pooled token's cross-attention (all-minilm-l6-v2) only")
+                         f"fits one pooled token's cross-attention ({MINILM}) only")
     dit = load_dit(cfg.student_run).float()
     nets: dict[str, nn.Module] = {"dit": dit}
     presets, train_words, extra_words = _wordings(cfg)
