@@ -320,6 +320,60 @@ def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
     assert train(4.0) < train(0.0)
 
 
+def test_grown_student_streams_exactly_what_it_did():
+    """grow_blocks adds blocks that start as identities: the grown DiT streams the same latents as the
+    one it grew from, bit for bit; its old blocks keep their order and weights, each new one copies
+    the block before it except for its zeroed outputs; it only grows."""
+    from alaya_flash.model_zoo import dit
+    from alaya_flash.model_zoo.errors import AlayaError
+    from alaya_flash.model_zoo.training.student import BLOCK_OUTPUTS, grow_blocks, rollout
+
+    torch.manual_seed(0)
+    model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
+    grown = grow_blocks(model, 5).eval()
+    assert grown.config.num_layers == 5
+    cond, prompt = torch.randn(1, 80, 3, 4, 4), torch.randn(1, 1, 16)
+    with torch.no_grad():
+        ours, theirs = (rollout(m, cond, prompt, 1, 3, torch.Generator().manual_seed(2), 2, 1, finish=True)
+                        for m in (model, grown))
+    assert torch.equal(ours, theirs)
+    # 3 new blocks over 2 old: after old block 0 one copy, after old block 1 two (j * 2 // 3 = 0, 0, 1)
+    sources = [0, 0, 0, 1, 1]
+    old = [model.blocks[i].state_dict() for i in range(2)]
+    for b, src in enumerate(sources):
+        new_block = b not in (0, 3)
+        for name, value in grown.blocks[b].state_dict().items():
+            want = torch.zeros_like(value) if new_block and name in BLOCK_OUTPUTS else old[src][name]
+            assert torch.equal(value, want), (b, name)
+    assert torch.equal(grow_blocks(model, 2).blocks[1].ffn[2].weight, model.blocks[1].ffn[2].weight)
+    with pytest.raises(AlayaError, match="layers 1 is fewer than its 2 blocks"):
+        grow_blocks(model, 1)
+
+
+def test_rollout_with_more_layers_grows_the_student_and_trains_the_new_blocks(runs, tmp_path, capsys):
+    """student-rollout's `layers` continues the student with more blocks: its checkpoints hold the grown
+    DiT (the config records the count; export and the loader read it), the new blocks' outputs have
+    moved from zero, and a count below the student's is refused in one line."""
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.training.teacher import load_dit
+    from training_helpers import rollout_config
+
+    out = tmp_path / "grown"
+    conf = rollout_config(runs, out, steps=3, ckpt_every=3, layers=3)
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "g.json", conf)]) == 0
+    assert "grew" in (out / "train.log").read_text()
+    grown = load_dit(out)
+    assert grown.config.num_layers == 3 and grown.blocks[1].ffn[2].weight.abs().sum() > 0
+    export = {"out": str(tmp_path / "model"), "student_run": str(out), "teacher_run": str(runs / "teacher"),
+              "codecs_run": str(runs / "codecs"), "vae_run": str(runs / "vae"), "trained_size": [32, 32],
+              "teacher_window_frames": 9}
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", export)]) == 0
+    assert len(bundle.load_flash(tmp_path / "model").dit.blocks) == 3
+    fewer = rollout_config(runs, tmp_path / "fewer", steps=1, layers=1)
+    assert main(["train", "student-rollout", "--config", write(tmp_path / "f.json", fewer)]) == 2
+    assert "layers 1 is fewer than its 2 blocks; blocks are only added" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("bad, message", [({"frames": 8}, "frames 8 must be 4k + 1"),
                                           ({"window_frames": 0}, "window_frames 0 must hold a chunk"),
                                           ({"pair_weight": -1.0}, "pair_weight -1.0 must be >= 0"),
@@ -331,7 +385,8 @@ def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
                                           ({"mix_data": "x"}, "go together (both or neither)"),
                                           ({"text_encoder": "umt5-xxl:/x"}, "text_encoder 'umt5-xxl:/x' is not one of"),
                                           ({"side_data": "x"}, "go together (both or neither)"),
-                                          ({"side_data": "x", "side_rate": 0.5, "batch": 3}, "side pairs need an even batch")])
+                                          ({"side_data": "x", "side_rate": 0.5, "batch": 3}, "side pairs need an even batch"),
+                                          ({"layers": -1}, "layers -1 must be 0 (the student's own) or a block count")])
 def test_bad_rollout_config_is_refused(bad, message, tmp_path, capsys):
     assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert message in capsys.readouterr().err

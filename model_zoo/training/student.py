@@ -22,6 +22,7 @@ as at inference, regressed onto the ground-truth latents (run_rollout).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -379,10 +380,15 @@ class RolloutStageConfig(StageConfig):
     side_data: str = ""
     side_rate: float = 0.0
     side_weight: float = 1.0
+    # > the student's block count: it continues with this many blocks, the new ones starting as
+    # identities (grow_blocks), so a trained student gains depth without retraining from nothing
+    layers: int = 0
 
     def validate(self):
         if (self.frames - 1) % 4 or self.frames < 5:
             raise AlayaError(f"student-rollout: frames {self.frames} must be 4k + 1 and at least 5")
+        if self.layers < 0:
+            raise AlayaError(f"student-rollout: layers {self.layers} must be 0 (the student's own) or a block count")
         check_mix("student-rollout", self.mix_data, self.mix_rate)
         check_text_encoder("student-rollout", self.text_encoder)
         check_mix("student-rollout (side pairs)", self.side_data, self.side_rate)
@@ -436,6 +442,34 @@ class SidePairs:
         return x0, torch.cat([self.data.cond[w], self.data.cond[w]]), prompt
 
 
+# a block's writes to the residual stream: zeroed, the block is the identity
+BLOCK_OUTPUTS = {f"{m}.{p}" for m in ("self_attn.o", "cross_attn.o", "ffn.2") for p in ("weight", "bias")}
+
+
+def grow_blocks(model: dit.WanDiT, layers: int, where: str = "student") -> dit.WanDiT:
+    """`model` with `layers` blocks that computes exactly what it does. Each new block is a copy of
+    an old one placed right after it (new block j copies old block j * old // new_count, so new
+    blocks spread evenly through the stack) with its three output projections zeroed: self-
+    attention, cross-attention and FFN add nothing to the residual stream until training moves
+    them, while their inputs (q, k, v, FFN) start from trained weights."""
+    old = model.config.num_layers
+    if layers < old:
+        raise AlayaError(f"{where}: layers {layers} is fewer than its {old} blocks; blocks are only added")
+    extra = layers - old
+    after = [j * old // extra for j in range(extra)] if extra else []
+    grown = dit.build(dataclasses.replace(model.config, num_layers=layers)).to(next(model.parameters()).dtype)
+    order = []  # (source block, zeroed) for each block of the grown stack
+    for i in range(old):
+        order.append((i, False))
+        order += [(i, True)] * after.count(i)
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("blocks.")}
+    for new, (src, zeroed) in enumerate(order):
+        for name, value in model.blocks[src].state_dict().items():
+            state[f"blocks.{new}.{name}"] = torch.zeros_like(value) if zeroed and name in BLOCK_OUTPUTS else value.clone()
+    grown.load_state_dict(state, strict=True)
+    return grown
+
+
 def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     """Self-rollout regression onto the ground truth, over whole clips.
 
@@ -469,7 +503,11 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     sides = None
     if cfg.side_data:
         sides = SidePairs(sets[0], encoded(cfg.side_data, "latents-side.safetensors", cfg.max_windows), cfg.side_data)
-    student = load_dit(cfg.student_run).requires_grad_(True)
+    student = load_dit(cfg.student_run)
+    if cfg.layers and cfg.layers != student.config.num_layers:
+        log.info("grew %s's %d blocks to %d", cfg.student_run, student.config.num_layers, cfg.layers)
+        student = grow_blocks(student, cfg.layers, cfg.student_run)
+    student.requires_grad_(True)
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
     n_steps = len(student_sigmas())
     nearest = [nearest_presets(s.rgb) if cfg.pair_weight else None for s in sets]
