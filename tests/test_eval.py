@@ -272,3 +272,11 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
     assert main(["eval", "--model", str(tiny_models / "model"), "--data", str(tmp_path / "data"),
                  "--presets", "bright_sunny,underwater"]) == 2
     assert "'underwater' is unknown; choose from bright_sunny, night_lamps" in capsys.readouterr().err
+    # --split train scores the training clip (another scene, its own caption) with the same axes
+    assert main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
+                 "--split", "train", "--runtime-size", "32", "--runtime-frames", "5", "--no-long-stream", "--json"]) == 0
+    train = json.loads(capsys.readouterr().out)
+    assert setup["split"] == "heldout" and train["setup"]["split"] == "train" and train["setup"]["clips"] == 1
+    assert train["student"]["content"]["psnr_db"] != content["psnr_db"] and "lighting" in train["student"]
+    assert main(["eval", "--model", str(tiny_models / "model"), "--split", "train"]) == 2
+    assert "--split train needs --data" in capsys.readouterr().err

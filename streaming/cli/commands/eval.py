@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-refiner", action="store_true",
                         help="score the tiny decoder's frames, leaving out the model's G-buffer refiner (what it buys)")
     parser.add_argument("--data", type=Path, help="dataset folder whose held-out split to use (default: render clips now)")
+    parser.add_argument("--split", choices=("heldout", "train"), default="heldout",
+                        help="--data's split to score: train scores clips the model may have trained on, so that "
+                             "beside heldout it measures how far the model generalises")
     parser.add_argument("--clips", type=args_.bounded(int, 1, 10_000), default=2, help="held-out clips to evaluate")
     parser.add_argument("--size", type=parse_size, default=None, metavar="N|WxH",
                         help="frame size of rendered clips (default: the model's trained size)")
@@ -106,7 +109,10 @@ def _clips(args, size):
     from ....model_zoo.training.prompts import prompts as wordings
     from ...world.shading import PRESETS
 
-    held = ClipSet(args.data, "heldout") if args.data is not None else None
+    split = getattr(args, "split", "heldout")
+    if split != "heldout" and args.data is None:
+        raise AlayaError(f"--split {split} needs --data (clips rendered now are held-out seeds)")
+    held = ClipSet(args.data, split) if args.data is not None else None
     table = held.presets if held is not None and held.meta.get("world") == "pathtrace" else list(PRESETS)
     names = list(table) if args.presets == "all" else [p.strip() for p in args.presets.split(",") if p.strip()]
     for n in names:
@@ -123,7 +129,7 @@ def _clips(args, size):
             clip = {"gbuffers": held.gbuffers[c], "rgb": held.rgb[c][idx]}
             if held.captions is not None:
                 clip["captions"] = [held.captions[c][i] for i in idx]
-            file = held.meta["clips"]["heldout"][c]
+            file = held.meta["clips"][split][c]
             info = held.meta.get("clip_info", {}).get(file)
             if info is not None:  # world v2: its scene kind and sun side, for the caption naming the other side
                 clip["scene"], clip["sun_side"] = info["scene"], info["sun_side"]
@@ -325,6 +331,7 @@ def evaluate(args) -> dict:
     first = clips[0]["gbuffers"]
     report = {"setup": {"clips": len(clips), "frames": int(first.shape[0]), "size": list(first.shape[2:4]),
                         "presets": names, "source": str(args.data) if args.data else "rendered held-out seeds",
+                        "split": getattr(args, "split", "heldout"),
                         "world": "pathtrace" if "sun_visibility" in clips[0] else "physics",
                         "training_wording": "each clip's caption" if "captions" in clips[0] else "the preset's first",
                         "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
