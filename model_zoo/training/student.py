@@ -22,8 +22,7 @@ as at inference, regressed onto the ground-truth latents (run_rollout).
 from __future__ import annotations
 
 import copy
-import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -456,12 +455,11 @@ def grow_blocks(model: dit.WanDiT, layers: int, where: str = "student") -> dit.W
     if layers < old:
         raise AlayaError(f"{where}: layers {layers} is fewer than its {old} blocks; blocks are only added")
     extra = layers - old
-    after = [j * old // extra for j in range(extra)] if extra else []
-    grown = dit.build(dataclasses.replace(model.config, num_layers=layers)).to(next(model.parameters()).dtype)
+    after = [j * old // extra for j in range(extra)]  # the old block each new one copies and follows
+    grown = dit.build(replace(model.config, num_layers=layers)).to(next(model.parameters()).dtype)
     order = []  # (source block, zeroed) for each block of the grown stack
     for i in range(old):
-        order.append((i, False))
-        order += [(i, True)] * after.count(i)
+        order += [(i, False)] + [(i, True)] * after.count(i)
     state = {k: v for k, v in model.state_dict().items() if not k.startswith("blocks.")}
     for new, (src, zeroed) in enumerate(order):
         for name, value in model.blocks[src].state_dict().items():

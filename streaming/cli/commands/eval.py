@@ -63,11 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-teacher", action="store_true", help="evaluate the student only")
     parser.add_argument("--no-refiner", action="store_true",
                         help="score the tiny decoder's frames, leaving out the model's G-buffer refiner (what it buys)")
-    parser.add_argument("--data", type=Path, help="dataset folder whose held-out split to use (default: render clips now)")
+    parser.add_argument("--data", type=Path, help="dataset folder whose --split to score (default: render held-out clips now)")
     parser.add_argument("--split", choices=("heldout", "train"), default="heldout",
                         help="--data's split to score: train scores clips the model may have trained on, so that "
                              "beside heldout it measures how far the model generalises")
-    parser.add_argument("--clips", type=args_.bounded(int, 1, 10_000), default=2, help="held-out clips to evaluate")
+    parser.add_argument("--clips", type=args_.bounded(int, 1, 10_000), default=2, help="clips to evaluate (the first of the split)")
     parser.add_argument("--size", type=parse_size, default=None, metavar="N|WxH",
                         help="frame size of rendered clips (default: the model's trained size)")
     parser.add_argument("--frames", type=args_.FRAMES, default=25, help="frames per rendered clip")
@@ -331,7 +331,7 @@ def evaluate(args) -> dict:
     first = clips[0]["gbuffers"]
     report = {"setup": {"clips": len(clips), "frames": int(first.shape[0]), "size": list(first.shape[2:4]),
                         "presets": names, "source": str(args.data) if args.data else "rendered held-out seeds",
-                        "split": getattr(args, "split", "heldout"),
+                        "split": args.split,
                         "world": "pathtrace" if "sun_visibility" in clips[0] else "physics",
                         "training_wording": "each clip's caption" if "captions" in clips[0] else "the preset's first",
                         "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
