@@ -18,7 +18,7 @@ CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import co
 def commands(tmp: Path) -> dict[str, tuple[list[str], Path]]:
     sample = str(ROOT / "samples" / "courtyard")
     return {
-        "world": (["world", "--out", str(tmp / "clip"), "--frames", "400", "--size", "64"], tmp / "clip"),
+        "world": (["world", "--out", str(tmp / "clip"), "--frames", "4000", "--size", "64"], tmp / "clip"),
         "render": (["render", sample, "--prompt", "a street", "--out", str(tmp / "r.mp4"), "--size", "256"], tmp / "r.mp4"),
         "convert": (["gbuffers", "convert", sample, str(tmp / "conv"), "--to", "png", "--png-bits", "16",
                      "--size", "1024x1024"], tmp / "conv"),
