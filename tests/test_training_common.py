@@ -39,6 +39,38 @@ def test_export_loads_with_the_bundle_loaders(runs):
     assert (teacher.settings.cfg, teacher.settings.window_frames) == (3.0, 9)  # the export config's
 
 
+def test_export_blends_a_second_students_weights_in(runs, tmp_path, capsys):
+    """blend_run: the shipped DiT is (1 - blend_weight) * student_run's + blend_weight * blend_run's;
+    a weight outside (0, 1) and a student of another shape are refused in one line."""
+    from alaya_flash.model_zoo import bundle
+    from training_helpers import rollout_config
+
+    base = {"student_run": str(runs / "dmd"), "teacher_run": str(runs / "teacher"), "codecs_run": str(runs / "codecs"),
+            "vae_run": str(runs / "vae"), "trained_size": [32, 32], "dtype": "float32"}
+    out = tmp_path / "blend"
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", {
+        **base, "out": str(out), "blend_run": str(runs / "rollout"), "blend_weight": 0.25})]) == 0
+    mine, theirs = common.final_weights(runs / "dmd", "dit"), common.final_weights(runs / "rollout", "dit")
+    blended = bundle.load_flash(out, dtype=torch.float32).dit.state_dict()
+    assert blended.keys() == mine.keys()
+    assert any(not torch.equal(mine[k], theirs[k]) for k in mine)  # two different students
+    for k, v in blended.items():
+        assert torch.allclose(v, 0.75 * mine[k].float() + 0.25 * theirs[k].float(), atol=1e-6), k
+
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "w.json", {
+        **base, "out": str(tmp_path / "w"), "blend_run": str(runs / "rollout"), "blend_weight": 1.0})]) != 0
+    assert "blend_weight 1.0 is not in (0, 1)" in capsys.readouterr().err
+    grown = tmp_path / "grown"  # the same student with a third block
+    assert main(["--quiet", "train", "student-rollout", "--config",
+                 write(tmp_path / "g.json", rollout_config(runs, grown, steps=1, layers=3))]) == 0
+    capsys.readouterr()
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "g2.json", {
+        **base, "out": str(tmp_path / "g2"), "blend_run": str(grown)})]) != 0
+    err = capsys.readouterr().err
+    assert f"blend_run {grown}'s DiT is not student_run {runs / 'dmd'}'s: num_layers 3 against 2" in err
+    assert not (tmp_path / "g2" / "dit.safetensors").exists()
+
+
 def test_import_then_export_gives_the_same_weights_back(runs, tmp_path):
     """`train import` turns an exported model into run folders that the later stages read and that
     `train export` writes out again unchanged: the way to fine-tune the shipped default."""

@@ -27,6 +27,10 @@ class ExportConfig:
     codecs_run: str = "runs/codecs"
     vae_run: str = "runs/vae"
     refiner_run: str = ""  # a `train refiner` run to ship as the G-buffer refiner ("": none)
+    # a second student run of the same DiT whose weights are averaged in: the shipped DiT is
+    # (1 - blend_weight) * student_run's + blend_weight * blend_run's ("": student_run's alone)
+    blend_run: str = ""
+    blend_weight: float = 0.5
     dtype: str = "bfloat16"
     window_frames: int = 1  # rolling KV window (latent frames) of the shipped session: the chunk alone (docs/model-card.md, "Long streams")
     sink_frames: int = 1
@@ -40,6 +44,31 @@ class ExportConfig:
     def validate(self):
         if self.dtype not in ("bfloat16", "float32", "float16"):
             raise AlayaError(f"export: dtype {self.dtype!r} is not bfloat16, float32 or float16")
+        if self.blend_run and not 0 < self.blend_weight < 1:
+            raise AlayaError(f"export: blend_weight {self.blend_weight} is not in (0, 1)")
+
+
+@torch.no_grad()
+def blend_students(student, student_run: str, blend_run: str, weight: float) -> None:
+    """Average blend_run's DiT weights into `student` (loaded from student_run), in place, in float32:
+    (1 - weight) * student + weight * blend. Both must be the same DiT reading the same text encoder."""
+    from .common import run_text_encoder
+    from .teacher import load_dit
+
+    other = load_dit(blend_run)
+    if other.config != student.config:
+        from dataclasses import asdict
+
+        mine, theirs = asdict(student.config), asdict(other.config)
+        differ = ", ".join(f"{k} {theirs[k]} against {mine[k]}" for k in mine if mine[k] != theirs[k])
+        raise AlayaError(f"export: blend_run {blend_run}'s DiT is not student_run {student_run}'s: {differ}")
+    if run_text_encoder(blend_run) != run_text_encoder(student_run):
+        raise AlayaError(f"export: blend_run {blend_run} reads the text encoder {run_text_encoder(blend_run)!r}, "
+                         f"student_run {student_run} {run_text_encoder(student_run)!r}")
+    theirs = other.state_dict()
+    for name, tensor in student.state_dict().items():
+        if tensor.is_floating_point():
+            tensor.copy_(torch.lerp(tensor.float(), theirs[name].float(), weight))
 
 
 def run_export(cfg: ExportConfig, log, progress=None) -> int:
@@ -60,6 +89,8 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[names["gbuffer_encoder"]])
     load_strict(genc, final_weights(Path(cfg.codecs_run), "gbuffer_encoder"))
     student = load_dit(cfg.student_run)
+    if cfg.blend_run:
+        blend_students(student, cfg.student_run, cfg.blend_run, cfg.blend_weight)
     chunk = json.loads(read_metadata(latest_checkpoint(Path(cfg.student_run)))["extra"]).get("chunk_frames", 2)
     teacher = load_dit(cfg.teacher_run)
     vae = load_vae(cfg.vae_run)
