@@ -11,7 +11,7 @@ The session settings written are the ones the student was trained for (chunk_fra
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -57,14 +57,13 @@ def blend_students(student, student_run: str, blend_run: str, weight: float) -> 
 
     other = load_dit(blend_run)
     if other.config != student.config:
-        from dataclasses import asdict
-
         mine, theirs = asdict(student.config), asdict(other.config)
         differ = ", ".join(f"{k} {theirs[k]} against {mine[k]}" for k in mine if mine[k] != theirs[k])
         raise AlayaError(f"export: blend_run {blend_run}'s DiT is not student_run {student_run}'s: {differ}")
-    if run_text_encoder(blend_run) != run_text_encoder(student_run):
-        raise AlayaError(f"export: blend_run {blend_run} reads the text encoder {run_text_encoder(blend_run)!r}, "
-                         f"student_run {student_run} {run_text_encoder(student_run)!r}")
+    theirs_text, mine_text = run_text_encoder(blend_run), run_text_encoder(student_run)
+    if theirs_text != mine_text:
+        raise AlayaError(f"export: blend_run {blend_run} reads the text encoder {theirs_text!r}, "
+                         f"student_run {student_run} {mine_text!r}")
     theirs = other.state_dict()
     for name, tensor in student.state_dict().items():
         if tensor.is_floating_point():
