@@ -11,6 +11,8 @@ import signal
 import sys
 
 from ...model_zoo.errors import AlayaError
+from .. import stops
+from ..stops import Stopped
 
 # Subcommand name -> module under streaming/cli/commands/. Add a line to add a command.
 COMMANDS: dict[str, str] = {
@@ -80,15 +82,18 @@ def main(argv: list[str] | None = None) -> int:
         from ..engine.cpu import configure
 
         configure(args.threads, pipeline=not args.no_pipeline)
-    previous = _stop_on_signals()
+    previous: dict = {}
     code = 1  # until the command returns
     try:
         try:
-            code = int(args._run(args) or 0)
+            _stop_on_signals(previous)  # inside: a signal held by an inherited mask arrives here
+            result = int(args._run(args) or 0)
+            stops.raise_if_stopped()  # the signal's exception was swallowed on its way: still a stop
+            code = result
             return code
         except Exception as err:
-            if _received:  # the signal's exception was turned into another on its way (e.g. mid-import)
-                raise Stopped(_received[-1]) from err
+            if stops.received:  # the signal's exception was turned into another on its way (e.g. mid-import)
+                raise Stopped(stops.received[-1]) from err
             raise
     except AlayaError as err:
         if args.debug:
@@ -118,39 +123,34 @@ def main(argv: list[str] | None = None) -> int:
         _restore_signals(previous)
 
 
-_received: list[int] = []  # stop signals seen by this run
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP: unwinds like Ctrl-C, so every writer aborts and removes its temporary files."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum, self.name = signum, signal.Signals(signum).name
-
-
-def _stop_on_signals() -> dict:
-    """Handle SIGTERM and SIGHUP like SIGINT (only in the main thread, where Python runs handlers)."""
+def _stop_on_signals(previous: dict) -> None:
+    """Handle SIGTERM and SIGHUP like SIGINT (only in the main thread, where Python runs handlers);
+    what it replaces goes into `previous` as it goes, for _restore_signals."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        return {}
+        return
 
     def stop(signum, _frame):
-        _received.append(signum)
+        stops.received.append(signum)
         raise Stopped(signum)
 
-    _received.clear()
+    stops.received.clear()
 
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous[sig] = signal.signal(sig, stop)
-    return previous
+    ours = {signal.SIGTERM, signal.SIGHUP}
+    previous["handlers"] = {sig: signal.signal(sig, stop) for sig in ours}
+    # A parent may start us with these signals blocked (the mask is inherited through exec): the kernel
+    # would then hold them until exit and the command would finish as if never asked to stop
+    previous["blocked"] = signal.pthread_sigmask(signal.SIG_BLOCK, []) & ours
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, ours)
 
 
 def _restore_signals(previous: dict) -> None:
-    for sig, handler in previous.items():
+    stops.received.clear()  # this command's stop: an in-process caller's next command starts afresh
+    for sig, handler in previous.get("handlers", {}).items():
         signal.signal(sig, handler)
+    if previous.get("blocked"):  # an in-process caller gets its mask back
+        signal.pthread_sigmask(signal.SIG_BLOCK, previous["blocked"])
 
 
 def _silence_stdout() -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
+from ..stops import raise_if_stopped
 from ..gbuffer import (
     DEFAULT_DEPTH_NEAR,
     MODALITIES,
@@ -133,6 +134,7 @@ class AtomicOutput:
             self.tmp.mkdir()
 
     def commit(self) -> Path:
+        raise_if_stopped()  # a stopped command never puts its output in place
         if self.dst.exists() or self.dst.is_symlink():
             old = temp_name(self.dst)
             os.replace(self.dst, old)
@@ -239,6 +241,7 @@ class Sink:
         parts = (rgb is not None, gbuffer is not None)
         where = f"{self.path}: frame {self.count}"
         try:
+            raise_if_stopped()
             if not any(parts):
                 raise AlayaError(f"{where}: nothing to write (give rgb and/or gbuffer)")
             for name, given in zip(("rgb", "gbuffer"), parts):
