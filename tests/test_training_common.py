@@ -41,7 +41,7 @@ def test_export_loads_with_the_bundle_loaders(runs):
 
 def test_export_blends_a_second_students_weights_in(runs, tmp_path, capsys):
     """blend_run: the shipped DiT is (1 - blend_weight) * student_run's + blend_weight * blend_run's;
-    a weight outside (0, 1) and a student of another shape are refused in one line."""
+    a weight outside (0, 1), a student of another shape and one of another chunk size are refused in one line."""
     from alaya_flash.model_zoo import bundle
     from training_helpers import rollout_config
 
@@ -69,6 +69,14 @@ def test_export_blends_a_second_students_weights_in(runs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"blend_run {grown}'s DiT is not student_run {runs / 'dmd'}'s: num_layers 3 against 2" in err
     assert not (tmp_path / "g2" / "dit.safetensors").exists()
+    chunked = tmp_path / "chunked"  # the same DiT trained to stream 2 latent frames a chunk
+    assert main(["--quiet", "train", "student-rollout", "--config",
+                 write(tmp_path / "c.json", rollout_config(runs, chunked, steps=1, chunk_frames=2))]) == 0
+    capsys.readouterr()
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "c2.json", {
+        **base, "out": str(tmp_path / "c2"), "blend_run": str(chunked)})]) != 0
+    assert f"blend_run {chunked} was trained with chunk_frames 2, student_run {runs / 'dmd'} with 1" \
+        in capsys.readouterr().err
 
 
 def test_import_then_export_gives_the_same_weights_back(runs, tmp_path):

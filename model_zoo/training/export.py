@@ -60,6 +60,10 @@ def blend_students(student, student_run: str, blend_run: str, weight: float) -> 
         mine, theirs = asdict(student.config), asdict(other.config)
         differ = ", ".join(f"{k} {theirs[k]} against {mine[k]}" for k in mine if mine[k] != theirs[k])
         raise AlayaError(f"export: blend_run {blend_run}'s DiT is not student_run {student_run}'s: {differ}")
+    theirs_chunk, mine_chunk = run_chunk_frames(blend_run), run_chunk_frames(student_run)
+    if theirs_chunk != mine_chunk:  # the shipped session streams one chunk size: the one both learnt
+        raise AlayaError(f"export: blend_run {blend_run} was trained with chunk_frames {theirs_chunk}, "
+                         f"student_run {student_run} with {mine_chunk}")
     theirs_text, mine_text = run_text_encoder(blend_run), run_text_encoder(student_run)
     if theirs_text != mine_text:
         raise AlayaError(f"export: blend_run {blend_run} reads the text encoder {theirs_text!r}, "
@@ -68,6 +72,15 @@ def blend_students(student, student_run: str, blend_run: str, weight: float) -> 
     for name, tensor in student.state_dict().items():
         if tensor.is_floating_point():
             tensor.copy_(torch.lerp(tensor.float(), theirs[name].float(), weight))
+
+
+def run_chunk_frames(run: str) -> int:
+    """The latent frames per streaming chunk a student run was trained with (runs from before it was
+    recorded: 2)."""
+    from ..loading import read_metadata
+    from .common import latest_checkpoint
+
+    return json.loads(read_metadata(latest_checkpoint(Path(run)))["extra"]).get("chunk_frames", 2)
 
 
 def run_export(cfg: ExportConfig, log, progress=None) -> int:
@@ -90,7 +103,7 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     student = load_dit(cfg.student_run)
     if cfg.blend_run:
         blend_students(student, cfg.student_run, cfg.blend_run, cfg.blend_weight)
-    chunk = json.loads(read_metadata(latest_checkpoint(Path(cfg.student_run)))["extra"]).get("chunk_frames", 2)
+    chunk = run_chunk_frames(cfg.student_run)
     teacher = load_dit(cfg.teacher_run)
     vae = load_vae(cfg.vae_run)
     out = Path(cfg.out)
