@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 LAYERS = [
     ("model", ["model_zoo"]),                                   # networks, configs, loading
-    ("conventions", ["streaming.gbuffer", "streaming.metrics"]),  # what every part shares
+    ("conventions", ["streaming.gbuffer", "streaming.metrics", "streaming.stops"]),  # what every part shares
     ("sources and sinks", ["streaming.files", "streaming.world"]),
     ("engine", ["streaming.engine"]),                           # the chunk loop, sessions, pipelines, runner
     ("front ends", ["nodes", "streaming.live", "client"]),      # ComfyUI nodes; the live server; an engine's client
