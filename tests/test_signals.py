@@ -32,9 +32,9 @@ def test_a_signal_mid_write_leaves_nothing(command, sig, tmp_path):
 
 
 def test_a_signal_the_parent_blocked_still_stops(tmp_path):
-    """A blocked signal mask is inherited through exec (a supervisor, or pytest after a library blocked
-    signals in its main thread): unless the command unblocks them, the kernel holds SIGTERM until exit
-    and the command writes its whole output with status 0."""
+    """A blocked signal mask is inherited through exec (from a supervisor, say): unless the command
+    unblocks them, the kernel holds SIGTERM until exit and the command writes its whole output with
+    status 0."""
     stop_mid_write("world", signal.SIGTERM, tmp_path,
                    preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP}))
 
@@ -66,7 +66,7 @@ def test_a_signal_held_before_the_command_starts_stops_it_and_the_mask_comes_bac
 
 def test_a_stop_that_library_code_swallowed_still_stops(tmp_path, monkeypatch):
     """In process: the handler's exception is swallowed by code that catches everything (it happened
-    inside the world command's first moments, about once in 50 runs); the signal is recorded, so the
+    in the world command's first moments, about once in 100 runs); the signal is recorded, so the
     next frame written raises it again: status 128 + n, nothing left, and the next command runs."""
     from alaya_flash.streaming.cli import main
     from alaya_flash.streaming.world import world

@@ -245,12 +245,23 @@ def check_text_encoder(stage: str, name: str) -> None:
         raise AlayaError(f"{stage}: text_encoder {name!r} is not one of {', '.join(MINILM_NAMES)}")
 
 
-def run_text_encoder(run) -> str:
-    """The prompt encoder a student run's latest checkpoint was trained with (older runs: all-minilm-l6-v2)."""
+def run_extra(run) -> dict:
+    """The settings a run's latest checkpoint records (its metadata's "extra")."""
     ckpt = latest_checkpoint(Path(run))
     if ckpt is None:
         raise AlayaError(f"{run}: no checkpoint here; run that stage first")
-    return json.loads(read_metadata(ckpt).get("extra", "{}")).get("text_encoder", MINILM)
+    return json.loads(read_metadata(ckpt).get("extra", "{}"))
+
+
+def run_text_encoder(run) -> str:
+    """The prompt encoder a student run's latest checkpoint was trained with (older runs: all-minilm-l6-v2)."""
+    return run_extra(run).get("text_encoder", MINILM)
+
+
+def run_chunk_frames(run) -> int:
+    """The latent frames per streaming chunk a student run was trained with (runs from before it was
+    recorded: 2)."""
+    return run_extra(run).get("chunk_frames", 2)
 
 
 def check_mix(stage: str, mix: str, mix_rate: float) -> None:

@@ -52,7 +52,7 @@ class ExportConfig:
 def blend_students(student, student_run: str, blend_run: str, weight: float) -> None:
     """Average blend_run's DiT weights into `student` (loaded from student_run), in place, in float32:
     (1 - weight) * student + weight * blend. Both must be the same DiT reading the same text encoder."""
-    from .common import run_text_encoder
+    from .common import run_chunk_frames, run_text_encoder
     from .teacher import load_dit
 
     other = load_dit(blend_run)
@@ -74,21 +74,12 @@ def blend_students(student, student_run: str, blend_run: str, weight: float) -> 
             tensor.copy_(torch.lerp(tensor.float(), theirs[name].float(), weight))
 
 
-def run_chunk_frames(run: str) -> int:
-    """The latent frames per streaming chunk a student run was trained with (runs from before it was
-    recorded: 2)."""
-    from ..loading import read_metadata
-    from .common import latest_checkpoint
-
-    return json.loads(read_metadata(latest_checkpoint(Path(run)))["extra"]).get("chunk_frames", 2)
-
-
 def run_export(cfg: ExportConfig, log, progress=None) -> int:
     from .. import bundle
     from ..codecs import gbuffer_encoder, tiny
     from ..loading import load_strict, read_metadata
     from .codecs import load_vae
-    from .common import final_weights, latest_checkpoint, run_text_encoder
+    from .common import final_weights, latest_checkpoint, run_chunk_frames, run_text_encoder
     from .teacher import load_dit
 
     dtype = getattr(torch, cfg.dtype)
