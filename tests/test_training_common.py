@@ -247,7 +247,8 @@ def test_train_default_script_runs_valid_configs_in_increasing_phases():
 def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2 data and
     the physics world's, the imported networks, each student's latents of both worlds and its decoder, a
-    refiner of the 128x128 model's own, a finish of the student on 256x256 clips of both worlds, into model_zoo/world_v2."""
+    refiner of the 128x128 model's own, a finish of the student on 256x256 clips of both worlds (10 world v2 scenes,
+    then 26), into model_zoo/world_v2."""
     monkeypatch.chdir(tmp_path)  # its paths are relative to the repository
     (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
     # the refiner stage checks that its model exists, which the export before it writes: a stand-in for it
@@ -257,9 +258,9 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert [name for name, _ in calls] == ["data", "data", "data", "import", "student-rollout", "student-rollout",
                                            "decoder", "student-rollout", "decoder", "data", "student-rollout",
                                            "decoder", "export", "refiner", "data", "student-rollout",
-                                           "student-rollout", "export"]
+                                           "student-rollout", "data", "student-rollout", "export"]
     physics, physics_full, data, imported, first, second, decoder2, third, decoder3, data24, fourth, decoder4, export, \
-        refiner, data256, finish, finish2, shipped = (cfg for _, cfg in calls)
+        refiner, data256, finish, finish2, data256_more, finish3, shipped = (cfg for _, cfg in calls)
     # the student and decoder train on 128x128 clips of both worlds, the refiner reads the physics world at 256x256
     assert physics.world == "physics" and (physics.width, physics.height) == (128, 128)
     assert physics_full.world == "physics" and (physics_full.width, physics_full.height) == (256, 256)
@@ -286,15 +287,19 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert refiner.config == "gbuffer-refiner-16-context" and refiner.caption_rate > 0 and refiner.target == "truth"
     assert (refiner.data, refiner.mix_data, refiner.mix_rate) == (data.out, physics_full.out, first.mix_rate)
     # the finish continues the last 128x128 student on world v2's clips at 256x256 with the physics world's 256x256
-    # clips mixed in, in two runs, and the shipped model is the finished student with that decoder and refiner
-    assert data256.world == "pathtrace" and (data256.width, data256.height) == (256, 256) and data256.out != data.out
-    assert data256.train_clips <= data24.train_clips and data256.heldout_clips == 0
-    assert all(s.data == data256.out and s.mix_data == physics_full.out and s.caption_rate == 0.5 for s in (finish, finish2))
-    assert (finish.student_run, finish2.student_run, shipped.student_run) == (fourth.out, finish.out, finish2.out)
+    # clips mixed in, in two runs, then on more scenes in a third (the held-out ones rendered too, for eval), and the
+    # shipped model is the finished student with that decoder and refiner
+    assert data256.world == data256_more.world == "pathtrace" and data256.out == data256_more.out != data.out
+    assert (data256.width, data256.height) == (data256_more.width, data256_more.height) == (256, 256)
+    assert data256.train_clips <= data24.train_clips < data256_more.train_clips and data256.heldout_clips == 0
+    assert data256_more.heldout_clips > 0
+    finishes = (finish, finish2, finish3)
+    assert all(s.data == data256.out and s.mix_data == physics_full.out and s.caption_rate == 0.5 for s in finishes)
+    assert [s.student_run for s in finishes] + [shipped.student_run] == [fourth.out] + [s.out for s in finishes]
     assert all((s.window_frames, s.sink_frames, s.mix_rate) == (fourth.window_frames, fourth.sink_frames, fourth.mix_rate)
-               for s in (finish, finish2))
-    assert finish.lr < fourth.lr and finish.steps < finish2.steps and finish.out != finish2.out
+               for s in finishes)
+    assert finish.lr < fourth.lr and finish.steps < finish2.steps == finish3.steps and len({s.out for s in finishes}) == 3
     assert shipped.out == "model_zoo/world_v2" and export.out != shipped.out
     # every training stage takes THREADS (default 1: a shared CPU), so THREADS=2 reaches all of them
     trained = [cfg for name, cfg in calls if name in ("student-rollout", "decoder", "refiner")]
-    assert len(trained) == 10 and {cfg.threads for cfg in trained} == {1}
+    assert len(trained) == 11 and {cfg.threads for cfg in trained} == {1}
