@@ -35,7 +35,7 @@ class Save(StageNode):
                 "filename": ("STRING", {"default": "alaya-flash/render.mp4", "tooltip": "Output file (mp4) or folder (png, exr, npy); relative to ComfyUI's output folder (the current folder outside ComfyUI)."}),
                 "format": (FORMATS, {"default": "mp4", "tooltip": "mp4: H.264 yuv420p; png: 8-bit frames; exr: float32 linear frames; npy: uint8 windows (needs G-buffers)."}),
                 "fps": ("FLOAT", {"default": 16.0, "min": 1.0, "max": 240.0, "tooltip": "Frame rate of the video (mp4)."}),
-                "overwrite": ("BOOLEAN", {"default": False, "tooltip": "Replace an existing output (it is replaced only once the new one is complete)."}),
+                "overwrite": ("BOOLEAN", {"default": False, "tooltip": "Replace an existing output (it is replaced only once the new one is complete); a folder only when alaya-flash wrote it or it is empty."}),
             },
             "optional": {
                 "gbuffers": ("ALAYA_GBUFFERS", {"tooltip": "The input G-buffers, written beside the frames (png, exr, npy)."}),
@@ -44,10 +44,14 @@ class Save(StageNode):
 
     @classmethod
     def VALIDATE_INPUTS(cls, filename, format="mp4", overwrite=False):
+        from ..streaming.files.sinks import replace_refusal
+
+        if not filename.strip():
+            return "filename is empty: name the output file (mp4) or folder (png, exr, npy)"
         path = destination(filename, format)
         if path.exists() and not overwrite:
             return f"output {path} already exists (set overwrite to replace it)"
-        return True
+        return replace_refusal(path, format != "mp4") or True
 
     def start_stream(self, filename, format, fps, overwrite):
         return Piecewise(_Saving(destination(filename, format), format, fps, overwrite), 16)
@@ -56,7 +60,7 @@ class Save(StageNode):
 def destination(filename: str, format: str) -> Path:
     """The output path: mp4 gets a .mp4 suffix when it has none; sequences are folders."""
     path = comfy.output_path(filename)
-    if format == "mp4" and path.suffix.lower() != ".mp4":
+    if format == "mp4" and path.name and path.suffix.lower() != ".mp4":  # no name: AtomicOutput says so
         path = path.with_name(path.name + ".mp4")
     return path
 

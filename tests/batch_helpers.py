@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from alaya_flash.streaming.files.sinks import OUTPUT_MARK
+
 ROOT = Path(__file__).resolve().parents[1]
 RENDER = ROOT / "graphs" / "render-gbuffer-sequence.api.json"
 # The CLI in a new process, importing this checkout's package (as tests/test_signals.py does).
@@ -51,10 +53,11 @@ def manifest(path: Path) -> dict[str, dict]:
 
 
 def output_bytes(path: Path) -> dict[str, bytes]:
-    """An output's content: a file's bytes, or each file's in a frame folder."""
+    """An output's content: a file's bytes, or each frame's in a frame folder (its hidden mark left out)."""
     if path.is_file():
         return {path.name: path.read_bytes()}
-    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file() and p.name != OUTPUT_MARK}
 
 
 def leftovers(folder: Path) -> list[Path]:

@@ -236,12 +236,44 @@ def test_sink_exception_leaves_nothing(tmp_path):
 def test_existing_output_survives_failed_overwrite(tmp_path):
     dst = tmp_path / "seq"
     dst.mkdir()
+    (dst / sinks.OUTPUT_MARK).write_text("an earlier output")
     (dst / "keep.txt").write_text("old")
     with pytest.raises(AlayaError, match="size 10x8 differs from the first frame's 8x8"):
         with sinks.PngSequenceSink(dst, overwrite=True) as s:
             s.write(np.zeros((8, 8, 3), np.uint8))
             s.write(np.zeros((8, 10, 3), np.uint8))
     assert (dst / "keep.txt").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["seq"]
+
+
+def test_overwrite_replaces_only_what_alaya_flash_wrote(tmp_path):
+    """--overwrite replaces an earlier output, never a user's folder (`--out ~/Desktop`), a folder with a
+    file or a file with a folder; the refusal names the path and nothing there changes."""
+    frame = np.zeros((8, 8, 3), np.uint8)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    with pytest.raises(AlayaError, match=r"mine: is a folder alaya-flash did not write \(it has no .alaya-flash-output\)"):
+        sinks.PngSequenceSink(mine, overwrite=True)
+    with pytest.raises(AlayaError, match="mine: is a folder, not a file"):
+        sinks.Mp4Sink(mine, overwrite=True)
+    (tmp_path / "notes.mp4").write_text("precious")
+    with pytest.raises(AlayaError, match="notes.mp4: is a file; a frame sequence is written as a folder"):
+        sinks.PngSequenceSink(tmp_path / "notes.mp4", overwrite=True)
+    with pytest.raises(AlayaError, match="names no file or folder to write"):
+        sinks.PngSequenceSink(tmp_path / "..", overwrite=True)
+    assert (mine / "notes.txt").read_text() == "precious" and (tmp_path / "notes.mp4").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "notes.mp4"]
+    # an earlier output (marked) and an empty folder are replaced
+    for name in ("earlier", "empty"):
+        with sinks.PngSequenceSink(tmp_path / name) as s:
+            s.write(frame)
+        if name == "empty":
+            shutil.rmtree(tmp_path / name)
+            (tmp_path / name).mkdir()
+        with sinks.PngSequenceSink(tmp_path / name, overwrite=True) as s:
+            s.write(frame)
+            s.write(frame)
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == [sinks.OUTPUT_MARK, "000000.png", "000001.png"]
 
 
 def test_mp4_needs_even_size_and_rgb(tmp_path):

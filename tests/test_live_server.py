@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
+from alaya_flash.streaming.files.sinks import OUTPUT_MARK
 from alaya_flash.streaming.live.engine import unpack_frame
 from alaya_flash.streaming.live.protocol import MAX_STRIKES, WS_MAX_BYTES, Command
 
@@ -228,7 +229,7 @@ def test_record_writes_rgb_gbuffers_and_controls(tmp_path):
         server.stop()
     assert rec == done
     folder = tmp_path / "rec" / done.split("/")[-1]
-    assert sorted(p.name for p in folder.iterdir()) == ["controls.jsonl", "gbuffers"]
+    assert sorted(p.name for p in folder.iterdir()) == [OUTPUT_MARK, "controls.jsonl", "gbuffers"]
     stream = open_gbuffers(folder / "gbuffers")
     frames = list(stream.teacher_frames(extras=True))
     assert len(frames) >= 18 and all(ext["rgb"].shape == (64, 64, 3) for _, ext in frames)
@@ -471,7 +472,7 @@ def test_a_signal_during_serve_record_finishes_or_removes_the_recording(sig, fra
         with av.open(str(rec / left[0] / "rgb.mp4")) as video:
             assert sum(1 for _ in video.decode(video=0)) >= frames
     for name in left:  # whatever is there is a whole recording
-        assert sorted(p.name for p in (rec / name).iterdir()) == ["controls.jsonl", "rgb.mp4"]
+        assert sorted(p.name for p in (rec / name).iterdir()) == [OUTPUT_MARK, "controls.jsonl", "rgb.mp4"]
 
 
 def test_a_recording_sweeps_what_a_killed_server_left(tmp_path):

@@ -88,6 +88,23 @@ def test_render_command_says_random_weights(clip, tmp_path, capsys):
     assert main(["render", str(clip), "--prompt", "x", "--out", str(out)]) == 2  # exists, no --overwrite
 
 
+def test_render_overwrite_keeps_a_users_folder(clip, tmp_path, capsys):
+    """`render --out DIR --format png --overwrite` on a folder it did not write refuses (it used to replace the
+    folder, deleting what was in it); an empty --out is refused; an earlier png output is replaced."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    args = ["render", str(clip), "--prompt", "x", "--frames", "5", "--format", "png", "--overwrite", "--out"]
+    assert main([*args, str(mine)]) == 2
+    assert f"{mine}: is a folder alaya-flash did not write" in capsys.readouterr().err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert main([*args, ""]) == 2
+    assert "argument --out: an empty path names no output" in capsys.readouterr().err
+    frames = tmp_path / "frames"
+    assert main([*args, str(frames)]) == 0 and main([*args, str(frames)]) == 0
+    assert len(list(frames.glob("*.png"))) == 5
+
+
 def test_shipped_models_are_listed_and_render_by_name(clip, tmp_path, monkeypatch):
     """Load Flash Model lists every folder shipped in model_zoo/, and `render --model world_v2` renders
     with that folder from any directory."""
@@ -365,6 +382,22 @@ def test_load_gbuffers_reports_each_problem_once_on_its_input(clip, tmp_path):
         load().run(**inputs, width=32, height=0)
     with pytest.raises(AlayaError, match=r"^Load G-Buffers: depth range 'x': "):
         load().run(**inputs, width=0, height=0, depth_range="x")
+
+
+def test_save_refuses_an_empty_filename_and_a_folder_it_did_not_write(tmp_path, monkeypatch):
+    """Save's filename: empty is refused (it once reached Path.with_name and a traceback); with overwrite,
+    a user's folder is refused (replacing it would delete its files), and the refusal is its message."""
+    save = NODES["AlayaFlash_Save"]
+    monkeypatch.chdir(tmp_path)
+    for name in ("", "  "):
+        for fmt in ("mp4", "png"):
+            assert save.VALIDATE_INPUTS(name, fmt, True) == "filename is empty: name the output file (mp4) or folder (png, exr, npy)"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("precious")
+    assert "mine: is a folder alaya-flash did not write" in save.VALIDATE_INPUTS(str(tmp_path / "mine"), "png", True)
+    assert save.VALIDATE_INPUTS(".", "mp4", True) == ".: is a folder, not a file; choose another path"
+    assert save.VALIDATE_INPUTS(str(tmp_path / "mine"), "mp4", True) is True  # writes mine.mp4 beside it
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"
 
 
 @pytest.mark.parametrize("fmt", ["png", "exr", "npy"])

@@ -51,6 +51,13 @@ SEED = bounded(int, 0, MAX_SEED)
 STEPS = bounded(int, 1, 1000)
 
 
+def out_path(text: str) -> Path:
+    """An output path (--out, a destination): not empty, which Path would read as the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no output")
+    return Path(text)
+
+
 # --model's help, the start every command shares (tests/test_package.py checks the names against model_zoo/)
 SHIPPED_MODEL_HELP = "Flash model folder, or the name of one shipped in model_zoo/ (default, world_v2)"
 

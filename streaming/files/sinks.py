@@ -60,6 +60,24 @@ SINK_FORMATS = ("mp4", "png", "exr", "npy")
 
 
 TEMP_MARK = "alaya-tmp"  # in every temporary name this program makes: `.NAME.PID-TOKEN.alaya-tmp.tmp`
+# In every folder output this program writes (frame sequences, clips, shots): overwrite replaces a folder only
+# when it has this file (or is empty), so `--out ~/Desktop --overwrite` refuses instead of deleting the desktop.
+OUTPUT_MARK = ".alaya-flash-output"
+
+
+def replace_refusal(dst: Path, is_dir: bool) -> str | None:
+    """Why overwrite may not replace what is at dst (None: nothing there, or an output of ours). A file
+    output never replaces a folder, a folder output never a file, and a folder only one this program wrote."""
+    if dst.is_symlink() or not dst.exists():
+        return None  # replacing a link loses only the link, never what it points to
+    if not is_dir:
+        return f"{dst}: is a folder, not a file; choose another path" if dst.is_dir() else None
+    if not dst.is_dir():
+        return f"{dst}: is a file; a frame sequence is written as a folder: choose another path"
+    if not (dst / OUTPUT_MARK).is_file() and any(dst.iterdir()):
+        return (f"{dst}: is a folder alaya-flash did not write (it has no {OUTPUT_MARK}); overwrite replaces only "
+                f"folders it wrote: choose another folder, or empty this one")
+    return None
 
 
 def temp_name(dst: Path) -> Path:
@@ -117,8 +135,13 @@ class AtomicOutput:
 
     def __init__(self, dst, overwrite: bool = False, is_dir: bool = False):
         self.dst = Path(dst)
+        if not self.dst.name or self.dst.name in (".", ".."):
+            raise AlayaError(f"{self.dst}: names no file or folder to write; give the output's own name")
         if self.dst.exists() and not overwrite:
             raise AlayaError(f"{self.dst}: already exists; pass overwrite=True (--overwrite) to replace it")
+        refusal = replace_refusal(self.dst, is_dir)
+        if refusal:
+            raise AlayaError(refusal)
         self.is_dir = is_dir
         self._created = []  # parent folders we made, removed again on abort
         for parent in reversed(self.dst.parents):
@@ -132,6 +155,8 @@ class AtomicOutput:
         _UNFINISHED.add(self)  # before the temporary exists: a signal from here on still finds it
         if is_dir:
             self.tmp.mkdir()
+            if not any(TEMP_MARK in p.name for p in self.dst.parents):  # a part of another output: its mark covers it
+                (self.tmp / OUTPUT_MARK).write_text("written by alaya-flash: --overwrite may replace this folder\n")
 
     def commit(self) -> Path:
         raise_if_stopped()  # a stopped command never puts its output in place

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 from .. import args as args_
-from ..args import parse_size
+from ..args import out_path, parse_size
 
 HELP = "render the demo G-buffer stream to a preview video"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="output MP4 file")
+    parser.add_argument("--out", type=out_path, required=True, help="output MP4 file")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument("--source", default="world",
                         help="a bundled stream name (world, synthetic) or a G-buffer path")

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 from .. import args as args_
-from ..args import parse_size
+from ..args import out_path, parse_size
 
 HELP = "evaluate student vs teacher on held-out clips (content, temporal, cross-window, control, runtime, long stream)"
 
@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="world of the long stream: physics, or v2 (a path-traced street walk, Mitsuba); "
                              "auto: the --data dataset's world (physics without --data)")
     parser.add_argument("--no-long-stream", action="store_true", help="leave out the long-stream axis")
-    parser.add_argument("--out", type=Path, help="also write the JSON report here (atomically)")
+    parser.add_argument("--out", type=out_path, help="also write the JSON report here (atomically)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
     args_.add_cpu_arguments(parser)
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .. import args as args_
-from ..args import parse_size
+from ..args import out_path, parse_size
 
 HELP = "inspect (info) or convert G-buffer streams between layouts"
 
@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     conv = sub.add_parser("convert", help="convert a G-buffer stream to another layout",
                           formatter_class=parser.formatter_class)
     conv.add_argument("src", type=Path, help="source G-buffer folder or .npy window")
-    conv.add_argument("dst", type=Path, help="destination folder (created atomically)")
+    conv.add_argument("dst", type=out_path, help="destination folder (created atomically)")
     conv.add_argument("--to", choices=FORMATS, required=True,
                       help="mp4: teacher layout {mod}.mp4 (lossless H.264); png: {mod}/000000.png; "
                            "exr: multi-layer float EXR per frame; npy: uint8 (T,5,H,W,3) windows")

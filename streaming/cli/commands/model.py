@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..args import out_path
+
 HELP = "print a config's parameter spec, identify a weight file, list configs, convert a Wan umT5 .pth"
 
 
@@ -29,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="list the named configs of every family")
     conv = sub.add_parser("convert", help="Wan 2.1's umT5 encoder .pth -> a .safetensors the loaders read (tokenizer embedded)")
     conv.add_argument("src", type=Path, help="Wan's models_t5_umt5-xxl-enc-bf16.pth (opened tensors-only, memory-mapped)")
-    conv.add_argument("dst", type=Path, help="the .safetensors to write (ComfyUI's text_encoders/ form)")
+    conv.add_argument("dst", type=out_path, help="the .safetensors to write (ComfyUI's text_encoders/ form)")
     conv.add_argument("--tokenizer", type=Path, default=None,
                       help="umT5's sentencepiece model: spiece.model, or the folder holding it (Wan's google/umt5-xxl)")
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from .. import args as args_
-from ..args import parse_size
+from ..args import out_path, parse_size
 
 HELP = "render G-buffers + a prompt to video with a Flash model or a teacher (the render workflows)"
 WORKFLOWS = Path(__file__).resolve().parents[3] / "graphs"
@@ -35,7 +35,7 @@ TEACHER_WORKFLOW = WORKFLOWS / "render-teacher.api.json"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("gbuffers", type=Path, help="G-buffer folder or .npy file (any layout Load G-Buffers reads)")
     parser.add_argument("--prompt", required=True, help="prompt, or lines 'FRAME: prompt' (a schedule)")
-    parser.add_argument("--out", type=Path, required=True, help="output file (mp4) or folder (png, exr, npy)")
+    parser.add_argument("--out", type=out_path, required=True, help="output file (mp4) or folder (png, exr, npy)")
     parser.add_argument("--format", choices=("mp4", "png", "exr", "npy"), default="mp4", help="output format")
     parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + ", a Flash release folder (transformer/, "
                         "transformer_partial.safetensors, ...), or a teacher folder or published teacher "

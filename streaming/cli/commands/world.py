@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from .. import args as args_
-from ..args import parse_size
+from ..args import out_path, parse_size
 
 HELP = "render physics-world clips (G-buffers, ground truth per lighting preset, cameras)"
 
@@ -36,7 +36,7 @@ TRACED_PATHS = ("walk", "drive", "orbit")  # world v2's
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="output clip folder")
+    parser.add_argument("--out", type=out_path, required=True, help="output clip folder")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument("--frames", type=args_.FRAMES, default=64, help="frames to render")
     parser.add_argument("--size", type=parse_size, default=(256, 256), metavar="N|WxH",
