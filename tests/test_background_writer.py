@@ -28,7 +28,7 @@ def test_writes_the_same_files_as_the_sink_itself(tmp_path):
         writer.put([(f, None) for f in chunk])
     assert writer.close() == tmp_path / "threaded" and writer.count == 7
     names = sorted(p.name for p in (tmp_path / "direct").iterdir())
-    assert len(names) == 7 and names == sorted(p.name for p in (tmp_path / "threaded").iterdir())
+    assert len(names) == 8 and names == sorted(p.name for p in (tmp_path / "threaded").iterdir())  # + the mark
     assert all((tmp_path / "direct" / n).read_bytes() == (tmp_path / "threaded" / n).read_bytes() for n in names)
 
 
@@ -76,7 +76,7 @@ def test_at_most_depth_chunks_wait(tmp_path):
     fourth.join(10)
     assert not fourth.is_alive()
     writer.close()
-    assert sink.count == 8 and len(list((tmp_path / "out").iterdir())) == 8
+    assert sink.count == 8 and len(list((tmp_path / "out").glob("*.png"))) == 8
 
 
 def test_abort_drops_the_queued_chunks_and_the_output(tmp_path):
