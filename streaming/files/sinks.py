@@ -135,7 +135,7 @@ class AtomicOutput:
 
     def __init__(self, dst, overwrite: bool = False, is_dir: bool = False):
         self.dst = Path(dst)
-        if not self.dst.name or self.dst.name in (".", ".."):
+        if self.dst.name in ("", ".."):  # Path gives "." and "/" the name ""
             raise AlayaError(f"{self.dst}: names no file or folder to write; give the output's own name")
         if self.dst.exists() and not overwrite:
             raise AlayaError(f"{self.dst}: already exists; pass overwrite=True (--overwrite) to replace it")
