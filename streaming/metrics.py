@@ -7,6 +7,9 @@ Frames are float tensors (T, H, W, 3) in [0, 1] (ComfyUI IMAGE layout, what the 
   frames (frame 0, then 1-4, 5-8, ...), which shows drift along a stream.
 - temporal: error of frame-to-frame differences against the reference's, and the ratio of their
   mean magnitudes (1.0 = as much change as the ground truth; > 1 = flicker).
+- psnr_by_scale: PSNR with the render's content coarser than k pixels replaced by the truth's, for
+  several k: which scales the error lives at (a render whose light is right and detail wrong gains
+  much at large k; one whose detail is right and light wrong only at small k).
 - boundary_ratio: mean change across chunk boundaries over mean change inside chunks.
 - nearest: which reference (e.g. ground truth under each lighting preset) a render is closest to,
   and the PSNR margin to the runner-up (prompt controllability).
@@ -90,6 +93,29 @@ def temporal(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
     dx, dr = x[1:].float() - x[:-1].float(), ref[1:].float() - ref[:-1].float()
     return {"diff_error": (dx - dr).abs().mean().item(),
             "ratio": dx.abs().mean().item() / max(dr.abs().mean().item(), 1e-8)}
+
+
+SCALES = (128, 64, 32, 16, 8, 4)  # psnr_by_scale's cell sizes in pixels (8: one latent's pixels)
+
+
+def _coarse(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The content of frames (T, H, W, 3) coarser than k pixels: means over k x k cells (the last
+    cells of a side that k does not divide are narrower), bilinearly upsampled."""
+    planes = x.permute(0, 3, 1, 2)
+    h, w = planes.shape[-2:]
+    cells = F.adaptive_avg_pool2d(planes, (-(-h // k), -(-w // k)))
+    return F.interpolate(cells, size=(h, w), mode="bilinear", align_corners=False).permute(0, 2, 3, 1)
+
+
+def psnr_by_scale(x: torch.Tensor, ref: torch.Tensor, scales=SCALES) -> dict[int, float]:
+    """{k: PSNR of x with its content coarser than k pixels swapped for ref's}, in linear light (where
+    light adds), scored in sRGB as psnr. The gain over psnr(x, ref) at each k is what getting the
+    coarser scales right would buy."""
+    from .gbuffer import linear_to_srgb, srgb_to_linear
+
+    lx, lref = (torch.from_numpy(srgb_to_linear(_numpy(v.float()))) for v in (x, ref))
+    return {k: psnr(torch.from_numpy(linear_to_srgb((lx - _coarse(lx, k) + _coarse(lref, k)).numpy())), ref)
+            for k in scales}
 
 
 def boundary_ratio(x: torch.Tensor, boundaries: list[int]) -> float | None:

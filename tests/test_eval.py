@@ -53,6 +53,26 @@ def test_metrics_on_known_inputs():
     assert not near["hit"] and near["margin_db"] < 0 and near["nearest"] == 1
 
 
+def test_psnr_by_scale_finds_where_the_error_lives():
+    """A render whose light is off everywhere (less light added everywhere: a coarse error) is mended at
+    every scale; one whose detail is off (1-pixel noise) is mended at none; the two together only as far
+    as the noise leaves."""
+    from alaya_flash.streaming.gbuffer import linear_to_srgb, srgb_to_linear
+
+    g = torch.Generator().manual_seed(0)
+    truth = torch.rand(3, 40, 56, 3, generator=g) * 0.5 + 0.25  # sides 8 does not divide evenly
+    dim = torch.from_numpy(linear_to_srgb(srgb_to_linear(truth.numpy()) - 0.04))
+    noisy = (truth + 0.03 * torch.randn(truth.shape, generator=g)).clamp(0, 1)
+    both = (dim + 0.03 * torch.randn(truth.shape, generator=g)).clamp(0, 1)
+    base = {name: metrics.psnr(x, truth) for name, x in (("dim", dim), ("noisy", noisy), ("both", both))}
+    by = {name: metrics.psnr_by_scale(x, truth) for name, x in (("dim", dim), ("noisy", noisy), ("both", both))}
+    assert list(by["dim"]) == list(metrics.SCALES)
+    assert all(v > base["dim"] + 8 for v in by["dim"].values()), (base, by["dim"])
+    assert all(abs(v - base["noisy"]) < 0.5 for v in by["noisy"].values()), (base, by["noisy"])
+    assert all(base["both"] + 6 < v < base["noisy"] + 3 for v in by["both"].values()), (base, by["both"])
+    assert all(v > 100 for v in metrics.psnr_by_scale(truth, truth).values())  # (float rounding of the round trip)
+
+
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     from alaya_flash.model_zoo import bundle
@@ -77,6 +97,9 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
         r = report[m]
         assert 0 < r["content"]["psnr_db"] < 60 and -1 <= r["content"]["ssim"] <= 1
         assert len(r["content"]["psnr_db_by_latent"]) == 3  # 9 frames: frame 0, 1-4, 5-8
+        by_scale = r["content"]["psnr_db_truth_coarser_than"]
+        assert list(by_scale) == [str(k) for k in metrics.SCALES]
+        assert all(v > r["content"]["psnr_db"] for v in by_scale.values())  # the truth's light helps a random model
         by_preset = r["content"]["psnr_db_by_preset"]  # one clip: the overall mean is the presets' mean
         assert list(by_preset) == ["bright_sunny", "moonlit_night"]
         assert sum(by_preset.values()) / 2 == pytest.approx(r["content"]["psnr_db"])

@@ -25,6 +25,12 @@ the student and refiner learnt and only which wordings select it changes.
   refiner's mean frame over the preset's training wordings (that mean scored 27.78 dB against the
   caption's 27.76); `prompt_dropout` of them read the empty prompt and keep the source's own frame.
 
+On world v2 data (`"world": "pathtrace"`) the student also read captions (`caption_rate`: the scene,
+the preset and the sun's side), which are none of a preset's wordings: every caption keeps the
+source's own offsets, as the empty prompt does (pulled freely, the captions moved with the wordings
+and `world_v2` lost 1.5 dB on held-out world v2, docs/training.md). The refiner anchor does not
+take captions yet, so it is refused there.
+
 The output run holds the whole student DiT (and refiner); export reads it as `student_run` (and
 `refiner_run`).
 """
@@ -98,8 +104,11 @@ def dit_text_response(dit: nn.Module, embeddings: torch.Tensor) -> torch.Tensor:
 class Anchor:
     """The DiT's regression set: every wording's embedding and the per-block offsets it should give."""
 
-    def __init__(self, dit: nn.Module, train: list[torch.Tensor], extra: list[torch.Tensor], empty: torch.Tensor):
+    def __init__(self, dit: nn.Module, train: list[torch.Tensor], extra: list[torch.Tensor], empty: torch.Tensor,
+                 kept: torch.Tensor | None = None):
         self.net, self.text = dit, dit.text_embedding  # text: the MLP this stage refits
+        # prompts that keep the source's own offsets: the empty one (the CFG negative) and `kept` (world v2 captions)
+        self.kept = empty if kept is None else torch.cat([empty, kept])
         with torch.no_grad():  # targets from the weights as loaded: the source run's
             own = [dit_text_response(dit, e) for e in train]
             self.means = torch.stack([r.mean(0) for r in own])  # (presets, width): what a preset's wordings should give
@@ -107,14 +116,13 @@ class Anchor:
             for r, m, x in zip(own, self.means, extra):
                 targets += [m.expand_as(r), m.expand(len(x), -1)]
             self.target = torch.cat(targets)
-            self.empty_target = dit_text_response(dit, empty)
+            self.kept_target = dit_text_response(dit, self.kept)
         self.inputs = torch.cat([t for pair in zip(train, extra) for t in pair])
-        self.empty = empty
 
     def loss(self, g: torch.Generator, noise: float) -> torch.Tensor:
         x = perturb_prompts(self.inputs, noise, g) if noise else self.inputs
         return (F.mse_loss(dit_text_response(self.net, x), self.target)
-                + F.mse_loss(dit_text_response(self.net, self.empty), self.empty_target))
+                + F.mse_loss(dit_text_response(self.net, self.kept), self.kept_target))
 
     @torch.no_grad()
     def margin(self, net: nn.Module, wordings: list[torch.Tensor]) -> float:
@@ -228,6 +236,20 @@ def _wordings(cfg: TextAnchorConfig) -> tuple[list[str], list[list[str]], list[l
     return presets, train, extra
 
 
+def _captions(data: str, presets: list[str]) -> list[str]:
+    """Every caption a world v2 student reads (each scene kind, each of `presets`, each sun side, and no side),
+    or [] for other data. A student trained with `caption_rate` learnt them as prompts of their own."""
+    from .data import dataset_meta
+
+    if dataset_meta(data, "train").get("world") != "pathtrace":
+        return []
+    from ...streaming.world.traced.presets import SIDES, caption, get_traced_preset
+    from ...streaming.world.traced.scene import KINDS
+
+    found = {caption(get_traced_preset(p), kind, side) for kind in KINDS for p in presets for side in (None, *SIDES)}
+    return sorted(found)
+
+
 def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
     from ..loading import read_metadata
     from .teacher import load_dit
@@ -252,7 +274,14 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
     if dit.text_embedding[0].in_features != empty.shape[1]:
         raise AlayaError(f"{cfg.student_run}: the DiT reads {dit.text_embedding[0].in_features}-wide prompts, "
                          f"not MiniLM's {empty.shape[1]}; this stage anchors MiniLM-prompted students")
-    anchors = [Anchor(dit, train, extra, empty)]
+    captions = _captions(cfg.data, presets)
+    if captions:
+        log.info("keeping the source's response to %d world v2 captions (every scene kind, preset and sun side)",
+                 len(captions))
+    anchors = [Anchor(dit, train, extra, empty, _embeddings(captions) if captions else None)]
+    if cfg.refiner_run and captions:
+        raise AlayaError(f"text-anchor: refiner_run with world v2 data ({cfg.data}) is not supported yet: the refiner "
+                         "anchor would move how its captions read; anchor the DiT alone (refiner_run \"\")")
     if cfg.refiner_run:
         from .refiner import load_run
 

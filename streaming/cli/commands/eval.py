@@ -255,7 +255,8 @@ def evaluate(args) -> dict:
     text = flash.text_encoder()
     negative = text([teacher.settings.negative_prompt if teacher else ""])
     models = {"student": flash, **({"teacher": teacher} if teacher else {})}
-    scores = {m: {"psnr": [], "psnr_noise_free": [], "truth_noise_psnr": [], "psnr_by_latent": [], "ssim": [],
+    scores = {m: {"psnr": [], "psnr_noise_free": [], "truth_noise_psnr": [], "psnr_by_latent": [], "psnr_by_scale": [],
+                  "ssim": [],
                   "diff_error": [], "temporal_ratio": [], "boundary_ratio": [], "gt_boundary_ratio": [],
                   "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
                   "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {}, "psnr_by_preset": {},
@@ -311,6 +312,7 @@ def evaluate(args) -> dict:
                             s["truth_noise_psnr"].append(10 * math.log10(1 / noise))
                             s["psnr_noise_free"].append(metrics.noise_free_psnr(out, gt[p], noise))
                         s["psnr_by_latent"].append(metrics.psnr_by_latent(out, gt[p]))
+                        s["psnr_by_scale"].append(metrics.psnr_by_scale(out, gt[p]))
                         s["ssim"].append(metrics.ssim(out, gt[p]))
                         t = metrics.temporal(out, gt[p])
                         s["diff_error"].append(t["diff_error"])
@@ -343,6 +345,8 @@ def evaluate(args) -> dict:
         report[m] = {
             "content": {"psnr_db": _mean(s["psnr"]), "ssim": _mean(s["ssim"]),
                         "psnr_db_by_latent": [_mean(column) for column in zip(*s["psnr_by_latent"])],
+                        "psnr_db_truth_coarser_than": {str(k): _mean([r[k] for r in s["psnr_by_scale"]])
+                                                       for k in metrics.SCALES},
                         "psnr_db_by_preset": {name: _mean(v) for name, v in s["psnr_by_preset"].items()}},
             "temporal": {"diff_error": _mean(s["diff_error"]), "ratio": _mean(s["temporal_ratio"])},
             "cross_window": {"ratio": _mean(s["boundary_ratio"]), "gt_ratio": _mean(s["gt_boundary_ratio"])},
