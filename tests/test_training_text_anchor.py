@@ -221,3 +221,33 @@ def test_text_anchor_on_world_v2_data_keeps_how_the_captions_read(runs, tmp_path
            "refiner_run": str(runs / "refiner"), "steps": 1}
     assert main(["--quiet", "train", "text-anchor", "--config", write(tmp_path / "r.json", cfg)]) != 0
     assert f"refiner_run with world v2 data ({v2}) is not supported yet" in capsys.readouterr().err
+
+
+def test_text_anchor_with_a_second_world_anchors_the_presets_only_it_has(runs, mixed, tmp_path, capsys):
+    """A student of two worlds: mix_data's presets that data lacks are anchored too (their wordings pulled onto
+    their own preset's mean) after data's; the refiner anchor refuses a second world."""
+    import json
+
+    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.model_zoo.training.text_anchor import Anchor, TextAnchorConfig, _embeddings, _wordings
+
+    ours = json.loads((runs / "data" / "dataset.json").read_text())["presets"]
+    theirs = json.loads((runs / "mix-data" / "dataset.json").read_text())["presets"]
+    only_theirs = [p for p in theirs if p not in ours]
+    assert only_theirs
+    cfg = TextAnchorConfig(data=str(runs / "data"), mix_data=str(runs / "mix-data"), student_run=str(runs / "mixed"))
+    presets, train, extra = _wordings(cfg)
+    assert presets == ours + only_theirs
+    assert train[:len(ours)] == _wordings(TextAnchorConfig(data=str(runs / "data")))[1]
+    out = _text_anchor(runs, tmp_path, "two", mix_data=str(runs / "mix-data"), student_run=str(runs / "mixed"),
+                       refiner_run="", steps=60, log_every=30, ckpt_every=60, lr=3e-3, text_noise=0.5)
+    assert f"anchoring {len(presets)} presets" in (out / "train.log").read_text()
+    train, extra = [_embeddings(w) for w in train], [_embeddings(w) for w in extra]
+    anchor = Anchor(load_dit(runs / "mixed"), train, extra, _embeddings([""]))
+    theirs_extra = extra[len(ours):]  # wordings of the presets only the second world has
+    assert anchor.margin(load_dit(out), extra) > anchor.margin(load_dit(runs / "mixed"), extra)
+    assert all(len(e) for e in theirs_extra)
+    cfg = {"out": str(tmp_path / "r"), "data": str(runs / "data"), "mix_data": str(runs / "mix-data"),
+           "student_run": str(runs / "mixed"), "refiner_run": str(runs / "refiner"), "steps": 1}
+    assert main(["--quiet", "train", "text-anchor", "--config", write(tmp_path / "r.json", cfg)]) != 0
+    assert f"refiner_run with mix_data ({runs / 'mix-data'}) is not supported" in capsys.readouterr().err

@@ -29,7 +29,9 @@ On world v2 data (`"world": "pathtrace"`) the student also read captions (`capti
 the preset and the sun's side), which are none of a preset's wordings: every caption keeps the
 source's own offsets, as the empty prompt does (pulled freely, the captions moved with the wordings
 and `world_v2` lost 1.5 dB on held-out world v2, docs/training.md). The refiner anchor does not
-take captions yet, so it is refused there.
+take captions yet, so it is refused there. A student of two worlds names both datasets (`data`,
+`mix_data`): a preset only the second has (the physics world's underwater) is anchored too, where
+left out its wordings drifted with the shared MLP (`world_v2`'s underwater lost 7.9 dB).
 
 The output run holds the whole student DiT (and refiner); export reads it as `student_run` (and
 `refiner_run`).
@@ -59,6 +61,8 @@ class TextAnchorConfig(StageConfig):
     refiner_run: str = ""  # a `train refiner` run whose prompt MLP is refitted too ("": none)
     extra_split: str = "refiner,anchor"  # prompts.py splits of extra wordings, comma-separated ("": none)
     extra_wordings: int = 0  # the first N of them per preset (0: all); the rest can validate the stage
+    # a second dataset (another world the student also learnt): its presets that data lacks are anchored too
+    mix_data: str = ""
     text_noise: float = 1.0  # prompt-embedding noise of this expected norm on every DiT sample
     refiner_text_noise: float = 0.5  # the same on the refiner's crops
     batch: int = 8  # refiner crops per step
@@ -230,6 +234,11 @@ def _wordings(cfg: TextAnchorConfig) -> tuple[list[str], list[list[str]], list[l
     meta = dataset_meta(cfg.data, "train")  # presets and wordings only: no clip is loaded
     presets = list(meta["presets"])
     train = [list(meta["prompts"][p]["train"]) for p in presets]
+    if cfg.mix_data:  # the other world's presets too, those data lacks (the wordings of shared ones are data's)
+        mix = dataset_meta(cfg.mix_data, "train")
+        more = [p for p in mix["presets"] if p not in presets]
+        presets += more
+        train += [list(mix["prompts"][p]["train"]) for p in more]
     extra = [[w for split in _splits(cfg.extra_split) for w in prompts(p, split) if w not in train[i]]
              for i, p in enumerate(presets)]
     extra = [words[:cfg.extra_wordings or None] for words in extra]
@@ -243,10 +252,11 @@ def _captions(data: str, presets: list[str]) -> list[str]:
 
     if dataset_meta(data, "train").get("world") != "pathtrace":
         return []
-    from ...streaming.world.traced.presets import SIDES, caption, get_traced_preset
+    from ...streaming.world.traced.presets import SIDES, TRACED_PRESETS, caption
     from ...streaming.world.traced.scene import KINDS
 
-    found = {caption(get_traced_preset(p), kind, side) for kind in KINDS for p in presets for side in (None, *SIDES)}
+    found = {caption(TRACED_PRESETS[p], kind, side) for kind in KINDS for p in presets if p in TRACED_PRESETS
+             for side in (None, *SIDES)}
     return sorted(found)
 
 
@@ -279,6 +289,9 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
         log.info("keeping the source's response to %d world v2 captions (every scene kind, preset and sun side)",
                  len(captions))
     anchors = [Anchor(dit, train, extra, empty, _embeddings(captions) if captions else None)]
+    if cfg.refiner_run and cfg.mix_data:
+        raise AlayaError(f"text-anchor: refiner_run with mix_data ({cfg.mix_data}) is not supported: the refiner anchor "
+                         "reads one dataset's renders; anchor the DiT alone (refiner_run \"\")")
     if cfg.refiner_run and captions:
         raise AlayaError(f"text-anchor: refiner_run with world v2 data ({cfg.data}) is not supported yet: the refiner "
                          "anchor would move how its captions read; anchor the DiT alone (refiner_run \"\")")
