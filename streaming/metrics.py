@@ -99,8 +99,8 @@ SCALES = (128, 64, 32, 16, 8, 4)  # psnr_by_scale's cell sizes in pixels (8: one
 
 
 def _coarse(x: torch.Tensor, k: int) -> torch.Tensor:
-    """The content of frames (T, H, W, 3) coarser than k pixels: means over k x k cells (the last
-    cells of a side that k does not divide are narrower), bilinearly upsampled."""
+    """The content of frames (T, H, W, 3) coarser than k pixels: means over k x k cells (a side that k
+    does not divide is cut into ceil(side / k) near-equal cells), bilinearly upsampled."""
     planes = x.permute(0, 3, 1, 2)
     h, w = planes.shape[-2:]
     cells = F.adaptive_avg_pool2d(planes, (-(-h // k), -(-w // k)))
