@@ -52,6 +52,19 @@ def test_text_anchor_refits_both_prompt_mlps_of_a_context_refiner(runs, tmp_path
     assert {k.split(".")[0] for k in changed} == {"text", "context_text"}, changed
 
 
+def _with_a_strong_text_path(runs, folder, g: torch.Generator):
+    """The fixture's rollout student with its text path (text_embedding and cross-attention) random, into
+    folder: barely trained, the prompt would have little say in its offsets."""
+    from alaya_flash.model_zoo.loading import read_metadata, read_state_dict, save_safetensors
+
+    ckpt = common.latest_checkpoint(runs / "rollout")
+    state = read_state_dict(ckpt)
+    for key in [k for k in state if k.startswith("dit.text_embedding.") or (k.startswith("dit.") and ".cross_attn." in k)]:
+        state[key] = 0.3 * torch.randn(state[key].shape, generator=g)
+    folder.mkdir()
+    save_safetensors(state, folder / ckpt.name, read_metadata(ckpt))
+
+
 def test_text_anchor_pulls_new_wordings_onto_their_presets_mean(runs, tmp_path):
     """After the stage, the extra wordings' DiT offsets lie nearer their preset's target (the source's mean
     over the preset's training wordings) than the other presets' by a wider margin, the refiner's frames
@@ -75,12 +88,7 @@ def test_text_anchor_pulls_new_wordings_onto_their_presets_mean(runs, tmp_path):
     (tmp_path / "strong").mkdir()
     save_safetensors(state, tmp_path / "strong" / ckpt.name, read_metadata(ckpt))  # its config still finds the renders
     # and the tiny student's text path, barely trained, a say in its offsets
-    ckpt = common.latest_checkpoint(runs / "rollout")
-    state = read_state_dict(ckpt)
-    for key in [k for k in state if k.startswith("dit.text_embedding.") or (k.startswith("dit.") and ".cross_attn." in k)]:
-        state[key] = 0.3 * torch.randn(state[key].shape, generator=g)
-    (tmp_path / "student").mkdir()
-    save_safetensors(state, tmp_path / "student" / ckpt.name, read_metadata(ckpt))
+    _with_a_strong_text_path(runs, tmp_path / "student", g)
     out = _text_anchor(runs, tmp_path, "anchor", student_run=str(tmp_path / "student"),
                        refiner_run=str(tmp_path / "strong"), steps=150, log_every=50,
                        ckpt_every=150, text_noise=0.5, refiner_text_noise=0.0, lr=3e-3, crop=16)
@@ -186,20 +194,13 @@ def test_text_anchor_on_world_v2_data_keeps_how_the_captions_read(runs, tmp_path
     """A student trained on world v2 read its clips' captions (scene, preset, sun side) as prompts of their
     own: anchored on world v2 data, every caption keeps the source's offsets, while the same anchoring on
     data without captions moves them with the wordings."""
-    from alaya_flash.model_zoo.loading import read_metadata, read_state_dict, save_safetensors
+    import json
+
     from alaya_flash.model_zoo.training.teacher import load_dit
     from alaya_flash.model_zoo.training.text_anchor import _captions, _embeddings, dit_text_response
 
-    ckpt = common.latest_checkpoint(runs / "rollout")  # a text path with a say in the offsets (as above)
-    state = read_state_dict(ckpt)
-    g = torch.Generator().manual_seed(0)
-    for key in [k for k in state if k.startswith("dit.text_embedding.") or (k.startswith("dit.") and ".cross_attn." in k)]:
-        state[key] = 0.3 * torch.randn(state[key].shape, generator=g)
-    (tmp_path / "student").mkdir()
-    save_safetensors(state, tmp_path / "student" / ckpt.name, read_metadata(ckpt))
+    _with_a_strong_text_path(runs, tmp_path / "student", torch.Generator().manual_seed(0))
     v2 = _as_world_v2(runs, tmp_path)
-    import json
-
     presets = json.loads((v2 / "dataset.json").read_text())["presets"]
     captions = _captions(str(v2), presets)
     assert _captions(str(runs / "data"), presets) == []

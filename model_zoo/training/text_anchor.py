@@ -92,6 +92,9 @@ class TextAnchorConfig(StageConfig):
             raise AlayaError(f"text-anchor: extra_wordings {self.extra_wordings} must be >= 0 (0: all)")
         if self.crop <= 0 or self.batch <= 0:
             raise AlayaError(f"text-anchor: crop {self.crop} and batch {self.batch} must be > 0")
+        if self.refiner_run and self.mix_data:
+            raise AlayaError(f"text-anchor: refiner_run with mix_data ({self.mix_data}) is not supported: the refiner "
+                             "anchor reads one dataset's renders; anchor the DiT alone (refiner_run \"\")")
 
 
 def _splits(extra_split: str) -> list[str]:
@@ -268,6 +271,11 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
         run = getattr(cfg, key)
         if run and latest_checkpoint(Path(run)) is None:
             raise AlayaError(f"text-anchor: {key} {run} holds no checkpoint (ckpt-N.safetensors); train that stage first")
+    presets, train_words, extra_words = _wordings(cfg)
+    captions = _captions(cfg.data, presets)
+    if cfg.refiner_run and captions:
+        raise AlayaError(f"text-anchor: refiner_run with world v2 data ({cfg.data}) is not supported yet: the refiner "
+                         "anchor would move how its captions read; anchor the DiT alone (refiner_run \"\")")
     source = latest_checkpoint(Path(cfg.student_run))
     extra_meta = json.loads(read_metadata(source)["extra"])
     extra_meta.pop("elapsed_s", None)
@@ -277,24 +285,16 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
                          f"fits one pooled token's cross-attention ({MINILM}) only")
     dit = load_dit(cfg.student_run).float()
     nets: dict[str, nn.Module] = {"dit": dit}
-    presets, train_words, extra_words = _wordings(cfg)
     train = [_embeddings(w) for w in train_words]
     extra = [_embeddings(w) if w else torch.zeros(0, train[0].shape[1]) for w in extra_words]
     empty = _embeddings([""])
     if dit.text_embedding[0].in_features != empty.shape[1]:
         raise AlayaError(f"{cfg.student_run}: the DiT reads {dit.text_embedding[0].in_features}-wide prompts, "
                          f"not MiniLM's {empty.shape[1]}; this stage anchors MiniLM-prompted students")
-    captions = _captions(cfg.data, presets)
     if captions:
         log.info("keeping the source's response to %d world v2 captions (every scene kind, preset and sun side)",
                  len(captions))
     anchors = [Anchor(dit, train, extra, empty, _embeddings(captions) if captions else None)]
-    if cfg.refiner_run and cfg.mix_data:
-        raise AlayaError(f"text-anchor: refiner_run with mix_data ({cfg.mix_data}) is not supported: the refiner anchor "
-                         "reads one dataset's renders; anchor the DiT alone (refiner_run \"\")")
-    if cfg.refiner_run and captions:
-        raise AlayaError(f"text-anchor: refiner_run with world v2 data ({cfg.data}) is not supported yet: the refiner "
-                         "anchor would move how its captions read; anchor the DiT alone (refiner_run \"\")")
     if cfg.refiner_run:
         from .refiner import load_run
 
