@@ -104,6 +104,11 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
         assert list(by_preset) == ["bright_sunny", "moonlit_night"]
         assert sum(by_preset.values()) / 2 == pytest.approx(r["content"]["psnr_db"])
         assert r["temporal"]["ratio"] >= 0 and r["temporal"]["diff_error"] >= 0
+        held = r["content"]["heldout_wordings"]  # the same clip under the 2 held-out paraphrases of each preset
+        assert len(held["psnr_db_by_paraphrase"]) == 2 and all(0 < v < 60 for v in held["psnr_db_by_paraphrase"])
+        assert sum(held["psnr_db_by_paraphrase"]) / 2 == pytest.approx(held["psnr_db"])
+        assert list(held["psnr_db_by_preset"]) == ["bright_sunny", "moonlit_night"]
+        assert sum(held["psnr_db_by_preset"].values()) / 2 == pytest.approx(held["psnr_db"])
         for kind, renders, suffix in (("train_wordings", 2, ""), ("heldout_wordings", 4, r" \[paraphrase [12]\]")):
             rate, misses = r["control"][kind]["nearest_rate"], r["control"][kind]["misses"]
             # 1 clip x 2 presets, x 2 held-out paraphrases each

@@ -110,6 +110,31 @@ def test_text_anchor_pulls_new_wordings_onto_their_presets_mean(runs, tmp_path):
     assert ref.gap(ref_after, extra) < 0.7 * ref.gap(ref_before, extra)
 
 
+def test_text_anchor_with_mixup_reads_a_blend_of_wordings_as_the_blend_of_their_presets(runs, tmp_path):
+    """Anchored on wordings alone, the MLP is free between them (world_v2's anchored student sent held-out
+    paraphrases 1.5-3x farther from their preset than before); with `mixup`, blends of two wordings of
+    different presets give offsets nearer the blend of the presets' targets."""
+    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.model_zoo.training.text_anchor import Anchor, TextAnchorConfig, _embeddings, _wordings, dit_text_response
+
+    _with_a_strong_text_path(runs, tmp_path / "student", torch.Generator().manual_seed(0))
+    common_cfg = {"student_run": str(tmp_path / "student"), "refiner_run": "", "steps": 150, "log_every": 50,
+                  "ckpt_every": 150, "text_noise": 0.0, "lr": 3e-3}
+    plain = _text_anchor(runs, tmp_path, "plain", **common_cfg)
+    mixed = _text_anchor(runs, tmp_path, "mixed", mixup=1.0, **common_cfg)
+    presets, train, extra = _wordings(TextAnchorConfig(data=str(runs / "data")))
+    train, extra = [_embeddings(w) for w in train], [_embeddings(w) for w in extra]
+    anchor = Anchor(load_dit(tmp_path / "student"), train, extra, _embeddings([""]))
+    a, b = torch.cat([train[0], extra[0]]), torch.cat([train[1], extra[1]])  # every wording of the two presets
+    lam = torch.linspace(0.2, 0.8, len(a))[:, None]
+    blends = torch.nn.functional.normalize(lam * a + (1 - lam) * b[: len(a)], dim=-1)
+    want = lam * anchor.means[0] + (1 - lam) * anchor.means[1]
+    with torch.no_grad():
+        error = {name: float((dit_text_response(load_dit(run), blends) - want).norm(dim=1).mean())
+                 for name, run in (("plain", plain), ("mixed", mixed))}
+    assert error["mixed"] < 0.8 * error["plain"], error
+
+
 def test_dit_text_response_is_what_cross_attention_adds_for_a_one_token_prompt():
     from alaya_flash.model_zoo import dit as dit_mod
     from alaya_flash.model_zoo.training.text_anchor import dit_text_response
@@ -143,6 +168,7 @@ def test_text_anchor_resumes_as_one_run(runs, tmp_path):
     ({"extra_split": "refiner,heldout"}, "extra_split 'heldout' would train on the paraphrases eval holds out"),
     ({"text_noise": -1.0}, "text_noise -1.0 and refiner_text_noise 0.5 must be >= 0"),
     ({"prompt_dropout": 2.0}, "prompt_dropout 2.0 is not in [0, 1]"),
+    ({"mixup": -0.5}, "mixup -0.5 must be >= 0"),
 ])
 def test_bad_text_anchor_config_is_refused(bad, message, tmp_path, capsys):
     cfg = {"out": str(tmp_path / "a"), "refiner_run": "", **bad}

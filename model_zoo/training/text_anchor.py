@@ -17,7 +17,8 @@ the student and refiner learnt and only which wordings select it changes.
 - DiT (`text_noise`): a wording's offsets are regressed onto the preset's mean offsets over its
   training wordings under the source weights; the empty prompt keeps its own. They enter the
   residual stream additively: anchored alone, the DiT kept its content (27.77 dB against 27.73 on
-  the held-out scenes).
+  the held-out scenes). Held only at the wordings, the MLP is free between them; `mixup` also holds it
+  at blends of two prompts, each regressed onto the same blend of their targets.
 - Refiner (`refiner_text_noise`): FiLM parameters scale features, and their mean is no trained
   point (regressed in that space the refiner lost 0.8-1.4 dB). So it is anchored on images: crops of
   its own training renders (the `refiner_run`'s render cache, rendered again only if that model
@@ -64,6 +65,8 @@ class TextAnchorConfig(StageConfig):
     # a second dataset (another world the student also learnt): its presets that data lacks are anchored too
     mix_data: str = ""
     text_noise: float = 1.0  # prompt-embedding noise of this expected norm on every DiT sample
+    # pairs of wordings blended per step (as many as wordings x this): the blend's offsets are the targets' blend
+    mixup: float = 0.0
     refiner_text_noise: float = 0.5  # the same on the refiner's crops
     batch: int = 8  # refiner crops per step
     crop: int = 64  # square pixel crop of the refiner's renders
@@ -83,6 +86,8 @@ class TextAnchorConfig(StageConfig):
                 raise AlayaError("text-anchor: extra_split 'heldout' would train on the paraphrases eval holds out")
             if split not in SPLITS:
                 raise AlayaError(f"text-anchor: extra_split {split!r} is unknown; choose from refiner, anchor, train")
+        if self.mixup < 0:
+            raise AlayaError(f"text-anchor: mixup {self.mixup} must be >= 0")
         if self.text_noise < 0 or self.refiner_text_noise < 0:
             raise AlayaError(f"text-anchor: text_noise {self.text_noise} and refiner_text_noise "
                              f"{self.refiner_text_noise} must be >= 0")
@@ -126,10 +131,22 @@ class Anchor:
             self.kept_target = dit_text_response(dit, self.kept)
         self.inputs = torch.cat([t for pair in zip(train, extra) for t in pair])
 
-    def loss(self, g: torch.Generator, noise: float) -> torch.Tensor:
+    def loss(self, g: torch.Generator, noise: float, mixup: float = 0.0) -> torch.Tensor:
         x = perturb_prompts(self.inputs, noise, g) if noise else self.inputs
-        return (F.mse_loss(dit_text_response(self.net, x), self.target)
-                + F.mse_loss(dit_text_response(self.net, self.kept), self.kept_target))
+        loss = (F.mse_loss(dit_text_response(self.net, x), self.target)
+               + F.mse_loss(dit_text_response(self.net, self.kept), self.kept_target))
+        if mixup:
+            loss = loss + F.mse_loss(*self._blends(g, round(mixup * len(self.inputs))))
+        return loss
+
+    def _blends(self, g: torch.Generator, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`count` blends of two random prompts (wordings or kept ones): the net's offsets and the targets' blend.
+        Between trained points a new wording then lands between their responses, not beyond them."""
+        inputs, targets = torch.cat([self.inputs, self.kept]), torch.cat([self.target, self.kept_target])
+        a, b = (torch.randint(len(inputs), (count,), generator=g) for _ in range(2))
+        lam = torch.rand((count, 1), generator=g)
+        x = F.normalize(lam * inputs[a] + (1 - lam) * inputs[b], dim=-1)
+        return dit_text_response(self.net, x), lam * targets[a] + (1 - lam) * targets[b]
 
     @torch.no_grad()
     def margin(self, net: nn.Module, wordings: list[torch.Tensor]) -> float:
@@ -325,7 +342,7 @@ def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        losses = [a.loss(g, noise) for a, noise in zip(anchors, (cfg.text_noise, cfg.refiner_text_noise))]
+        losses = [anchors[0].loss(g, cfg.text_noise, cfg.mixup)] + [a.loss(g, cfg.refiner_text_noise) for a in anchors[1:]]
         opt.zero_grad(set_to_none=True)
         sum(losses).backward()
         for a in anchors:  # each MLP's gradient clipped on its own: the two losses differ in scale

@@ -260,6 +260,7 @@ def evaluate(args) -> dict:
                   "diff_error": [], "temporal_ratio": [], "boundary_ratio": [], "gt_boundary_ratio": [],
                   "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
                   "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {}, "psnr_by_preset": {},
+                  "psnr_by_paraphrase": {}, "heldout_psnr_by_preset": {},
                   "fps": [], "first_frame_s": [], "lighting": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
 
@@ -300,8 +301,10 @@ def evaluate(args) -> dict:
                     hit, margin, miss = control_record(out, gt, p, names, c)
                     s[f"hit_{kind}"].append(hit)
                     s[f"margin_{kind}"].append(margin)
-                    if kind == "heldout":
+                    if kind == "heldout":  # what a user's own wording gets: control, and the picture's PSNR
                         s["hit_by_paraphrase"].setdefault(index, []).append(hit)
+                        s["psnr_by_paraphrase"].setdefault(index, []).append(metrics.psnr(out, gt[p]))
+                        s["heldout_psnr_by_preset"].setdefault(name, []).append(s["psnr_by_paraphrase"][index][-1])
                     if miss:
                         s[f"miss_{kind}"].append(miss if kind == "train" else f"{miss} [paraphrase {index + 1}]")
                     if kind == "train":
@@ -347,7 +350,11 @@ def evaluate(args) -> dict:
                         "psnr_db_by_latent": [_mean(column) for column in zip(*s["psnr_by_latent"])],
                         "psnr_db_truth_coarser_than": {str(k): _mean([r[k] for r in s["psnr_by_scale"]])
                                                        for k in metrics.SCALES},
-                        "psnr_db_by_preset": {name: _mean(v) for name, v in s["psnr_by_preset"].items()}},
+                        "psnr_db_by_preset": {name: _mean(v) for name, v in s["psnr_by_preset"].items()},
+                        "heldout_wordings": {
+                            "psnr_db": _mean([v for vs in s["psnr_by_paraphrase"].values() for v in vs]),
+                            "psnr_db_by_paraphrase": [_mean(v) for _, v in sorted(s["psnr_by_paraphrase"].items())],
+                            "psnr_db_by_preset": {name: _mean(v) for name, v in s["heldout_psnr_by_preset"].items()}}},
             "temporal": {"diff_error": _mean(s["diff_error"]), "ratio": _mean(s["temporal_ratio"])},
             "cross_window": {"ratio": _mean(s["boundary_ratio"]), "gt_ratio": _mean(s["gt_boundary_ratio"])},
             "control": {f"{kind}_wordings": {"nearest_rate": _mean(s[f"hit_{kind}"]), "margin_db": _mean(s[f"margin_{kind}"]),
