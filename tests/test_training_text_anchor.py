@@ -111,8 +111,7 @@ def test_text_anchor_pulls_new_wordings_onto_their_presets_mean(runs, tmp_path):
 
 
 def test_text_anchor_with_mixup_reads_a_blend_of_wordings_as_the_blend_of_their_presets(runs, tmp_path):
-    """Anchored on wordings alone, the MLP is free between them (world_v2's anchored student sent held-out
-    paraphrases 1.5-3x farther from their preset than before); with `mixup`, blends of two wordings of
+    """Anchored on wordings alone, the MLP is free between them; with `mixup`, blends of two wordings of
     different presets give offsets nearer the blend of the presets' targets."""
     from alaya_flash.model_zoo.training.teacher import load_dit
     from alaya_flash.model_zoo.training.text_anchor import Anchor, TextAnchorConfig, _embeddings, _wordings, dit_text_response

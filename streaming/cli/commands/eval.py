@@ -303,8 +303,9 @@ def evaluate(args) -> dict:
                     s[f"margin_{kind}"].append(margin)
                     if kind == "heldout":  # what a user's own wording gets: control, and the picture's PSNR
                         s["hit_by_paraphrase"].setdefault(index, []).append(hit)
-                        s["psnr_by_paraphrase"].setdefault(index, []).append(metrics.psnr(out, gt[p]))
-                        s["heldout_psnr_by_preset"].setdefault(name, []).append(s["psnr_by_paraphrase"][index][-1])
+                        psnr = metrics.psnr(out, gt[p])
+                        s["psnr_by_paraphrase"].setdefault(index, []).append(psnr)
+                        s["heldout_psnr_by_preset"].setdefault(name, []).append(psnr)
                     if miss:
                         s[f"miss_{kind}"].append(miss if kind == "train" else f"{miss} [paraphrase {index + 1}]")
                     if kind == "train":
