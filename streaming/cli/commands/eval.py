@@ -11,7 +11,10 @@ once with each held-out paraphrase (2 per preset; --heldout-wordings 1 scores th
 reports made before 2026-12-04 did), and scored on the five axes:
 
   content       PSNR / SSIM against the ground truth of the prompted preset (training wordings),
-                and the student's against the teacher's render; from world v2 held-out clips whose
+                also with the render's content coarser than 128 ... 4 pixels swapped for the truth's
+                (which scales the error lives at), and PSNR under the held-out paraphrases (pooled, by
+                paraphrase and by preset: what a user's own wording gets), and the student's against
+                the teacher's render; from world v2 held-out clips whose
                 truths average several renders (data config heldout_passes), also the truth's own
                 noise (its PSNR against the noise-free image, from the spread of its passes) and the
                 render's PSNR against the noise-free truth (metrics.noise_free_psnr, an estimate)
