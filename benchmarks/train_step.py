@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/train_step.py                       # 256x256 clips, 1 and 2 threads, 5 runs
     .venv/bin/python benchmarks/train_step.py --size 128 --threads 1 2 --runs 7
 
-One step as `train student-rollout` takes it (model_zoo/training/student.py): the shipped student
+One step as `train student-rollout` takes it (training/student.py): the shipped student
 streams a 25-frame clip's 7 latent frames through its rolling KV cache (window 1 + sink 1, 4 steps
 a chunk, gradients at one exit step, the autocast the stage uses), a mean-squared error, one AdamW
 update. The inputs are random (speed does not depend on them); the batch is student-rollout.json's.
@@ -35,10 +35,10 @@ def main(argv=None) -> int:
         p.error("--size must be a multiple of 16 and --runs at least 2")
 
     from alaya_flash.model_zoo import bundle
-    from alaya_flash.model_zoo.training.common import descend
-    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.training.common import descend
+    from alaya_flash.training.student import rollout
 
-    batch = json.loads((ROOT / "model_zoo/training/configs/student-rollout.json").read_text()).get("batch", 1)
+    batch = json.loads((ROOT / "training/configs/student-rollout.json").read_text()).get("batch", 1)
     student = bundle.load_flash(None, torch.device("cpu"), torch.float32).dit.train().requires_grad_(True)
     opt = torch.optim.AdamW(student.parameters(), lr=1e-5)
     g = torch.Generator().manual_seed(0)

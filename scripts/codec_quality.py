@@ -51,9 +51,9 @@ def main(argv=None) -> int:
 
     from alaya_flash.model_zoo.codecs import gbuffer_encoder, tiny
     from alaya_flash.model_zoo.loading import load_strict, read_metadata
-    from alaya_flash.model_zoo.training.codecs import load_vae, to_video, vae_gbuffer_latents
-    from alaya_flash.model_zoo.training.common import autocast, final_weights, latest_checkpoint
-    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.training.codecs import load_vae, to_video, vae_gbuffer_latents
+    from alaya_flash.training.common import autocast, final_weights, latest_checkpoint
+    from alaya_flash.training.data import ClipSet
     from alaya_flash.streaming.metrics import boundary_ratio, nearest, psnr, temporal
     from alaya_flash.streaming.engine.pipelines import latent_start_pixel
 

@@ -29,8 +29,8 @@ def unrefined_frames(model_dir: str, data: str, clips: int, precision: str, cach
     and wordings (eval's)."""
     from alaya_flash.model_zoo import bundle
     from alaya_flash.model_zoo.loading import read_metadata, read_state_dict, save_safetensors
-    from alaya_flash.model_zoo.training.refiner import _model_stamp
-    from alaya_flash.streaming.cli.commands.eval import _clips, _render
+    from alaya_flash.training.refiner import _model_stamp
+    from alaya_flash.training.eval import _clips, _render
     from alaya_flash.streaming.engine.pipelines import FlashPipeline, PromptSchedule
 
     found, names, prompts = _clips(argparse.Namespace(presets=presets, data=data, clips=clips, frames=None), None)
@@ -56,7 +56,7 @@ def load_candidate(spec: str):
     """A refiner from a `train refiner` run or a model folder; None for 'none'."""
     from alaya_flash.model_zoo import bundle
     from alaya_flash.model_zoo.errors import AlayaError
-    from alaya_flash.model_zoo.training.refiner import load_run
+    from alaya_flash.training.refiner import load_run
 
     if spec == "none":
         return None
@@ -73,7 +73,7 @@ def score(net, frames: dict, found, names, prompts, precision: str) -> dict:
     """eval's content and control figures of the frames refined by `net` (None: as they are)."""
     from alaya_flash.model_zoo.text_encoder import TextEncoder
     from alaya_flash.streaming import metrics
-    from alaya_flash.streaming.cli.commands.eval import _mean, control_record
+    from alaya_flash.training.eval import _mean, control_record
 
     if net is not None:
         net = net.to(torch.bfloat16 if precision == "bf16" else torch.float32).eval()

@@ -33,9 +33,9 @@ def main(argv=None) -> int:
 
     from alaya_flash.model_zoo.codecs import tiny
     from alaya_flash.model_zoo.loading import load_strict, read_metadata
-    from alaya_flash.model_zoo.training.common import autocast, final_weights, latest_checkpoint
-    from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.model_zoo.training.latent_data import LatentSet, selected_windows
+    from alaya_flash.training.common import autocast, final_weights, latest_checkpoint
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.latent_data import LatentSet, selected_windows
     from alaya_flash.streaming.metrics import latent_frame_groups
 
     torch.set_num_threads(1)

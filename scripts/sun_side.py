@@ -19,7 +19,7 @@ import json
 import numpy as np
 import torch
 
-from alaya_flash.model_zoo.training.data import CAMERAS
+from alaya_flash.training.data import CAMERAS
 from alaya_flash.streaming import metrics
 from alaya_flash.streaming.world import WorldConfig, WorldSource
 from alaya_flash.streaming.world.shading import PRESETS, shade

@@ -159,7 +159,7 @@ def test_eval_refuses_unknown_presets(tiny_models, capsys):
 
 
 def test_report_names_a_model_inside_the_working_directory_relative_to_it(tmp_path, monkeypatch):
-    from alaya_flash.streaming.cli.commands.eval import _shown_path
+    from alaya_flash.training.eval import _shown_path
 
     (tmp_path / "repo" / "model_zoo" / "default").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "repo")
@@ -179,7 +179,7 @@ def test_long_stream_scores_one_continuous_stream_block_by_block(kind):
     world v2's path-traced street), block by block; the fresh start is a new stream over the midpoint
     block's frames."""
     from alaya_flash.model_zoo import bundle
-    from alaya_flash.streaming.cli.commands import eval as ev
+    from alaya_flash.training import eval as ev
     from alaya_flash.streaming.engine.pipelines import FlashPipeline, PromptSchedule
     from alaya_flash.streaming.gbuffer import frame_to_teacher
     from alaya_flash.streaming.world import WorldConfig, WorldSource
@@ -255,7 +255,7 @@ def test_lighting_metrics_see_shadows_metals_and_sky():
     assert seen["metal_psnr_db"] < 20 and seen["sky_error_levels"] == pytest.approx((110 + 60 + 30) / 3, abs=0.01)
     none = metrics.lighting(truth, truth, gb)  # without sun visibility: no shadow figures
     assert none["shadow_ratio"] is None and none["gt_shadow_ratio"] is None
-    from alaya_flash.streaming.cli.commands.eval import lighting_summary
+    from alaya_flash.training.eval import lighting_summary
 
     summary = lighting_summary([same, seen, none])
     assert summary["shadows"]["renders"] == 2 and summary["shadows"]["within_tolerance"] == 0.5
@@ -274,7 +274,7 @@ def test_lighting_metrics_see_shadows_metals_and_sky():
 
 def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path, capsys):
     pytest.importorskip("mitsuba")
-    from alaya_flash.model_zoo.training.data import DataConfig, build_dataset
+    from alaya_flash.training.data import DataConfig, build_dataset
 
     cfg = DataConfig(out=str(tmp_path / "data"), width=32, height=32, frames=5, fps=8.0, train_clips=1,
                      heldout_clips=1, heldout_seed=1000, world="pathtrace", scenes=("street",),

@@ -22,10 +22,10 @@ import torch
 
 from alaya_flash.model_zoo import bundle
 from alaya_flash.model_zoo.precision import preferred_dtype
-from alaya_flash.model_zoo.training.data import DataConfig, render_clip
-from alaya_flash.model_zoo.training.prompts import prompts as wordings
+from alaya_flash.training.data import DataConfig, render_clip
+from alaya_flash.training.prompts import prompts as wordings
 from alaya_flash.streaming import metrics
-from alaya_flash.streaming.cli.commands.eval import _render
+from alaya_flash.training.eval import _render
 from alaya_flash.streaming.engine.pipelines import FlashPipeline, PromptSchedule
 from alaya_flash.streaming.world.shading import PRESETS
 
@@ -144,7 +144,7 @@ MAX_FRESH_GAIN_DB = 2.0
 
 
 def long_stream_figures(model: str) -> dict:
-    from alaya_flash.streaming.cli.commands.eval import long_stream
+    from alaya_flash.training.eval import long_stream
 
     flash = load_shipped(model)
     return long_stream(flash, flash.text_encoder(), 200, 25, (64, 64))

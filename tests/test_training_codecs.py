@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from alaya_flash.model_zoo.training import common
+from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
 from training_helpers import load_script, write
 
@@ -15,8 +15,8 @@ from training_helpers import load_script, write
 def test_codecs_from_cached_latents_cut_aligned_crops(runs, tmp_path, capsys):
     """codecs with `latents`: each crop's targets are the teacher cache's latents of that very window
     and preset, at the 8-pixel-aligned place of the pixel crop; a cache of another recipe is refused."""
-    from alaya_flash.model_zoo.training.codecs import CachedTargets, CodecStageConfig, load_vae, to_video, vae_gbuffer_latents
-    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.training.codecs import CachedTargets, CodecStageConfig, load_vae, to_video, vae_gbuffer_latents
+    from alaya_flash.training.data import ClipSet
 
     cache = str(runs / "teacher" / "latents-train.safetensors")
     cfg = CodecStageConfig(data=str(runs / "data"), vae_run=str(runs / "vae"), frames=9, crop=16, latents=cache)
@@ -46,7 +46,7 @@ def test_codecs_from_cached_latents_cut_aligned_crops(runs, tmp_path, capsys):
 def test_resumed_vae_recalibrates_and_stale_statistics_are_refused(runs, tmp_path, capsys):
     import shutil
 
-    from alaya_flash.model_zoo.training import codecs
+    from alaya_flash.training import codecs
 
     shutil.copytree(runs / "vae", tmp_path / "vae")
     assert codecs.latent_stats_step(tmp_path / "vae") == 3
@@ -63,7 +63,7 @@ def test_resumed_vae_recalibrates_and_stale_statistics_are_refused(runs, tmp_pat
 
 
 def test_motion_loss_prices_held_frames_not_a_constant_offset():
-    from alaya_flash.model_zoo.training.codecs import motion_loss
+    from alaya_flash.training.codecs import motion_loss
 
     g = torch.Generator().manual_seed(0)
     target = torch.rand(2, 8, 3, 4, 4, generator=g)  # (B, T, C, H, W)
@@ -75,7 +75,7 @@ def test_motion_loss_prices_held_frames_not_a_constant_offset():
 
 
 def test_boundary_motion_loss_prices_only_the_changes_into_each_latent():
-    from alaya_flash.model_zoo.training.codecs import boundary_motion_loss
+    from alaya_flash.training.codecs import boundary_motion_loss
 
     g = torch.Generator().manual_seed(0)
     target = torch.rand(2, 9, 3, 4, 4, generator=g)  # (B, T, C, H, W): latents 0 | 1-4 | 5-8
@@ -90,7 +90,7 @@ def test_boundary_motion_loss_prices_only_the_changes_into_each_latent():
 
 
 def test_chroma_loss_prices_hue_not_brightness():
-    from alaya_flash.model_zoo.training.codecs import chroma_loss
+    from alaya_flash.training.codecs import chroma_loss
 
     g = torch.Generator().manual_seed(0)
     target = torch.rand(2, 3, 5, 4, 4, generator=g)  # (B, C, T, H, W)
@@ -155,7 +155,7 @@ def test_vae_stage_resumes_on_the_other_device(first, then, runs, tmp_path, monk
     does, up to the two devices' float32 rounding (autocast and TF32 off for the comparison)."""
     import contextlib
 
-    from alaya_flash.model_zoo.training import codecs
+    from alaya_flash.training import codecs
 
     monkeypatch.setattr(codecs, "autocast", lambda device: contextlib.nullcontext())
     cfg = {"data": str(runs / "data"), "base_dim": 4, "frames": 5, "crop": 16, "batch": 2, "ckpt_every": 2,
@@ -208,7 +208,7 @@ def test_codec_quality_script_reports_the_control_ceiling(runs, capsys):
 def _mixed_world_error(mixed, decode) -> float:
     """Mean squared error of decode(uint8 clip (1, T, H, W, 3)) -> frames (T, H, W, 3) in [0, 1] over every
     clip and preset of the `mixed` fixture's second world (other seeds, presets the first world lacks)."""
-    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.training.data import ClipSet
 
     clips = ClipSet(mixed / "mix-data", "train")
     err = []
@@ -223,7 +223,7 @@ def _mixed_world_error(mixed, decode) -> float:
 def test_vae_with_a_mixed_in_world_reconstructs_that_world_closer(mixed, tmp_path):
     """mix_data / mix_rate: half the steps crop the second world's clips; from the same start (init) and
     seed, its clips come back nearer their truth than after the same training without it."""
-    from alaya_flash.model_zoo.training.codecs import load_vae, to_video
+    from alaya_flash.training.codecs import load_vae, to_video
 
     cfg = {"data": str(mixed / "data"), "init": str(mixed / "vae"), "base_dim": 4, "frames": 5, "crop": 16,
            "batch": 2, "steps": 30, "lr": 3e-3, "ckpt_every": 30, "log_every": 1}
@@ -244,7 +244,7 @@ def test_codecs_start_from_a_run_and_mix_in_a_world(mixed, tmp_path, capsys):
     """codecs init: a new run starts from another run's tiny codec and G-buffer encoder (lr 0 keeps them
     exactly). mix_data: half the steps crop the second world (VAE targets encoded per crop, beside the
     first world's cached ones); the tiny decoder then decodes that world's VAE latents nearer its truth."""
-    from alaya_flash.model_zoo.training.codecs import load_vae, to_video
+    from alaya_flash.training.codecs import load_vae, to_video
     from alaya_flash.model_zoo.codecs import tiny
 
     cache = mixed / "teacher" / "latents-train.safetensors"

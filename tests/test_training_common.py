@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from alaya_flash.model_zoo.training import common
+from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
 from training_helpers import TINY_DIT, write
 
@@ -101,7 +101,7 @@ def test_import_then_export_gives_the_same_weights_back(runs, tmp_path):
     for name in ("config.json", "teacher/config.json"):
         assert json.loads((again / name).read_text())["networks"] == json.loads((model / name).read_text())["networks"]
     # the imported student streams with the model's chunk size, and a later stage can start from it
-    from alaya_flash.model_zoo.training.latent_data import checkpoint_step
+    from alaya_flash.training.latent_data import checkpoint_step
     assert checkpoint_step(imp / "student") == 0
     rollout = {"out": str(tmp_path / "r"), "student_run": str(imp / "student"), "data": str(runs / "data"),
                "vae_run": str(imp / "vae"), "codecs_run": str(imp / "codecs"), "frames": 9, "window_frames": 2,
@@ -189,7 +189,7 @@ def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
 
 
 def test_learning_rate_schedule_warms_up_holds_and_decays():
-    from alaya_flash.model_zoo.training.common import StageConfig, lr_scale
+    from alaya_flash.training.common import StageConfig, lr_scale
 
     cfg = StageConfig(steps=100, warmup=10, decay_steps=20)
     got = [lr_scale(cfg, i) for i in range(100)]
@@ -206,11 +206,11 @@ def _recipe_calls(script_name: str) -> list[tuple[str, object]]:
     import shlex
     from pathlib import Path
 
-    from alaya_flash.model_zoo.training import stage
+    from alaya_flash.training import stage
     from alaya_flash.streaming.cli.commands.train import parse_overrides
 
     root = Path(__file__).resolve().parents[1]
-    script = re.sub(r"\s*\\\n\s*", " ", (root / "model_zoo/training" / script_name).read_text())  # continued lines
+    script = re.sub(r"\s*\\\n\s*", " ", (root / "training" / script_name).read_text())  # continued lines
     script = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", script)  # ${X:-default} -> default
     variables: dict[str, str] = {}
     for name, value in re.findall(r'^(\w+)="([^"]*)"$', script, flags=re.M):  # in order: S="$S ..." grows S
@@ -219,7 +219,7 @@ def _recipe_calls(script_name: str) -> list[tuple[str, object]]:
     out = []
     for name, args in calls:
         args = re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), m.group(0)), args)
-        words = shlex.split(args.replace("$C/", str(root / "model_zoo/training/configs") + "/"))
+        words = shlex.split(args.replace("$C/", str(root / "training/configs") + "/"))
         config, overrides = words[1], {}
         for key, value in zip(words[2::2], words[3::2]):
             assert key == "--set", args

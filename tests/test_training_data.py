@@ -15,7 +15,7 @@ def test_turned_ground_truth_is_the_same_whichever_way_the_world_faces(monkeypat
     """sun_turns 4: the mean over the world's turns by 90 degrees does not change when the light
     itself is turned by 90 degrees (what a renderer cannot see on a square courtyard), while the
     one-sun ground truth does. The G-buffers and that ground truth are the data without turns."""
-    from alaya_flash.model_zoo.training import data
+    from alaya_flash.training import data
     from alaya_flash.streaming.world import shading
 
     cfg = data.DataConfig(width=32, height=32, frames=5, objects=4, presets=("bright_sunny", "cyberpunk_neon"),
@@ -50,7 +50,7 @@ def test_bad_data_config_is_refused(bad, message, tmp_path, capsys):
 def test_a_dataset_made_before_sun_turns_still_resumes(runs, tmp_path):
     import shutil
 
-    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset
+    from alaya_flash.training.data import ClipSet, DataConfig, build_dataset
 
     shutil.copytree(runs / "data", tmp_path / "data")
     meta_path = tmp_path / "data" / "dataset.json"
@@ -66,7 +66,7 @@ def test_a_dataset_made_before_sun_turns_still_resumes(runs, tmp_path):
 
 
 def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):
-    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.training.data import ClipSet
 
     train, held = ClipSet(runs / "data", "train"), ClipSet(runs / "data", "heldout")
     assert train.rgb.shape == (2, 2, 9, 32, 32, 3) and train.gbuffers.shape == (2, 9, 5, 32, 32, 3)
@@ -81,7 +81,7 @@ def test_dataset_splits_share_no_seed_and_hold_every_preset(runs):
 
 
 def test_every_preset_has_distinct_training_heldout_refiner_and_anchor_wordings():
-    from alaya_flash.model_zoo.training.prompts import prompts
+    from alaya_flash.training.prompts import prompts
     from alaya_flash.streaming.world.shading import PRESETS
 
     seen = set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alaya_flash.model_zoo.training import common
+from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
 from training_helpers import write
 
@@ -38,7 +38,7 @@ def _renders_and_truth(runs):
     """The fixture's cached student renders (latents, one set per clip and preset) and their ground truth
     frames (N, P, 9, 3, H, W) in [0, 1]."""
     from alaya_flash.model_zoo.loading import read_state_dict
-    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.training.data import ClipSet
 
     renders = read_state_dict(runs / "decoder" / "renders.safetensors")["renders"]
     gt = torch.from_numpy(ClipSet(runs / "data", "train").rgb[:, :, :9]).float().div(255).permute(0, 1, 2, 5, 3, 4)
@@ -50,7 +50,7 @@ def test_decoder_stage_decodes_the_students_latents_closer_to_the_ground_truth(r
     adapts the tiny decoder to those latents: decoded, they come nearer the ground truth than through
     the codecs' decoder; the G-buffer encoder is carried over, and export takes the run as codecs_run."""
     from alaya_flash.model_zoo import bundle
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.training.latent_data import LatentSet
 
     cache = runs / "rollout" / "latents-train.safetensors"
     renders, gt = _renders_and_truth(runs)
@@ -95,7 +95,7 @@ def test_decoder_chroma_term_fits_the_hue(runs, tmp_path):
     truth's than the same training without the term brings it, on average over 3 seeds: 30 steps
     from one seed are too noisy to compare (without the term the hue error wanders between 0.036
     and 0.062 across seeds, with it 0.036-0.044; seed 0 alone inverts the order on some CPUs)."""
-    from alaya_flash.model_zoo.training.codecs import chroma_loss
+    from alaya_flash.training.codecs import chroma_loss
 
     renders, gt = _renders_and_truth(runs)
 
@@ -117,7 +117,7 @@ def test_decoder_with_a_mixed_in_world_decodes_that_world_closer(mixed, tmp_path
     rollout's other world, its student renders cached in renders-mix.safetensors): that world's
     student latents decode nearer its ground truth than after the same training without it."""
     from alaya_flash.model_zoo.loading import read_state_dict
-    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.training.data import ClipSet
 
     latents = {"student_run": str(mixed / "mixed"), "latents": str(mixed / "mixed" / "latents-train.safetensors"),
                "reuse_renders": False}

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from alaya_flash.model_zoo.training import common
+from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
 from training_helpers import load_script, write
 
@@ -18,8 +18,8 @@ def test_refiner_stage_fits_the_models_frames_to_the_ground_truth(runs, tmp_path
     truth than the decoder's frames are; a second run reuses the renders (same model, same recipe),
     and the export ships the refiner the model folder then loads."""
     from alaya_flash.model_zoo import bundle
-    from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import RefinerStageConfig, model_renders
 
     cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 2,
            "crop": 32, "batch": 4, "steps": 60, "lr": 3e-3, "log_every": 20, "ckpt_every": 60, "precision": "fp32",
@@ -54,8 +54,8 @@ def test_prompt_refiner_stage_learns_each_presets_look(runs, tmp_path):
     from alaya_flash.model_zoo.codecs import refiner as rf
     from alaya_flash.model_zoo.loading import load_strict
     from alaya_flash.model_zoo.text_encoder import TextEncoder
-    from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import RefinerStageConfig, model_renders
 
     cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 2,
            "crop": 32, "batch": 4, "steps": 80, "lr": 3e-3, "log_every": 20, "ckpt_every": 80, "precision": "fp32",
@@ -90,8 +90,8 @@ def test_refiner_with_a_mixed_in_world_refines_that_world_closer(mixed, tmp_path
     nearer their ground truth than the same training on the first dataset alone."""
     from alaya_flash.model_zoo.codecs import refiner as rf
     from alaya_flash.model_zoo.loading import load_strict
-    from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, _embeddings, model_renders
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import RefinerStageConfig, _embeddings, model_renders
 
     base = {"model": str(mixed / "model"), "data": str(mixed / "data"), "clips": 2, "crop": 32, "batch": 4, "steps": 60,
             "lr": 3e-3, "log_every": 60, "ckpt_every": 60, "precision": "fp32", "config": "gbuffer-refiner-16-prompt"}
@@ -122,9 +122,9 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     import shutil
 
     from alaya_flash.model_zoo import bundle
-    from alaya_flash.model_zoo.training import prompts
-    from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+    from alaya_flash.training import prompts
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import RefinerStageConfig, model_renders
 
     class Log:
         rendered = 0
@@ -194,8 +194,8 @@ def test_refiner_trained_towards_the_turned_truth_lands_nearer_it(runs, tmp_path
 
     from alaya_flash.model_zoo.codecs import refiner as rf
     from alaya_flash.model_zoo.loading import load_strict
-    from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.model_zoo.training.refiner import RefinerStageConfig, model_renders
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import RefinerStageConfig, model_renders
 
     data = json.loads((runs / "data" / "dataset.json").read_text())["config"]
     assert main(["--quiet", "train", "data", "--config", write(tmp_path / "d.json", {
@@ -235,8 +235,8 @@ def test_refiner_stage_on_cuda_renders_and_trains_as_on_the_cpu(runs, tmp_path, 
     and TF32 off) the renders and the trained weights match the CPU run's up to rounding."""
     import contextlib
 
-    from alaya_flash.model_zoo.training import refiner
-    from alaya_flash.model_zoo.training.data import ClipSet
+    from alaya_flash.training import refiner
+    from alaya_flash.training.data import ClipSet
 
     monkeypatch.setattr(refiner, "autocast", lambda device: contextlib.nullcontext())
     base = {"model": str(runs / "model"), "data": str(runs / "data"), "clips": 2, "crop": 16, "batch": 4, "steps": 4,
@@ -271,7 +271,7 @@ def test_novel_share_trains_on_renders_of_the_refiner_wordings_read_with_their_o
     from alaya_flash.model_zoo.codecs import refiner as rf
     from alaya_flash.model_zoo.loading import read_metadata
     from alaya_flash.model_zoo.text_encoder import TextEncoder
-    from alaya_flash.model_zoo.training.prompts import prompts
+    from alaya_flash.training.prompts import prompts
 
     seen = []
     real_build = rf.build
@@ -312,8 +312,8 @@ def test_world_v2_crops_read_their_clips_caption_mirrored_with_the_crop(runs, tm
     dataset without captions is refused by name."""
     pytest.importorskip("mitsuba")
     from alaya_flash.model_zoo.codecs import refiner as rf
-    from alaya_flash.model_zoo.training import refiner as stage
-    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset
+    from alaya_flash.training import refiner as stage
+    from alaya_flash.training.data import ClipSet, DataConfig, build_dataset
     from alaya_flash.streaming.world.traced import presets
 
     data = tmp_path / "data"
@@ -357,7 +357,7 @@ def test_world_v2_crops_read_their_clips_caption_mirrored_with_the_crop(runs, tm
 
 def test_mirrored_refiner_crops_turn_the_normals_with_the_image():
     from alaya_flash.model_zoo.codecs.refiner import gbuffer_planes
-    from alaya_flash.model_zoo.training.refiner import _mirrored
+    from alaya_flash.training.refiner import _mirrored
 
     g = torch.Generator().manual_seed(0)
     gb = torch.randint(0, 256, (5, 4, 6, 3), dtype=torch.uint8, generator=g)

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from alaya_flash.model_zoo.training import common
+from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
 from training_helpers import TINY_DIT, write
 
@@ -17,8 +17,8 @@ from training_helpers import TINY_DIT, write
 def test_ode_data_term_pulls_the_student_towards_the_data(runs, tmp_path):
     """student-ode with data_weight > 0 regresses onto the ground-truth latents as well: after the
     same steps its one-step x0 from pure noise is closer to the data than pure ODE regression's."""
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
-    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.training.latent_data import LatentSet
+    from alaya_flash.training.teacher import load_dit
 
     assert "data=" in (runs / "ode" / "train.log").read_text()
     cfg = {"teacher_run": str(runs / "teacher"), "codecs_run": str(runs / "codecs"), "pairs": 2, "ode_steps": 4,
@@ -52,8 +52,8 @@ def test_student_trains_on_the_distilled_encoders_latents(runs):
     """Teacher on the VAE's G-buffer latents, student on the streaming encoder's, window for window."""
     from alaya_flash.model_zoo.codecs import gbuffer_encoder
     from alaya_flash.model_zoo.loading import load_strict
-    from alaya_flash.model_zoo.training.data import ClipSet
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.latent_data import LatentSet
 
     teacher = LatentSet(runs / "teacher" / "latents-train.safetensors")
     student = LatentSet(runs / "ode" / "latents-student.safetensors")
@@ -77,8 +77,8 @@ def test_training_rollout_equals_the_inference_session(monkeypatch):
     import contextlib
 
     from alaya_flash.model_zoo import dit
-    from alaya_flash.model_zoo.training import student
-    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.training import student
+    from alaya_flash.training.student import rollout
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
     from alaya_flash.streaming.engine.session import FlashSession, SessionConfig
@@ -102,8 +102,8 @@ def test_finished_rollout_with_a_sink_equals_the_inference_session(monkeypatch):
     import contextlib
 
     from alaya_flash.model_zoo import dit
-    from alaya_flash.model_zoo.training import student
-    from alaya_flash.model_zoo.training.student import rollout
+    from alaya_flash.training import student
+    from alaya_flash.training.student import rollout
     from alaya_flash.streaming.engine.session import FlashSession, SessionConfig
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
@@ -140,8 +140,8 @@ def test_finished_rollout_with_a_sink_equals_the_inference_session(monkeypatch):
 def _stream_error(run, data) -> float:
     """The mean squared error of a student's finished rollout of every clip of a LatentSet under every
     preset (first training wording) against the clips' ground-truth latents."""
-    from alaya_flash.model_zoo.training.student import rollout
-    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.training.student import rollout
+    from alaya_flash.training.teacher import load_dit
 
     model = load_dit(run).eval()
     err = []
@@ -156,7 +156,7 @@ def _stream_error(run, data) -> float:
 def test_rollout_stage_regresses_the_stream_onto_the_data(runs, tmp_path):
     """student-rollout lowers the error of the student's own streamed render against the ground
     truth (the loss it logs)."""
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.training.latent_data import LatentSet
     from training_helpers import rollout_config
 
     data = LatentSet(runs / "rollout" / "latents-train.safetensors")
@@ -173,7 +173,7 @@ def test_rollout_with_a_mixed_in_world_keeps_that_world(mixed, tmp_path):
     """With mix_data / mix_rate half the steps take their batch from a second dataset (other clips under
     presets the first lacks), encoded beside the first: the student then streams that world nearer its
     ground truth than the same training on the first dataset alone leaves it."""
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.training.latent_data import LatentSet
     from training_helpers import rollout_config
 
     mix = LatentSet(mixed / "mixed" / "latents-mix.safetensors")
@@ -195,7 +195,7 @@ def test_rollout_with_word_tokens_caches_them_and_exports_a_model_that_reads_the
     from alaya_flash.model_zoo import bundle
     from alaya_flash.model_zoo.loading import read_metadata
     from alaya_flash.model_zoo.text_encoder import CONTEXT_TOKENS
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.training.latent_data import LatentSet
     from training_helpers import rollout_config
 
     out = tmp_path / "tokens"
@@ -226,10 +226,10 @@ def test_side_pairs_fit_the_change_the_sun_side_makes(runs, tmp_path, capsys):
     clip's renders under the two captions nearer the change between the two truths than the same
     training on the captions alone leaves it. Pairs from clips that are not the same are refused."""
     pytest.importorskip("mitsuba")
-    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset, dataset_meta
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
-    from alaya_flash.model_zoo.training.student import rollout
-    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.training.data import ClipSet, DataConfig, build_dataset, dataset_meta
+    from alaya_flash.training.latent_data import LatentSet
+    from alaya_flash.training.student import rollout
+    from alaya_flash.training.teacher import load_dit
     from alaya_flash.streaming.world.traced.presets import OPPOSITE_SIDE
     from training_helpers import rollout_config
 
@@ -265,7 +265,7 @@ def test_side_pairs_fit_the_change_the_sun_side_makes(runs, tmp_path, capsys):
 
 
 def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
-    from alaya_flash.model_zoo.training.latent_data import nearest_presets
+    from alaya_flash.training.latent_data import nearest_presets
 
     rgb = torch.zeros(2, 3, 1, 1, 1, 2)
     rgb[0, :, 0, 0, 0, 0] = torch.tensor([0.0, 1.0, 3.0])  # clip 0: 0-1 near, 2 nearest to 1
@@ -274,8 +274,8 @@ def test_nearest_presets_pick_the_other_preset_nearest_on_the_same_clip():
 
 
 def test_pairs_share_the_clip_and_take_the_nearest_preset(runs):
-    from alaya_flash.model_zoo.training.latent_data import LatentSet, nearest_presets
-    from alaya_flash.model_zoo.training.student import sample_pairs
+    from alaya_flash.training.latent_data import LatentSet, nearest_presets
+    from alaya_flash.training.student import sample_pairs
 
     data = LatentSet(runs / "rollout" / "latents-train.safetensors")
     nearest = nearest_presets(data.rgb)
@@ -293,9 +293,9 @@ def test_pairs_share_the_clip_and_take_the_nearest_preset(runs):
 def test_pair_term_regresses_the_change_between_presets(runs, tmp_path):
     """With pair_weight the change between a clip's renders under two presets comes nearer the
     change between their ground truths than the same training without the term brings it."""
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
-    from alaya_flash.model_zoo.training.student import rollout
-    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.training.latent_data import LatentSet
+    from alaya_flash.training.student import rollout
+    from alaya_flash.training.teacher import load_dit
 
     data = LatentSet(runs / "rollout" / "latents-train.safetensors")
 
@@ -326,7 +326,7 @@ def test_grown_student_streams_exactly_what_it_did():
     the block before it except for its zeroed outputs; it only grows."""
     from alaya_flash.model_zoo import dit
     from alaya_flash.model_zoo.errors import AlayaError
-    from alaya_flash.model_zoo.training.student import BLOCK_OUTPUTS, grow_blocks, rollout
+    from alaya_flash.training.student import BLOCK_OUTPUTS, grow_blocks, rollout
 
     torch.manual_seed(0)
     model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
@@ -355,7 +355,7 @@ def test_rollout_with_more_layers_grows_the_student_and_trains_the_new_blocks(ru
     DiT (the config records the count; export and the loader read it), the new blocks' outputs have
     moved from zero, and a count below the student's is refused in one line."""
     from alaya_flash.model_zoo import bundle
-    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.training.teacher import load_dit
     from training_helpers import rollout_config
 
     out = tmp_path / "grown"
@@ -405,7 +405,7 @@ def test_dmd_gradient_is_the_score_difference():
 def test_clean_context_makes_a_clean_prefix_and_keeps_the_last_chunk_noisy():
     """chunk_knots: with clean_context 0 no chunk is clean; with 1 every sample has a clean prefix of
     1 .. chunks-1 whole chunks (the KV cache's view of the past) followed only by noisy chunks."""
-    from alaya_flash.model_zoo.training.student import chunk_knots
+    from alaya_flash.training.student import chunk_knots
 
     g = torch.Generator().manual_seed(0)
     assert not (chunk_knots(g, 64, 6, 2, 4, 0.0) == 4).any()
@@ -426,10 +426,10 @@ def test_teacher_trajectory_keeps_the_student_sigmas(monkeypatch):
     import contextlib
 
     from alaya_flash.model_zoo import dit
-    from alaya_flash.model_zoo.training import student
+    from alaya_flash.training import student
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
-    from alaya_flash.model_zoo.training.student import teacher_trajectory
+    from alaya_flash.training.student import teacher_trajectory
     from alaya_flash.streaming.engine import sampler
 
     torch.manual_seed(0)
@@ -456,9 +456,9 @@ def test_trajectories_of_an_earlier_teacher_are_made_again(runs, tmp_path):
     import shutil
 
     from alaya_flash.model_zoo.loading import read_metadata
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
-    from alaya_flash.model_zoo.training.student import ODEStageConfig, make_trajectories
-    from alaya_flash.model_zoo.training.teacher import load_dit
+    from alaya_flash.training.latent_data import LatentSet
+    from alaya_flash.training.student import ODEStageConfig, make_trajectories
+    from alaya_flash.training.teacher import load_dit
 
     shutil.copytree(runs / "teacher", tmp_path / "teacher")
     cfg = ODEStageConfig(out=str(tmp_path / "o"), teacher_run=str(tmp_path / "teacher"), pairs=2, ode_steps=4)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.model_zoo.training import common
+from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
 from training_helpers import TINY_DIT, write
 
@@ -47,7 +47,7 @@ def test_new_wordings_refresh_a_cache_without_encoding_the_windows_again(runs, t
     new prompt embeddings; the teacher's train_wordings limits the prompts it draws."""
     import shutil
 
-    from alaya_flash.model_zoo.training.teacher import TeacherStageConfig, prepare_latents
+    from alaya_flash.training.teacher import TeacherStageConfig, prepare_latents
 
     class Log:  # encode_split logs a line only when it encodes the windows
         def __init__(self):
@@ -101,7 +101,7 @@ def test_teacher_stage_on_cuda_trains_as_on_the_cpu(runs, tmp_path, monkeypatch)
     steps moved them."""
     import contextlib
 
-    from alaya_flash.model_zoo.training import teacher
+    from alaya_flash.training import teacher
 
     monkeypatch.setattr(teacher, "autocast", lambda device: contextlib.nullcontext())
     base = {**TINY_DIT, "data": str(runs / "data"), "vae_run": str(runs / "vae"), "cond_encoder": "vae", "frames": 9,
@@ -128,7 +128,7 @@ def test_negative_train_wordings_is_refused(tmp_path, capsys):
 def test_text_noise_moves_kept_prompts_to_a_shell_and_leaves_dropped_ones(runs):
     """perturb_prompts keeps unit norm and moves a prompt by about `noise` (cosine 1/sqrt(1 + noise^2));
     LatentSet.sample perturbs the kept prompts only: a dropped one stays the exact CFG negative."""
-    from alaya_flash.model_zoo.training.latent_data import LatentSet, perturb_prompts
+    from alaya_flash.training.latent_data import LatentSet, perturb_prompts
 
     g = torch.Generator().manual_seed(0)
     e = torch.nn.functional.normalize(torch.randn(2000, 1, 384), dim=-1)
@@ -151,8 +151,8 @@ def test_world_v2_captions_are_cached_per_window_and_drawn_at_caption_rate(runs,
     cache per window and preset; caption_rate swaps that share of the kept prompts for them."""
     pytest.importorskip("mitsuba")
     from alaya_flash.model_zoo.text_encoder import TextEncoder
-    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset
-    from alaya_flash.model_zoo.training.latent_data import LatentSet
+    from alaya_flash.training.data import ClipSet, DataConfig, build_dataset
+    from alaya_flash.training.latent_data import LatentSet
 
     data = tmp_path / "data"
     build_dataset(DataConfig(out=str(data), width=32, height=32, frames=5, fps=8.0, train_clips=2, heldout_clips=0,

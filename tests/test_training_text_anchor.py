@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alaya_flash.model_zoo.training import common
+from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
 from training_helpers import write
 
@@ -71,9 +71,9 @@ def test_text_anchor_pulls_new_wordings_onto_their_presets_mean(runs, tmp_path):
     for them nearer its target frames, and the empty prompt keeps the DiT's offsets."""
     import logging
 
-    from alaya_flash.model_zoo.training.refiner import load_run
-    from alaya_flash.model_zoo.training.teacher import load_dit
-    from alaya_flash.model_zoo.training.text_anchor import (Anchor, RefinerAnchor, TextAnchorConfig, _embeddings,
+    from alaya_flash.training.refiner import load_run
+    from alaya_flash.training.teacher import load_dit
+    from alaya_flash.training.text_anchor import (Anchor, RefinerAnchor, TextAnchorConfig, _embeddings,
                                                             _wordings, dit_text_response)
 
     from alaya_flash.model_zoo.loading import read_metadata, read_state_dict, save_safetensors
@@ -113,8 +113,8 @@ def test_text_anchor_pulls_new_wordings_onto_their_presets_mean(runs, tmp_path):
 def test_text_anchor_with_mixup_reads_a_blend_of_wordings_as_the_blend_of_their_presets(runs, tmp_path):
     """Anchored on wordings alone, the MLP is free between them; with `mixup`, blends of two wordings of
     different presets give offsets nearer the blend of the presets' targets."""
-    from alaya_flash.model_zoo.training.teacher import load_dit
-    from alaya_flash.model_zoo.training.text_anchor import Anchor, TextAnchorConfig, _embeddings, _wordings, dit_text_response
+    from alaya_flash.training.teacher import load_dit
+    from alaya_flash.training.text_anchor import Anchor, TextAnchorConfig, _embeddings, _wordings, dit_text_response
 
     _with_a_strong_text_path(runs, tmp_path / "student", torch.Generator().manual_seed(0))
     common_cfg = {"student_run": str(tmp_path / "student"), "refiner_run": "", "steps": 150, "log_every": 50,
@@ -136,7 +136,7 @@ def test_text_anchor_with_mixup_reads_a_blend_of_wordings_as_the_blend_of_their_
 
 def test_dit_text_response_is_what_cross_attention_adds_for_a_one_token_prompt():
     from alaya_flash.model_zoo import dit as dit_mod
-    from alaya_flash.model_zoo.training.text_anchor import dit_text_response
+    from alaya_flash.training.text_anchor import dit_text_response
 
     torch.manual_seed(0)
     model = dit_mod.build(dit_mod.CONFIGS["dit-tiny"]).eval()
@@ -221,8 +221,8 @@ def test_text_anchor_on_world_v2_data_keeps_how_the_captions_read(runs, tmp_path
     data without captions moves them with the wordings."""
     import json
 
-    from alaya_flash.model_zoo.training.teacher import load_dit
-    from alaya_flash.model_zoo.training.text_anchor import _captions, _embeddings, dit_text_response
+    from alaya_flash.training.teacher import load_dit
+    from alaya_flash.training.text_anchor import _captions, _embeddings, dit_text_response
 
     _with_a_strong_text_path(runs, tmp_path / "student", torch.Generator().manual_seed(0))
     v2 = _as_world_v2(runs, tmp_path)
@@ -254,8 +254,8 @@ def test_text_anchor_with_a_second_world_anchors_the_presets_only_it_has(runs, m
     their own preset's mean) after data's; the refiner anchor refuses a second world."""
     import json
 
-    from alaya_flash.model_zoo.training.teacher import load_dit
-    from alaya_flash.model_zoo.training.text_anchor import Anchor, TextAnchorConfig, _embeddings, _wordings
+    from alaya_flash.training.teacher import load_dit
+    from alaya_flash.training.text_anchor import Anchor, TextAnchorConfig, _embeddings, _wordings
 
     ours = json.loads((runs / "data" / "dataset.json").read_text())["presets"]
     theirs = json.loads((runs / "mix-data" / "dataset.json").read_text())["presets"]

@@ -182,7 +182,7 @@ def test_variant_auto_takes_llvm_only_with_a_new_enough_libllvm(tmp_path, monkey
     monkeypatch.setenv("DRJIT_LIBLLVM_PATH", "/opt/llvm/lib/libLLVM.so")
     assert render.llvm_library() == "/opt/llvm/lib/libLLVM.so"
     with pytest.raises(AlayaError, match="variant 'vulkan' is unknown"):
-        from alaya_flash.model_zoo.training.data import DataConfig
+        from alaya_flash.training.data import DataConfig
 
         DataConfig(world="pathtrace", variant="vulkan").validate()
 
@@ -348,7 +348,7 @@ def test_world_command_pathtrace(mi, tmp_path, capsys):
 
 
 def test_world_v2_presets_have_their_own_wordings():
-    from alaya_flash.model_zoo.training.prompts import SPLITS, prompts
+    from alaya_flash.training.prompts import SPLITS, prompts
 
     seen = {w for name in TRACED_PRESETS if name in ("bright_sunny",) for s in SPLITS for w in prompts(name, s)}
     for name in ("rainy_wet", "foggy", "night_lamps"):
@@ -361,7 +361,7 @@ def test_world_v2_presets_have_their_own_wordings():
 
 
 def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
-    from alaya_flash.model_zoo.training.data import ClipSet, DataConfig, build_dataset, dataset_meta
+    from alaya_flash.training.data import ClipSet, DataConfig, build_dataset, dataset_meta
 
     cfg = DataConfig(out=str(tmp_path / "data"), width=32, height=32, frames=5, fps=8.0, train_clips=2,
                      heldout_clips=1, heldout_seed=1000, world="pathtrace", scenes=("street", "interior"),
@@ -393,9 +393,9 @@ def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
         DataConfig(world="pathtrace", presets=("underwater",)).validate()
     from pathlib import Path
 
-    from alaya_flash.model_zoo.training.common import load_config
+    from alaya_flash.training.common import load_config
 
-    v2 = load_config(Path(__file__).parents[1] / "model_zoo/training/configs/data-v2.json", DataConfig, {}).validate()
+    v2 = load_config(Path(__file__).parents[1] / "training/configs/data-v2.json", DataConfig, {}).validate()
     assert v2.world == "pathtrace" and len(v2.preset_names) == len(TRACED_PRESETS)
     with pytest.raises(AlayaError, match="sun_turns applies to the physics world"):
         DataConfig(world="pathtrace", sun_turns=4).validate()

@@ -1,19 +1,19 @@
 """Train the default model's networks, stage by stage, from the physics world.
 
-  alaya-flash train data        --config model_zoo/training/configs/data.json
-  alaya-flash train vae         --config model_zoo/training/configs/vae.json
-  alaya-flash train codecs      --config model_zoo/training/configs/codecs.json
-  alaya-flash train teacher     --config model_zoo/training/configs/teacher.json
-  alaya-flash train student-ode --config model_zoo/training/configs/student-ode.json
-  alaya-flash train student-dmd --config model_zoo/training/configs/student-dmd.json
-  alaya-flash train student-rollout --config model_zoo/training/configs/student-rollout.json
-  alaya-flash train decoder     --config model_zoo/training/configs/decoder.json
-  alaya-flash train export      --config model_zoo/training/configs/export.json
-  alaya-flash train refiner     --config model_zoo/training/configs/refiner.json  (then export with refiner_run)
-  alaya-flash train text-anchor --config model_zoo/training/configs/text-anchor.json (then export from it)
-  alaya-flash train import      --config model_zoo/training/configs/import.json   (a model folder -> run folders)
+  alaya-flash train data        --config training/configs/data.json
+  alaya-flash train vae         --config training/configs/vae.json
+  alaya-flash train codecs      --config training/configs/codecs.json
+  alaya-flash train teacher     --config training/configs/teacher.json
+  alaya-flash train student-ode --config training/configs/student-ode.json
+  alaya-flash train student-dmd --config training/configs/student-dmd.json
+  alaya-flash train student-rollout --config training/configs/student-rollout.json
+  alaya-flash train decoder     --config training/configs/decoder.json
+  alaya-flash train export      --config training/configs/export.json
+  alaya-flash train refiner     --config training/configs/refiner.json  (then export with refiner_run)
+  alaya-flash train text-anchor --config training/configs/text-anchor.json (then export from it)
+  alaya-flash train import      --config training/configs/import.json   (a model folder -> run folders)
 
-Each stage reads a JSON config (keys: the stage's dataclass in model_zoo/training/; unknown keys
+Each stage reads a JSON config (keys: the stage's dataclass in training/; unknown keys
 are refused), writes into its "out" folder: train.log, ckpt-NNNNNN.safetensors (networks,
 optimizer state and RNG state; the last two kept) and resumes from the latest checkpoint when run
 again. --set KEY=VALUE overrides a config key (JSON value), e.g. --set steps=50.
@@ -29,7 +29,7 @@ HELP = "train the model stage by stage (data, vae, codecs, teacher, student-ode,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ....model_zoo.training import STAGES
+    from ....training import STAGES
 
     parser.add_argument("stage", choices=list(STAGES), help="training stage to run")
     parser.add_argument("--config", type=Path, required=True, help="stage config (JSON)")
@@ -56,8 +56,8 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from ....model_zoo.training import stage
-    from ....model_zoo.training.common import close_logger, load_config, run_logger, seed_everything
+    from ....training import stage
+    from ....training.common import close_logger, load_config, run_logger, seed_everything
 
     cls, fn = stage(args.stage)
     cfg = load_config(args.config, cls, parse_overrides(args.set))

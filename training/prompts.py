@@ -14,7 +14,7 @@ more of each preset's region of the embedding space.
 """
 from __future__ import annotations
 
-from ...streaming.world.shading import PRESETS
+from ..streaming.world.shading import PRESETS
 
 TRAIN_PARAPHRASES: dict[str, tuple[str, ...]] = {
     "bright_sunny": (
@@ -392,7 +392,7 @@ def prompts(preset: str, split: str) -> list[str]:
     """Wordings of a preset for split 'train' (its caption first, then TRAIN_PARAPHRASES), 'heldout',
     'refiner' (REFINER_PARAPHRASES) or 'anchor' (ANCHOR_PARAPHRASES)."""
     if preset in WORLD_V2_PARAPHRASES:
-        from ...streaming.world.traced.presets import TRACED_PRESETS
+        from ..streaming.world.traced.presets import TRACED_PRESETS
 
         if split not in SPLITS:
             raise ValueError(f"prompt split {split!r} is not one of {', '.join(SPLITS)}")

@@ -1,13 +1,13 @@
 #!/bin/sh
 # Rebuild the embedded default model (model_zoo/default/) from nothing, stage by stage.
-# Run from the repository root with the project's venv: sh model_zoo/training/train_default.sh
+# Run from the repository root with the project's venv: sh training/train_default.sh
 # Each stage resumes from its latest checkpoint if interrupted; outputs go to runs/.
 # Every stage is bounded by its config's steps, so the weights do not depend on the machine's speed.
 set -e
 export OMP_NUM_THREADS=1  # on a shared CPU, one thread per process is 5-10x faster than oversubscribed ones
 AF=${AF:-.venv/bin/alaya-flash}
-C=model_zoo/training/configs
-# DATA=data-v2.json sh model_zoo/training/train_default.sh: the same recipe on world v2 (path-traced
+C=training/configs
+# DATA=data-v2.json sh training/train_default.sh: the same recipe on world v2 (path-traced
 # streets, courtyards and rooms, docs/world.md), in a fresh runs/
 DATA="${DATA:-data.json}"
 # world v2's captions name the clip's scene and the sun's side (the G-buffers cannot say it): the teacher and

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import dit
-from ..errors import AlayaError
-from ..latents import TIME_COMPRESSION
-from ...streaming.engine import sampler
+from ..model_zoo import dit
+from ..model_zoo.errors import AlayaError
+from ..model_zoo.latents import TIME_COMPRESSION
+from ..streaming.engine import sampler
 from .common import StageConfig, autocast, check_caption_rate, check_device, descend, step_generator, train_loop
 from .latent_data import LatentSet, encode_split
 
@@ -123,7 +123,7 @@ def load_dit(run_dir: str | Path, name: str = "dit") -> dit.WanDiT:
     """A DiT from a teacher/student output folder (its config from the checkpoint's metadata)."""
     import json
 
-    from ..loading import load_strict, read_metadata
+    from ..model_zoo.loading import load_strict, read_metadata
     from .common import final_weights, latest_checkpoint
 
     ckpt = latest_checkpoint(Path(run_dir))

@@ -47,8 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import AlayaError
-from ..text_encoder import MINILM
+from ..model_zoo.errors import AlayaError
+from ..model_zoo.text_encoder import MINILM
 from .common import StageConfig, autocast, latest_checkpoint, step_generator, train_loop
 from .latent_data import perturb_prompts
 from .refiner import _embeddings  # pooled MiniLM embeddings of wordings, as the refiner stage reads them
@@ -167,7 +167,7 @@ class RefinerAnchor:
 
     def __init__(self, cfg: "TextAnchorConfig", refiner: nn.Module, source: nn.Module, train: list[torch.Tensor],
                  extra: list[torch.Tensor], empty: torch.Tensor, presets: list[str], log):
-        from ..loading import read_metadata
+        from ..model_zoo.loading import read_metadata
         from .common import config_from_dict
         from .data import ClipSet
         from .refiner import RefinerStageConfig, model_renders
@@ -190,7 +190,7 @@ class RefinerAnchor:
 
     def crops(self, g: torch.Generator, count: int, preset: int | None = None):
         """`count` random crops: renders (B, 3, k, k), G-buffer planes (B, 9, k, k), their presets."""
-        from ..codecs.refiner import gbuffer_planes
+        from ..model_zoo.codecs.refiner import gbuffer_planes
 
         n, p, t, h, w = self.renders.shape[:5]
         k = min(self.cfg.crop, h, w)
@@ -272,8 +272,8 @@ def _captions(data: str, presets: list[str]) -> list[str]:
 
     if dataset_meta(data, "train").get("world") != "pathtrace":
         return []
-    from ...streaming.world.traced.presets import SIDES, TRACED_PRESETS, caption
-    from ...streaming.world.traced.scene import KINDS
+    from ..streaming.world.traced.presets import SIDES, TRACED_PRESETS, caption
+    from ..streaming.world.traced.scene import KINDS
 
     found = {caption(TRACED_PRESETS[p], kind, side) for kind in KINDS for p in presets if p in TRACED_PRESETS
              for side in (None, *SIDES)}
@@ -281,7 +281,7 @@ def _captions(data: str, presets: list[str]) -> list[str]:
 
 
 def run_text_anchor(cfg: TextAnchorConfig, log, progress=None) -> int:
-    from ..loading import read_metadata
+    from ..model_zoo.loading import read_metadata
     from .teacher import load_dit
 
     for key in ("student_run", "refiner_run"):

@@ -5,7 +5,7 @@
 # student step; docs/training.md "Half-resolution data"), the refiner on whole 128x128 world v2 frames and 128x128 crops
 # of the physics world's 256x256 ones; then the student is finished on 256x256 clips of both worlds. Run from the
 # repository root with the project's venv:
-#   THREADS=2 sh model_zoo/training/finetune_v2.sh   (about 5.5 hours on 2 free cores; RUNS=elsewhere keeps runs/ apart,
+#   THREADS=2 sh training/finetune_v2.sh   (about 5.5 hours on 2 free cores; RUNS=elsewhere keeps runs/ apart,
 #   OUT=runs/model-world-v2 leaves model_zoo/ alone). Every stage resumes from its latest checkpoint if interrupted.
 set -e
 # torch threads per stage: 1 (the default) where other work shares the CPU, whose busy cores make two threads
@@ -13,7 +13,7 @@ set -e
 export OMP_NUM_THREADS=${THREADS:-1}
 T="--set threads=${THREADS:-1}"
 AF=${AF:-.venv/bin/alaya-flash}
-C=model_zoo/training/configs
+C=training/configs
 R="${RUNS:-runs}"
 OUT="${OUT:-model_zoo/world_v2}"
 # the physics world's clips the default was trained on, at 128x128 for the student and decoder and at 256x256

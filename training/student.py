@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import dit
-from ..errors import AlayaError
-from ..text_encoder import MINILM
-from ...streaming.engine import sampler, session
+from ..model_zoo import dit
+from ..model_zoo.errors import AlayaError
+from ..model_zoo.text_encoder import MINILM
+from ..streaming.engine import sampler, session
 from .common import (StageConfig, autocast, check_caption_rate, check_mix, check_pair_weight, check_text_encoder, descend,
                      step_generator, train_loop)
 from .latent_data import LatentSet, nearest_presets, perturb_prompts
@@ -109,7 +109,7 @@ def make_trajectories(cfg: ODEStageConfig, teacher: dit.WanDiT, data: LatentSet,
     """Generate (or read back) the ODE pairs: states (N, K+1, 16, T', h, w), window, preset, wording."""
     import json
 
-    from ..loading import read_metadata, read_state_dict, save_safetensors
+    from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from .latent_data import checkpoint_step
 
     path = Path(cfg.out) / "trajectories.safetensors"
@@ -154,7 +154,7 @@ def student_cond(cfg: ODEStageConfig | DMDStageConfig, data: LatentSet, log) -> 
     """
     import json
 
-    from ..loading import read_metadata
+    from ..model_zoo.loading import read_metadata
     from .latent_data import encode_split
 
     if not cfg.codecs_run:

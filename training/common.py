@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import AlayaError
-from ..loading import read_metadata, read_state_dict, save_safetensors
-from ..text_encoder import MINILM, MINILM_NAMES
+from ..model_zoo.errors import AlayaError
+from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
+from ..model_zoo.text_encoder import MINILM, MINILM_NAMES
 
 CKPT_RE = re.compile(r"ckpt-(\d+)\.safetensors$")
 
@@ -131,7 +131,7 @@ def save_checkpoint(path: Path, step: int, nets: Mapping[str, nn.Module], optims
 
 def load_checkpoint(path: Path, nets: Mapping[str, nn.Module], optims: Mapping[str, torch.optim.Optimizer]) -> dict:
     """Restore what save_checkpoint wrote; returns {'step', 'extra'}. Keys are checked strictly."""
-    from ..loading import load_strict
+    from ..model_zoo.loading import load_strict
 
     state = read_state_dict(path)
     meta = read_metadata(path)
@@ -356,7 +356,7 @@ def autocast(device: str | torch.device = "cpu"):
     used there."""
     import contextlib
 
-    from ..precision import preferred_dtype
+    from ..model_zoo.precision import preferred_dtype
 
     device = torch.device(device)
     if preferred_dtype(device) == torch.bfloat16:

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..codecs import gbuffer_encoder, tiny
-from ..errors import AlayaError
+from ..model_zoo.codecs import gbuffer_encoder, tiny
+from ..model_zoo.errors import AlayaError
 from .codecs import add_frame_terms, tiny_decode
 from .common import (StageConfig, autocast, check_mix, check_pair_weight, descend, final_weights, latest_checkpoint,
                      step_generator, train_loop)
@@ -65,7 +65,7 @@ class DecoderStageConfig(StageConfig):
 def student_renders(cfg: DecoderStageConfig, data: LatentSet, latents: str, name: str, log) -> torch.Tensor:
     """The student's streamed latents of every clip of the cache `latents` under every preset,
     (N, P, 16, T', h, w); cached in out/`name`, made again when the student or the settings changed."""
-    from ..loading import read_metadata, read_state_dict, save_safetensors
+    from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from .student import rollout, student_sigmas
     from .teacher import load_dit
 
@@ -105,7 +105,7 @@ class _Source:
 
 
 def _source(cfg: DecoderStageConfig, latents: str, name: str, log) -> _Source:
-    from ..loading import read_metadata
+    from ..model_zoo.loading import read_metadata
 
     path = Path(latents)
     if not path.is_file():
@@ -121,7 +121,7 @@ def _source(cfg: DecoderStageConfig, latents: str, name: str, log) -> _Source:
 
 
 def run_decoder(cfg: DecoderStageConfig, log, progress=None) -> int:
-    from ..loading import load_strict, read_metadata
+    from ..model_zoo.loading import load_strict, read_metadata
 
     sources = [_source(cfg, cfg.latents, "renders.safetensors", log)]
     if cfg.mix_latents:

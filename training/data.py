@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import AlayaError
+from ..model_zoo.errors import AlayaError
 from .prompts import prompts
 
 DATASET_FORMAT = "alaya-flash world dataset v1"
@@ -86,14 +86,14 @@ class DataConfig:
         if self.sun_turns < 1:
             raise AlayaError(f"data config: sun_turns {self.sun_turns} must be >= 1")
         if self.world == "pathtrace":
-            from ...streaming.world.traced import KINDS
+            from ..streaming.world.traced import KINDS
 
             if self.sun_turns > 1:
                 raise AlayaError("data config: sun_turns applies to the physics world; world v2 names the sun's side "
                                  "in its captions")
             if not self.scenes or any(k not in KINDS for k in self.scenes):
                 raise AlayaError(f"data config: scenes {list(self.scenes)} must be some of {', '.join(KINDS)}")
-            from ...streaming.world.traced.render import check_variant
+            from ..streaming.world.traced.render import check_variant
 
             check_variant(self.variant)
             if self.sun not in ("auto", "opposite"):
@@ -102,7 +102,7 @@ class DataConfig:
             raise AlayaError("data config: sun applies to world v2 (\"world\": \"pathtrace\")")
         elif self.heldout_passes != 1:
             raise AlayaError("data config: heldout_passes applies to world v2 (\"world\": \"pathtrace\")")
-        from ...streaming.world.traced.source import MAX_PASSES
+        from ..streaming.world.traced.source import MAX_PASSES
 
         if not 1 <= self.heldout_passes <= MAX_PASSES:
             raise AlayaError(f"data config: heldout_passes {self.heldout_passes} is out of range 1..{MAX_PASSES}")
@@ -126,19 +126,19 @@ WORLDS = ("physics", "pathtrace")
 
 def _preset_table(world: str) -> dict:
     if world == "pathtrace":
-        from ...streaming.world.traced import TRACED_PRESETS
+        from ..streaming.world.traced import TRACED_PRESETS
 
         return TRACED_PRESETS
-    from ...streaming.world.shading import PRESETS
+    from ..streaming.world.shading import PRESETS
 
     return PRESETS
 
 
 def traced_config(cfg: DataConfig, seed: int, passes: int = 1):
     """The world v2 clip of `seed`: scene kind and camera path cycle with it; `passes` renders per truth."""
-    from ...streaming.world.traced import TracedConfig, make_scene
-    from ...streaming.world.traced.paths import available_paths
-    from ...streaming.world.traced.presets import OPPOSITE_SIDE
+    from ..streaming.world.traced import TracedConfig, make_scene
+    from ..streaming.world.traced.paths import available_paths
+    from ..streaming.world.traced.presets import OPPOSITE_SIDE
 
     kind = cfg.scenes[seed % len(cfg.scenes)]
     paths = available_paths(make_scene(kind, seed))
@@ -152,8 +152,8 @@ def traced_config(cfg: DataConfig, seed: int, passes: int = 1):
 def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dict[str, np.ndarray], dict]:
     """One world v2 clip (arrays as render_clip's plus captions, sun_visibility, ground, passes and, with
     passes > 1, truth_noise_mse (P, T) float32: each truth's own noise in 8-bit levels squared) and its clip_info."""
-    from ...streaming.gbuffer import frame_to_teacher
-    from ...streaming.world.traced import TracedWorld
+    from ..streaming.gbuffer import frame_to_teacher
+    from ..streaming.world.traced import TracedWorld
 
     config = traced_config(cfg, seed, passes)
     world = TracedWorld(config)
@@ -186,9 +186,9 @@ def render_clip(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
     its mean over the world's turns). World v2 clips: render_traced_clip."""
     if cfg.world == "pathtrace":
         return render_traced_clip(cfg, seed)[0]
-    from ...streaming.gbuffer import frame_to_teacher
-    from ...streaming.world import WorldConfig, WorldSource
-    from ...streaming.world.shading import get_preset, shade, turned
+    from ..streaming.gbuffer import frame_to_teacher
+    from ..streaming.world import WorldConfig, WorldSource
+    from ..streaming.world.shading import get_preset, shade, turned
 
     names = cfg.preset_names
     world = WorldConfig(seed=seed, width=cfg.width, height=cfg.height, fps=cfg.fps, num_frames=cfg.frames,

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..codecs import refiner as refiner_codec
-from ..errors import AlayaError
+from ..model_zoo.codecs import refiner as refiner_codec
+from ..model_zoo.errors import AlayaError
 from .common import (StageConfig, autocast, check_caption_rate, check_device, check_mix, descend, step_generator,
                      train_loop)
 from .data import ClipSet
@@ -105,7 +105,7 @@ def _model_stamp(folder: Path) -> dict:
     files, whose headers a re-export may order differently); the refiner's own file is left out."""
     import hashlib
 
-    from ..loading import read_state_dict
+    from ..model_zoo.loading import read_state_dict
 
     stamp = {}
     for f in sorted(folder.glob("*.safetensors")):
@@ -126,10 +126,10 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     each clip and preset prompted with a random wording of the prompt split `split` (prompts.py), and
     those wordings, [clip][preset]. The 'train' renders live in out/renders/, others in out/renders-SPLIT/;
     mix: the clips are mix_data's, in out/renders-mix/."""
-    from ...streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
-    from ...streaming.files.sinks import to_uint8
-    from .. import bundle
-    from ..loading import read_metadata, read_state_dict, save_safetensors
+    from ..streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
+    from ..streaming.files.sinks import to_uint8
+    from ..model_zoo import bundle
+    from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from .prompts import prompts as wordings
 
     n = len(clips) if cfg.clips == 0 else min(cfg.clips, len(clips))
@@ -182,7 +182,7 @@ def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = 
     renders, _ = model_renders(cfg, clips, log, mix=mix)
     captions = None
     if cfg.caption_rate and text_dim and clips.captions is not None:
-        from ...streaming.world.traced.presets import mirrored_caption
+        from ..streaming.world.traced.presets import mirrored_caption
 
         n = len(renders)
         texts = [t for row in clips.captions[:n] for caption in row for t in (caption, mirrored_caption(caption))]
@@ -267,7 +267,7 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
 
 def load_run(run: str | Path) -> tuple[refiner_codec.GBufferRefiner, str]:
     """A `train refiner` run's refiner (its latest checkpoint, strictly) and the config name it was trained as."""
-    from ..loading import load_strict, read_metadata
+    from ..model_zoo.loading import load_strict, read_metadata
     from .common import latest_checkpoint, net_weights
 
     ckpt = latest_checkpoint(Path(run))
@@ -289,7 +289,7 @@ def _mirrored(rgb, planes, target):
 
 def _embeddings(wordings: list[str]) -> torch.Tensor:
     """Pooled MiniLM embeddings (len(wordings), D), what Refine reads for a prompt."""
-    from ..text_encoder import TextEncoder
+    from ..model_zoo.text_encoder import TextEncoder
 
     with torch.no_grad():
         return TextEncoder.load()(wordings)[:, 0].float()

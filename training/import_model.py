@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import AlayaError
+from ..model_zoo.errors import AlayaError
 
 IMPORTED_STEP = 0  # the step recorded in imported checkpoints (caches made from them record it)
 
@@ -42,9 +42,9 @@ class ImportConfig:
 def run_import(cfg: ImportConfig, log, progress=None) -> int:
     import json
 
-    from .. import bundle
-    from ..codecs import gbuffer_encoder, tiny
-    from ..loading import save_safetensors
+    from ..model_zoo import bundle
+    from ..model_zoo.codecs import gbuffer_encoder, tiny
+    from ..model_zoo.loading import save_safetensors
     from .codecs import LATENT_STATS
     from .common import save_checkpoint
 
@@ -106,7 +106,7 @@ def _imported_sha256(out: Path) -> str | None:
     """The fingerprint every checkpoint in `out` was imported from, when they all agree; else None."""
     import json
 
-    from ..loading import read_metadata
+    from ..model_zoo.loading import read_metadata
 
     found = {json.loads(read_metadata(p).get("extra", "{}")).get("imported_sha256")
              for p in out.glob("*/ckpt-*.safetensors")}

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..codecs import gbuffer_encoder, tiny, wan_vae
-from ..errors import AlayaError
-from ..latents import TIME_COMPRESSION
+from ..model_zoo.codecs import gbuffer_encoder, tiny, wan_vae
+from ..model_zoo.errors import AlayaError
+from ..model_zoo.latents import TIME_COMPRESSION
 from .common import (StageConfig, autocast, check_device, check_mix, descend, final_weights, latest_checkpoint,
                      step_generator, train_loop)
 from .data import ClipSet
@@ -191,7 +191,7 @@ def start_from(stage: str, cfg: StageConfig, nets: dict[str, torch.nn.Module], l
     named network; weights that do not fit are refused naming the run."""
     if not cfg.init or latest_checkpoint(Path(cfg.out)) is not None:
         return
-    from ..loading import load_strict
+    from ..model_zoo.loading import load_strict
 
     try:
         for name, net in nets.items():
@@ -249,7 +249,7 @@ LATENT_STATS = "latent-stats.safetensors"
 def latent_stats_step(run_dir: str | Path) -> int | None:
     """The checkpoint step a run folder's latent statistics were measured at (None: no statistics,
     or statistics from before the step was recorded)."""
-    from ..loading import read_metadata
+    from ..model_zoo.loading import read_metadata
 
     stats = Path(run_dir) / LATENT_STATS
     if not stats.is_file():
@@ -266,7 +266,7 @@ def calibrate_vae(cfg: VAEStageConfig, clips: ClipSet, log, step: int, samples: 
     variance per channel (what the DiT's noise schedule assumes) with the decoder unchanged in
     effect; a small VAE trained briefly otherwise leaves latents at a small scale.
     """
-    from ..loading import save_safetensors
+    from ..model_zoo.loading import save_safetensors
 
     vae = load_vae(cfg.out, calibrated=False).to(cfg.device)
     g = torch.Generator().manual_seed(cfg.seed + 1)
@@ -280,7 +280,7 @@ def calibrate_vae(cfg: VAEStageConfig, clips: ClipSet, log, step: int, samples: 
 
 def fold_latent_stats(vae: wan_vae.WanVAE, mean: torch.Tensor, std: torch.Tensor) -> None:
     """Make encode() return (z - mean) / std and decode() accept it, by editing conv1 / conv2 exactly."""
-    from ..latents import WAN21_LATENT_MEAN, WAN21_LATENT_STD
+    from ..model_zoo.latents import WAN21_LATENT_MEAN, WAN21_LATENT_STD
 
     z = vae.config.z_dim
     wm, ws = torch.tensor(WAN21_LATENT_MEAN), torch.tensor(WAN21_LATENT_STD)
@@ -298,7 +298,7 @@ def fold_latent_stats(vae: wan_vae.WanVAE, mean: torch.Tensor, std: torch.Tensor
 def vae_decode_unclamped(vae: wan_vae.WanVAE, z: torch.Tensor) -> torch.Tensor:
     """WanVAE.decode for training: whole clip, with gradients and WITHOUT the final clamp (a clamped
     output saturated on the wrong side gets no gradient and stays stuck)."""
-    from ..latents import denormalize
+    from ..model_zoo.latents import denormalize
 
     return vae.decoder(vae.conv2(denormalize(z)), {})
 
@@ -314,7 +314,7 @@ def load_vae(run_dir: str | Path, calibrated: bool = True) -> wan_vae.WanVAE:
 
     calibrated: fold the folder's latent statistics (calibrate_vae) into it, as every later stage sees it.
     """
-    from ..loading import load_strict, read_metadata
+    from ..model_zoo.loading import load_strict, read_metadata
 
     ckpt = latest_checkpoint(Path(run_dir))
     if ckpt is None:
@@ -333,7 +333,7 @@ def load_vae(run_dir: str | Path, calibrated: bool = True) -> wan_vae.WanVAE:
         if at is not None and at != step:
             raise AlayaError(f"{stats}: measured at step {at} but {ckpt.name} is step {step}; "
                              "run `alaya-flash train vae` again to recalibrate")
-        from ..loading import read_state_dict
+        from ..model_zoo.loading import read_state_dict
 
         got = read_state_dict(stats)
         fold_latent_stats(vae, got["mean"], got["std"])
@@ -365,7 +365,7 @@ class CachedTargets:
     def __init__(self, cfg: CodecStageConfig, clips: ClipSet):
         import json
 
-        from ..loading import read_metadata
+        from ..model_zoo.loading import read_metadata
         from .latent_data import LatentSet, selected_windows
 
         path = Path(cfg.latents)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import AlayaError
+from ..model_zoo.errors import AlayaError
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,9 @@ def blend_students(student, student_run: str, blend_run: str, weight: float) -> 
 
 
 def run_export(cfg: ExportConfig, log, progress=None) -> int:
-    from .. import bundle
-    from ..codecs import gbuffer_encoder, tiny
-    from ..loading import load_strict, read_metadata
+    from ..model_zoo import bundle
+    from ..model_zoo.codecs import gbuffer_encoder, tiny
+    from ..model_zoo.loading import load_strict, read_metadata
     from .codecs import load_vae
     from .common import final_weights, latest_checkpoint, run_chunk_frames, run_text_encoder
     from .teacher import load_dit

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from ..bundle import load_text_encoder
-from ..errors import AlayaError
-from ..loading import read_metadata, read_state_dict, save_safetensors
-from ..text_encoder import MINILM
+from ..model_zoo.bundle import load_text_encoder
+from ..model_zoo.errors import AlayaError
+from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
+from ..model_zoo.text_encoder import MINILM
 from .data import ClipSet
 
 
@@ -33,10 +33,10 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     its teacher's file holds; the windows are the same for the same data / frames / max_windows)."""
     import json
 
-    from ..codecs import gbuffer_encoder
+    from ..model_zoo.codecs import gbuffer_encoder
     from .codecs import load_vae, to_video, vae_gbuffer_latents
     from .common import autocast, final_weights
-    from ..loading import load_strict
+    from ..model_zoo.loading import load_strict
     from .data import dataset_meta
 
     # the checkpoint steps too: a cache of an earlier VAE or encoder (a stage resumed since) is stale
