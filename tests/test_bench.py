@@ -37,6 +37,13 @@ def test_bench_reports_every_stage_of_the_flash_pipeline(fmt, capsys):
     assert r["peak_rss_mib"] > 0 and "peak_gpu_mib" not in r
     lat = f["chunk_latency_ms"]
     assert 0 < lat["p50"] <= lat["p99"] <= 1000 * f["seconds"]
+    shade = r["shade"]  # the shading prior on the same G-buffers, one thread, chunks after the first
+    assert shade["threads"] == 1 and shade["chunks"] >= 1
+    assert 0 < shade["ms_per_frame_median"] <= shade["ms_per_frame_worst"]
+
+
+def test_bench_leaves_the_shading_prior_out_when_told(capsys):
+    assert "shade" not in bench(capsys, *TINY, "--device", "cpu", "--format", "png", "--no-shade")
 
 
 def test_bench_compares_the_teacher_on_the_same_input(capsys):

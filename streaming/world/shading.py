@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
+from ...model_zoo.light import Light
 
 CONTENT = "colourful toy objects tumbling and rolling across a walled courtyard"
 
@@ -96,6 +97,23 @@ def turned(preset: LightingPreset, degrees: float) -> LightingPreset:
 
     fills = tuple((e, a + degrees, rgb) for e, a, rgb in preset.fills)
     return dataclasses.replace(preset, sun_azimuth=preset.sun_azimuth + degrees, fills=fills)
+
+
+def heading(camera) -> float:
+    """Degrees (world azimuth, from +x towards +y) of the camera's view direction seen from above."""
+    forward = -camera.rotation[2]
+    return math.degrees(math.atan2(forward[1], forward[0]))
+
+
+def light_of(preset: LightingPreset | str, camera_heading: float = 0.0) -> Light:
+    """The preset as a camera-relative `Light` (model_zoo/light.py) for a camera heading `camera_heading`
+    degrees: the sun's and the fills' azimuths become relative to where the camera looks."""
+    p = get_preset(preset) if isinstance(preset, str) else preset
+    fills = tuple((e, a - camera_heading, tuple(rgb)) for e, a, rgb in p.fills)
+    return Light(sun_azimuth=(p.sun_azimuth - camera_heading + 180) % 360 - 180, sun_elevation=p.sun_elevation,
+                 sun_color=tuple(p.sun_color), sky_zenith=tuple(p.sky_zenith), sky_horizon=tuple(p.sky_horizon),
+                 ground=tuple(p.ground), ambient=p.ambient, fills=tuple((e, (a + 180) % 360 - 180, rgb) for e, a, rgb in fills),
+                 fog_color=tuple(p.fog_color), fog_density=p.fog_density, exposure=p.exposure).validate(f"preset {p.name}")
 
 
 def get_preset(name: str) -> LightingPreset:

@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "shots): each one's FPS and latency, and the memory an extra session costs")
     parser.add_argument("--busy-neighbour", action="store_true",
                         help="start one busy process beside the renderer for the run (what a game engine is)")
+    parser.add_argument("--no-shade", action="store_true",
+                        help="leave out the shading prior's timing (`shade`: the passes lit by a Light, on one thread)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -170,6 +172,36 @@ def concurrent_sessions(count: int, make_steps, clip: Path, size, frames: int, c
     return out
 
 
+def shade_timing(clip: Path, size, frames: int, chunk: int) -> dict:
+    """The shading prior (model_zoo/shading_prior.py) over the clip's G-buffers, chunk by chunk on ONE
+    torch thread (its budget: a core beside the networks): median and worst ms per frame, after a
+    warm-up chunk."""
+    import torch
+
+    from ....model_zoo.light import Light, pack
+    from ....model_zoo.shading_prior import ShadingPrior
+    from ...engine.pipelines import gbuffer_chunks
+    from ...files.readers import open_gbuffers
+
+    prior, light = ShadingPrior(), pack(Light())[0]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        per_frame = []
+        with torch.inference_mode():
+            stream = open_gbuffers(clip, "npy-windows", stop=frames, size=size, resize="stretch")
+            for k, g in enumerate(gbuffer_chunks(stream, chunk)):
+                t0 = time.perf_counter()
+                prior(g.images, light, depth_near=g.depth_near)
+                if k:  # the first chunk pays one-off costs
+                    per_frame.append((time.perf_counter() - t0) / len(g))
+    finally:
+        torch.set_num_threads(before)
+    per_frame = per_frame or [0.0]
+    return {"ms_per_frame_median": _percentile(per_frame, 50), "ms_per_frame_worst": _percentile(per_frame, 100),
+            "threads": 1, "chunks": len(per_frame)}
+
+
 def run(args) -> int:
     import dataclasses
 
@@ -225,6 +257,8 @@ def run(args) -> int:
         result["warm_up_s"] = round(time.perf_counter() - t0, 3)
         result["flash"] = measure(flash_steps, clip, args.size, args.frames, args.chunk, _out(tmp, "flash", args.format),
                                   args.format, sync, plan.lanes)
+        if not args.no_shade:
+            result["shade"] = shade_timing(clip, args.size, args.frames, args.chunk)
         if args.sessions > 1:
             result["sessions"] = concurrent_sessions(args.sessions, flash_steps, clip, args.size, args.frames, args.chunk,
                                                      tmp, args.format, dev, plan.threads)
@@ -253,6 +287,9 @@ def run(args) -> int:
         print(f"Flash {w}x{h}, {args.frames} frames, {result['weights']}, {result['cpu']}"
               f"{', beside a busy process' if args.busy_neighbour else ''}: {f['fps_steady']} FPS steady, "
               f"first frames after {f['first_frame_latency_s']} s, ms/frame {f['ms_per_frame']}, peak RSS {result['peak_rss_mib']} MiB")
+        if "shade" in result:
+            print(f"shade (shading prior, one thread): {result['shade']['ms_per_frame_median']} ms/frame median, "
+                  f"{result['shade']['ms_per_frame_worst']} worst")
         if "sessions" in result:
             ss = result["sessions"]
             print(f"{ss['count']} sessions at once: {ss['fps_steady']} FPS steady each ({ss['fps_steady_total']} in all)"

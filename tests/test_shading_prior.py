@@ -1,0 +1,212 @@
+"""The shading prior against analytic scenes and the physics world's own truth (model_zoo/shading_prior.py)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from alaya_flash.model_zoo.light import PACKED, Light, pack
+from alaya_flash.model_zoo.shading_prior import PRIOR_CHANNELS, PriorConfig, ShadingPrior, direction
+from alaya_flash.streaming import metrics
+from alaya_flash.streaming.gbuffer import GBufferFrame, frame_to_teacher
+
+FOV = 60.0
+DARK = dict(sky_zenith=(0.0, 0.0, 0.0), sky_horizon=(0.0, 0.0, 0.0), ground=(0.0, 0.0, 0.0))
+
+
+def _rays(h, w):
+    f = 0.5 * h / math.tan(math.radians(FOV) / 2)
+    j, i = np.meshgrid(np.arange(w) + 0.5 - w / 2, np.arange(h) + 0.5 - h / 2)
+    return np.stack([j / f, -i / f, -np.ones((h, w))], -1), f
+
+
+def _box_hits(rays, lo, hi):
+    """Ray (from the origin) parameters t at which each ray enters an axis-aligned box, inf where it misses,
+    and the entry face's normal."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t1, t2 = (np.asarray(lo) / rays), (np.asarray(hi) / rays)
+    near, far = np.minimum(t1, t2), np.maximum(t1, t2)
+    t_in, t_out = near.max(-1), far.min(-1)
+    hit = (t_in <= t_out) & (t_out > 0)
+    axis = near.argmax(-1)
+    normal = np.zeros(rays.shape)
+    side = -np.sign(np.take_along_axis(rays, axis[..., None], -1))[..., 0]
+    np.put_along_axis(normal, axis[..., None], side[..., None], -1)
+    return np.where(hit, t_in, np.inf), normal
+
+
+def _frame(depth, normal, albedo=0.5, metallic=0.0, roughness=1.0, depth_near=0.5):
+    h, w = depth.shape
+    full = lambda v: np.full((h, w), v, np.float32)  # noqa: E731
+    frame = GBufferFrame(index=0, timestamp=0.0, albedo=np.full((h, w, 3), albedo, np.float32),
+                         depth=depth.astype(np.float32), metallic=full(metallic),
+                         normal=normal.astype(np.float32), roughness=full(roughness))
+    return torch.from_numpy(frame_to_teacher(frame, depth_near))
+
+
+def _top_down_box(h=128, w=128, height=10.0, box=2.0):
+    """A camera `height` above the ground looking straight down at a cube of side `box` standing on it."""
+    rays, f = _rays(h, w)
+    t_ground = np.full((h, w), height)
+    t_box, n_box = _box_hits(rays, (-box / 2, -box / 2, -height), (box / 2, box / 2, -height + box))
+    on_box = t_box < t_ground
+    depth = np.where(on_box, t_box, t_ground)  # rays have z = -1, so t is the depth
+    normal = np.where(on_box[..., None], n_box, np.array([0.0, 0.0, 1.0]))
+    return depth, normal, f
+
+
+def test_a_plane_is_lit_by_the_cosine_of_the_sun_angle():
+    """A rough white wall facing the camera: its radiance follows N.L as the sun goes round behind the camera."""
+    h = w = 32
+    depth, normal = np.full((h, w), 4.0), np.broadcast_to(np.array([0.0, 0.0, 1.0]), (h, w, 3))
+    images = _frame(depth, normal, albedo=1.0, roughness=1.0)
+    prior = ShadingPrior()
+    up = torch.tensor([0.0, 1.0, 0.0])
+    lit = {}
+    for elevation in (0.0, 30.0, 60.0):
+        light = pack(Light(sun_azimuth=180.0, sun_elevation=elevation, sun_color=(1.0, 1.0, 1.0), **DARK))
+        color, shadow, _, _ = prior.radiance(images, light[0], up=up, ao=False)
+        assert shadow.min() == 1.0  # nothing stands between the wall and the sun
+        lit[elevation] = color[0, 1].mean().item()
+    # N.L = cos(elevation) for a sun behind the camera; GGX on a rough dielectric adds about 1%.
+    for elevation in (30.0, 60.0):
+        assert lit[elevation] / lit[0.0] == pytest.approx(math.cos(math.radians(elevation)), rel=0.02)
+
+
+@pytest.mark.parametrize("stride, pixels", [(1, 1.0), (PriorConfig.shadow_stride, PriorConfig.shadow_stride)])
+def test_a_box_casts_a_shadow_of_its_height_over_the_tangent_of_the_sun_elevation(stride, pixels):
+    """Seen from 10 units above, a 2-unit cube under a sun at 45 degrees throws a 2-unit shadow; its tip
+    on the screen is within a pixel of where that lands (marching every pixel), within one marched
+    block at the shipped stride."""
+    h = w = 128
+    height, box = 10.0, 2.0
+    depth, normal, f = _top_down_box(h, w, height, box)
+    images = _frame(depth, normal, depth_near=2.0)  # 8-bit inverse depth: the ground at 10 exactly
+    up = torch.tensor([0.0, 0.0, 1.0])  # looking straight down: up is toward the camera
+    for elevation in (45.0, 30.0):
+        light = pack(Light(sun_azimuth=0.0, sun_elevation=elevation))
+        out = ShadingPrior(PriorConfig(shadow_stride=stride))(images, light[0], depth_near=2.0, up=up)
+        shadow = out[3].numpy()
+        # azimuth 0 with up along the view axis is the screen's up: the shadow falls down the screen
+        sun = direction(torch.tensor(elevation), torch.tensor(0.0), up)
+        assert sun[1] > 0.5 and abs(sun[0]) < 1e-6
+        length = box / math.tan(math.radians(elevation))
+        tip = h / 2 + f * (box / 2 + length) / height  # the shadow's far edge, in pixel rows
+        column = shadow[:, w // 2]
+        dark = np.nonzero(column[h // 2:] < 0.5)[0] + h // 2
+        assert len(dark) > 0
+        assert abs((dark.max() + 1) - tip) <= pixels, (elevation, dark.max() + 1, tip)
+        # and nothing is dark on the sun's side of the box
+        assert column[: int(h / 2 - f * box / 2 / (height - box)) - 1].min() == 1.0
+
+
+def test_a_mirror_sphere_shows_the_sun_where_its_normal_halves_view_and_light():
+    h = w = 96
+    rays, f = _rays(h, w)
+    centre, radius = np.array([0.0, 0.0, -5.0]), 1.5
+    d = rays / np.linalg.norm(rays, axis=-1, keepdims=True)
+    b = (d * centre).sum(-1)
+    disc = b * b - (centre * centre).sum() + radius * radius
+    t = np.where(disc > 0, b - np.sqrt(np.maximum(disc, 0)), np.inf)
+    points = d * t[..., None]
+    hit = np.isfinite(t)
+    normal = np.where(hit[..., None], (points - centre) / radius, np.array([0.0, 0.0, 1.0]))
+    depth = np.where(hit, -points[..., 2], np.inf)
+    images = _frame(depth, normal, albedo=0.9, metallic=1.0, roughness=0.08)
+    up = torch.tensor([0.0, 1.0, 0.0])
+    light = Light(sun_azimuth=150.0, sun_elevation=35.0, sun_color=(5.0, 5.0, 5.0), **DARK)
+    out = ShadingPrior(PriorConfig(ao_samples=0))(images, pack(light)[0], up=up)
+    lum = out[:3].mean(0).numpy()
+    lum[~hit] = -1
+    got = np.unravel_index(lum.argmax(), lum.shape)
+    sun = direction(torch.tensor(35.0), torch.tensor(150.0), up).numpy()
+    half = -d + sun
+    half /= np.linalg.norm(half, axis=-1, keepdims=True)
+    angle = np.where(hit, (normal * half).sum(-1), -2)
+    want = np.unravel_index(angle.argmax(), angle.shape)
+    assert abs(got[0] - want[0]) <= 1 and abs(got[1] - want[1]) <= 1, (got, want)
+    assert want[1] < w / 2 - 5 and want[0] < h / 2 - 3  # the sun is up and to the left: so is its highlight
+
+
+def test_a_metal_reflects_the_sky_and_a_dielectric_does_not():
+    """Under a blue zenith and an orange horizon with no sun, a mirror sphere's top is bluer than its
+    middle; a rough dielectric's is not, by far."""
+    h = w = 64
+    rays, _ = _rays(h, w)
+    centre, radius = np.array([0.0, 0.0, -4.0]), 1.2
+    d = rays / np.linalg.norm(rays, axis=-1, keepdims=True)
+    b = (d * centre).sum(-1)
+    disc = b * b - (centre * centre).sum() + radius * radius
+    t = np.where(disc > 0, b - np.sqrt(np.maximum(disc, 0)), np.inf)
+    points = d * t[..., None]
+    hit = np.isfinite(t)
+    normal = np.where(hit[..., None], (points - centre) / radius, np.array([0.0, 0.0, 1.0]))
+    depth = np.where(hit, -points[..., 2], np.inf)
+    light = pack(Light(sun_color=(0.0, 0.0, 0.0), sky_zenith=(0.1, 0.3, 1.0), sky_horizon=(1.0, 0.5, 0.1),
+                       ground=(0.0, 0.0, 0.0)))[0]
+    up = torch.tensor([0.0, 1.0, 0.0])
+
+    def blue_minus_red(metallic, roughness, rows):
+        images = _frame(depth, normal, albedo=0.95, metallic=metallic, roughness=roughness)
+        rgb = ShadingPrior(PriorConfig(ao_samples=0))(images, light, up=up)[:3]
+        patch = rgb[:, rows, w // 2 - 2:w // 2 + 2]
+        return (patch[2] - patch[0]).mean().item()
+
+    top, middle = slice(h // 2 - 16, h // 2 - 12), slice(h // 2 - 2, h // 2 + 2)
+    assert blue_minus_red(1.0, 0.05, top) - blue_minus_red(1.0, 0.05, middle) > 0.2
+    assert abs(blue_minus_red(0.0, 1.0, top) - blue_minus_red(0.0, 1.0, middle)) < 0.1
+
+
+def test_fog_at_a_known_depth():
+    """A black wall at depth D in fog of density k shows fog colour times 1 - exp(-k D)."""
+    h = w = 16
+    for depth_value in (2.55, 10.2):  # 8-bit inverse depths 100 and 25 with depth_near 1: exact
+        images = _frame(np.full((h, w), depth_value), np.broadcast_to(np.array([0.0, 0.0, 1.0]), (h, w, 3)),
+                        albedo=0.0, roughness=1.0, depth_near=1.0)
+        light = pack(Light(sun_color=(0.0, 0.0, 0.0), ambient=0.0, fog_color=(0.5, 0.6, 0.7), fog_density=0.1))[0]
+        color, _, _, _ = ShadingPrior().radiance(images, light, depth_near=1.0)
+        want = torch.tensor([0.5, 0.6, 0.7]) * (1 - math.exp(-0.1 * depth_value))
+        assert torch.allclose(color[0, :, h // 2, w // 2], want, atol=2e-3)
+
+
+def test_background_is_the_sky_and_the_output_has_its_channels():
+    h = w = 16
+    images = _frame(np.full((h, w), np.inf), np.broadcast_to(np.array([0.0, 0.0, 1.0]), (h, w, 3)))
+    light = Light(sun_color=(0.0, 0.0, 0.0), sky_zenith=(0.1, 0.2, 0.9), sky_horizon=(0.9, 0.6, 0.2))
+    out = ShadingPrior()(images[None].expand(3, -1, -1, -1, -1), pack(light)[0], up=torch.tensor([0.0, 1.0, 0.0]))
+    assert out.shape == (3, PRIOR_CHANNELS, h, w)
+    top, bottom = out[0, :3, 0].mean(-1), out[0, :3, -1].mean(-1)  # looking up is nearer the zenith
+    assert top[2] > bottom[2] and top[0] < bottom[0]
+    assert (out[:, 3:] == 1).all()  # no shadow, no occlusion on the sky
+
+
+@pytest.mark.parametrize("preset", ["bright_sunny", "sunset_dramatic", "cyberpunk_neon"])
+def test_given_the_truth_sun_visibility_the_prior_is_the_physics_world_truth(preset):
+    """The physics world's truth is the same shading model: from its 8-bit G-buffers and the preset as a
+    camera-relative Light, the prior lands within 8-bit rounding of it (>= 45 dB)."""
+    from alaya_flash.streaming.world import WorldConfig, WorldSource
+    from alaya_flash.streaming.world.shading import heading, light_of
+
+    source = WorldSource(WorldConfig(seed=2, width=64, height=64, num_frames=2, presets=(preset,), shadows=True))
+    for frame, camera in source.frames_with_cameras():
+        images = torch.from_numpy(frame_to_teacher(frame))
+        up = torch.tensor(camera.rotation @ np.array([0.0, 0.0, 1.0]), dtype=torch.float32)
+        light = pack(light_of(preset, heading(camera)))[0]
+        vis = torch.from_numpy(frame.extras["sun_visibility"])
+        out = ShadingPrior()(images, light, up=up, sun_visibility=vis, ao=False)
+        truth = torch.from_numpy(frame.extras["rgb"]).permute(2, 0, 1).float() / 255
+        assert metrics.psnr(out[:3], truth) >= 45.0
+        # without the truth's visibility it casts shadows of its own, and loses the exactness
+        own = ShadingPrior()(images, light, up=up)
+        assert metrics.psnr(own[:3], truth) < metrics.psnr(out[:3], truth)
+
+
+def test_the_prior_is_differentiable_in_the_light():
+    h = w = 16
+    images = _frame(np.full((h, w), 3.0), np.broadcast_to(np.array([0.0, 0.6, 0.8]), (h, w, 3)))
+    light = pack(Light())[0].requires_grad_(True)
+    ShadingPrior()(images, light)[:3].mean().backward()
+    assert light.grad.shape == (PACKED,)
+    assert light.grad.abs().sum() > 0 and torch.isfinite(light.grad).all()
