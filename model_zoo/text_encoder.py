@@ -141,7 +141,7 @@ class TextEncoder:
     @torch.no_grad()
     def embed(self, prompts: list[str]) -> torch.Tensor:
         """Sentence embeddings (B, 384), mean-pooled over real tokens and L2-normalised."""
-        return self._run(prompts)[0]
+        return self.states(prompts)[0]
 
     @staticmethod
     def _check_prompts(prompts) -> None:
@@ -149,8 +149,9 @@ class TextEncoder:
             raise AlayaError(f"text encoder: expected a list of prompt strings, got {prompts!r:.80}")
 
     @torch.no_grad()
-    def _run(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(sentence embeddings (B, D), every token's output (B, L, D))."""
+    def states(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(sentence embeddings (B, D) unit norm, every token's output (B, L, D), mask (B, L): 1 on real
+        tokens): what the light head reads (model_zoo/light_head.py)."""
         self._check_prompts(prompts)
         batch = self.tokenizer.encode_batch(list(prompts))
         ids = torch.tensor([e.ids for e in batch], device=self.device)
@@ -158,14 +159,14 @@ class TextEncoder:
         hidden = self.model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).last_hidden_state.float()
         m = mask[..., None].float()
         pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
-        return F.normalize(pooled, dim=-1), hidden
+        return F.normalize(pooled, dim=-1), hidden, mask
 
     def context(self, prompt: str) -> torch.Tensor:
         """One prompt's context (text_len, 384): the sentence embedding, then (with `tokens`) each word
         token's output, unit norm, in order ([CLS] and [SEP] included), zeros after the prompt's last
         token. The word tokens are what tell apart words the pooled embedding nearly merges (the
         sun "on the left" and "on the right" lie 0.02 apart pooled, about 0.5 at the side's token)."""
-        pooled, hidden = self._run([prompt])
+        pooled, hidden, _ = self.states([prompt])
         if not self.tokens:
             return pooled
         words = F.normalize(hidden[0, : self.tokens], dim=-1)

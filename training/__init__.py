@@ -14,6 +14,7 @@ order, each reading the previous stages' output folders:
     decoder      the tiny decoder adapted to the student's streamed latents               (decoder.py)
     refiner      the G-buffer refiner fitted to an exported model's own frames          (refiner.py)
     text-anchor  the student's and refiner's prompt MLPs refitted so paraphrases land on their preset (text_anchor.py)
+    light-head   prompt -> Light: nearest lighting preset and the sun's side, from every preset's wordings (light_head.py)
     export       one safetensors per network + bundle JSON                               (export.py)
     import       an exported model folder back into run folders, to fine-tune it       (import_model.py)
 
@@ -35,6 +36,7 @@ STAGES: dict[str, tuple[str, str, str]] = {
     "decoder": ("decoder", "DecoderStageConfig", "run_decoder"),
     "refiner": ("refiner", "RefinerStageConfig", "run_refiner"),
     "text-anchor": ("text_anchor", "TextAnchorConfig", "run_text_anchor"),
+    "light-head": ("light_head", "LightHeadStageConfig", "run_light_head"),
     "export": ("export", "ExportConfig", "run_export"),
     "import": ("import_model", "ImportConfig", "run_import"),
 }

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "batch": "batch",
     "render": "render",
     "bench": "bench",
+    "shade": "shade",
 }
 
 log = logging.getLogger("alaya_flash")

@@ -28,8 +28,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from ....model_zoo.errors import AlayaError
+from ....model_zoo.light import Light
+from ....model_zoo.light_head import NO_SIDE_AZIMUTH
 from ..shading import CONTENT as PHYSICS_CONTENT
-from ..shading import PRESETS, LightingPreset, _prompt
+from ..shading import PRESETS, LightingPreset, _prompt, light_of
 from .scene import CONTENT
 
 SIDES = {"ahead": 0.0, "left": 90.0, "behind": 180.0, "right": -90.0}
@@ -85,6 +87,14 @@ TRACED_PRESETS: dict[str, TracedPreset] = {p.name: p for p in [
     *_NEW,
 ]}
 """Every world v2 preset: the physics world's (less `underwater`, which a street cannot show) and the new ones."""
+
+
+def named_lights(azimuth: float = NO_SIDE_AZIMUTH) -> dict[str, Light]:
+    """Every lighting preset of both worlds as a camera-relative Light (model_zoo/light.py) with the sun
+    at `azimuth` (default: behind the camera to the left): what `--light NAME` and the light head's
+    table start from."""
+    bases = {**PRESETS, **{n: p.base for n, p in TRACED_PRESETS.items()}}
+    return {n: light_of(p, camera_heading=p.sun_azimuth - azimuth) for n, p in bases.items()}
 
 
 def get_traced_preset(name: str) -> TracedPreset:

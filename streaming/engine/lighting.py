@@ -1,0 +1,113 @@
+"""The light a stream renders under, frame by frame, and the stage that shades G-buffers with it.
+
+A `LightSchedule` is keyframes of `Light`s (model_zoo/light.py) keyed by pixel frame; between two
+keyframes the light moves linearly (the sun's azimuth the short way round), so the sun can travel
+mid-stream. It comes from the user (`--light`: one light, or lines 'FRAME: light'; the Light node),
+or from the prompt schedule through the light head (model_zoo/light_head.py): each prompt entry's
+light holds from its frame. An explicit light wins over the prompt's.
+
+`Shade` is a stage of the chunk loop: G-buffers -> the shading prior's frames (IMAGE, float
+(T, H, W, 3) in [0, 1]) under the schedule's light. `alaya-flash shade` renders with it alone (a
+lighting preview, and eval's prior-only baseline).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ...model_zoo.errors import AlayaError
+from ...model_zoo.light import SLICES, Light, pack, unpack
+from .pipelines import GBuffers, PromptSchedule, parse_schedule
+
+_KEYFRAME = re.compile(r"^\s*(\d+)\s*:\s*(.*)$")
+
+
+@dataclass
+class LightSchedule:
+    """[(pixel frame, packed light (PACKED,))], frames increasing from 0."""
+
+    keys: list[tuple[int, torch.Tensor]]
+
+    @classmethod
+    def constant(cls, light: Light) -> "LightSchedule":
+        return cls([(0, pack(light)[0])])
+
+    @classmethod
+    def parse(cls, text: str, where: str = "--light", named: dict | None = None) -> "LightSchedule":
+        """One light (JSON or the short form), or lines 'FRAME: light' (the first at frame 0)."""
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        if not any(_KEYFRAME.match(line) for line in lines):
+            return cls.constant(Light.parse(text, where, named))
+        keys = []
+        for line in lines:
+            m = _KEYFRAME.match(line)
+            if not m:
+                raise AlayaError(f"{where}: {line.strip()!r} is not 'FRAME: light' (every line of a light schedule is)")
+            frame = int(m.group(1))
+            keys.append((frame, pack(Light.parse(m.group(2), f"{where} (frame {frame})", named))[0]))
+        frames = [f for f, _ in keys]
+        if frames[0] != 0:
+            raise AlayaError(f"{where}: the first keyframe must be at frame 0, got frame {frames[0]}")
+        if frames != sorted(set(frames)):
+            raise AlayaError(f"{where}: keyframe frames must increase, got {frames}")
+        return cls(keys)
+
+    @classmethod
+    def from_prompts(cls, prompts: PromptSchedule | str, head, text_encoder) -> "LightSchedule":
+        """Each prompt entry's light as the light head reads it, held from the entry's frame (no blending:
+        a prompt switch is a cut)."""
+        entries = parse_schedule(prompts) if isinstance(prompts, str) else [(f, t) for f, t, _ in prompts.entries]
+        keys = []
+        with torch.no_grad():
+            for k, (frame, text) in enumerate(entries):
+                light = head.packed(*text_encoder.states([text]))[0]
+                keys.append((frame, light))
+                following = entries[k + 1][0] if k + 1 < len(entries) else None
+                if following is not None and following - 1 > frame:  # held up to the next entry's frame
+                    keys.append((following - 1, light))
+        return cls(keys)
+
+    def at(self, frames: torch.Tensor) -> torch.Tensor:
+        """Packed lights (T, PACKED) at pixel frames (T,), interpolated between keyframes."""
+        key_frames = torch.tensor([f for f, _ in self.keys], dtype=torch.float32)
+        values = torch.stack([v for _, v in self.keys])
+        t = frames.float().clamp(0, float(key_frames[-1]))
+        hi = torch.searchsorted(key_frames, t, right=True).clamp(1, len(self.keys) - 1) if len(self.keys) > 1 else None
+        if hi is None:
+            return values[0].expand(len(frames), -1).clone()
+        lo = hi - 1
+        span = (key_frames[hi] - key_frames[lo]).clamp_min(1.0)
+        w = ((t - key_frames[lo]) / span).clamp(0, 1)[:, None]
+        out = values[lo] + (values[hi] - values[lo]) * w
+        a0, a1 = values[lo][:, SLICES["sun_azimuth"]], values[hi][:, SLICES["sun_azimuth"]]
+        turn = (a1 - a0 + 180) % 360 - 180  # the sun moves the short way round
+        out[:, SLICES["sun_azimuth"]] = (a0 + turn * w + 180) % 360 - 180
+        return out
+
+    def lights(self) -> list[Light]:
+        return unpack(torch.stack([v for _, v in self.keys]))
+
+
+class Shade:
+    """G-buffers -> the shading prior's frames under a LightSchedule (one chunk in, the same frames out)."""
+
+    def __init__(self, lights: LightSchedule, prior=None, up: torch.Tensor | None = None):
+        from ...model_zoo.shading_prior import ShadingPrior
+
+        self.lights, self.prior, self.up = lights, prior or ShadingPrior(), up
+        self.frame = 0  # pixel frames shaded so far
+
+    def step(self, gbuffers: GBuffers | None) -> torch.Tensor | None:
+        if gbuffers is None:
+            return None
+        n = len(gbuffers)
+        light = self.lights.at(torch.arange(self.frame, self.frame + n))
+        with torch.inference_mode():
+            out = self.prior(gbuffers.images, light, depth_near=gbuffers.depth_near, up=self.up)
+        self.frame += n
+        return out[:, :3].movedim(1, -1).contiguous()
+
+    def flush(self) -> None:
+        return None
