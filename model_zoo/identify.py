@@ -19,9 +19,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import published, registry
+from . import helios, published, registry
+from .bundle import FLASH_OPTIONAL_ROLES, FLASH_ROLES, TEACHER_ROLES, _config_from_entry, model_folder_kind
+from .convert import vae_to_wan
 from .errors import AlayaError, CheckpointError
 from .loading import check_shapes, read_header, read_metadata, read_shapes
+from .release import describe_release
+from .weight_files import PICKLE_SUFFIXES, refuse_non_safetensors, unit_parts
 
 
 @dataclass
@@ -57,8 +61,6 @@ def _spec_shapes(name: str) -> dict[str, tuple[int, ...]]:
 
 def _converter(family: str):
     if family == "wan-vae":
-        from .convert import vae_to_wan
-
         return vae_to_wan
     return getattr(registry._family_module(family), "convert_names", None)
 
@@ -221,7 +223,7 @@ def _helios(header: dict) -> str | None:
 def _describe_unit(path: Path, report: Report, label: str | None = None) -> None:
     """A .safetensors file, shard or index: one line per network it holds."""
     label = label or str(path)
-    parts, _meta, source, layout = published._unit_parts(path)
+    parts, _meta, source, layout = unit_parts(path)
     header = {k: v for _, h in parts for k, v in h.items()}
     if _helios(header) is not None:
         report.lines.append(f"{label}: Flash-student DiT in diffusers' Helios naming (patch_short/norm_out.scale_shift_table); "
@@ -270,7 +272,7 @@ def _scan(folder: Path, report: Report, label: str, depth: int) -> None:
         for unit in published._folder_units(folder):
             _describe_unit(unit.path, report, str(unit.path))
     for p in sorted(folder.iterdir()):
-        if p.is_file() and p.suffix in published.PICKLE_SUFFIXES:
+        if p.is_file() and p.suffix in PICKLE_SUFFIXES:
             report.lines.append(f"{p}: a PyTorch pickle ({p.suffix}); never loaded (only .safetensors)")
     if depth > 0 and not handled:
         for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
@@ -284,12 +286,8 @@ def _scan(folder: Path, report: Report, label: str, depth: int) -> None:
 
 def _describe_release(folder: Path, report: Report) -> bool:
     """A Flash release folder (model_zoo/release.py); True if it is one."""
-    from . import helios
-
     if not helios.is_release(folder):
         return False
-    from .release import describe_release
-
     lines, ok = describe_release(folder)
     report.lines += lines
     if ok:
@@ -300,9 +298,7 @@ def _describe_release(folder: Path, report: Report) -> bool:
 
 
 def _model_folder_kind(path: Path) -> str | None:
-    from .bundle import is_model_folder
-
-    return is_model_folder(path)
+    return model_folder_kind(path)  # a Flash release was looked for first (_describe_release)
 
 
 def _missing(report: Report, folder: Path) -> None:
@@ -334,8 +330,6 @@ def _missing(report: Report, folder: Path) -> None:
 
 def _describe_model_folder(folder: Path, report: Report) -> None:
     """One of our model folders (config.json 'alaya-flash/flash' or 'alaya-flash/teacher')."""
-    from .bundle import FLASH_OPTIONAL_ROLES, FLASH_ROLES, TEACHER_ROLES, _config_from_entry
-
     cfg_path = folder / "config.json"
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
@@ -405,5 +399,5 @@ def identify_path(path: str | os.PathLike) -> Report:
     if path.name.endswith(".index.json") or path.suffix == ".safetensors":
         _describe_unit(path, report)
         return report
-    published._refuse_non_safetensors(path)
+    refuse_non_safetensors(path)
     return report

@@ -39,12 +39,13 @@ import torch
 from torch import nn
 
 from . import convert, registry
-from .bundle import TeacherModel, TeacherSettings, is_model_folder, load_teacher
+from .bundle import TeacherModel, TeacherSettings, load_teacher, model_folder_kind
 from .codecs.wan_vae import CONFIGS as VAE_CONFIGS, WanVAEConfig
 from .dit import CONFIGS as DIT_CONFIGS, UMT5_DIM, WAN_TEXT_LEN, DiTConfig, infer_config
 from .errors import AlayaError, CheckpointError
 from .loading import DTYPE_LABELS, FP8_DTYPES, LazyReader, dequantize_fp8, materialize, read_header, read_metadata
 from .precision import preferred_dtype
+from .weight_files import PICKLE_SUFFIXES, SHARD_RE, index_parts, unit_parts
 
 # Wan's standard negative prompt (Wan-Video/Wan2.1 wan/configs/shared_config.py, sample_neg_prompt),
 # which the AlayaRenderer inference script hard-codes (research model.md §1.4).
@@ -68,12 +69,10 @@ T5_MARKERS = ("encoder.block.0.layer.0.SelfAttention.q.weight", "shared.weight")
 UMT5_VOCAB = 256384
 SCALE_SUFFIXES = (".scale_weight", ".weight_scale")  # ComfyUI fp8: legacy, newer
 INPUT_SCALE_SUFFIXES = (".scale_input", ".input_scale")  # activation scales: not needed to dequantize weights
-SHARD_RE = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.safetensors$")
 # Where ComfyUI keeps each kind of file, under its models/ folder
 COMFY_DIT_DIRS = ("diffusion_models", "unet", "checkpoints")
 COMFY_VAE_DIRS = ("vae",)
 COMFY_TEXT_DIRS = ("text_encoders", "clip")
-PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl")
 UMT5_NAME = "umt5-xxl"  # the text encoder name a published teacher needs (model.md §1.4)
 
 
@@ -288,78 +287,10 @@ def _config_from_metadata(metadata: dict | None, component: str, source: str):
 # Files, shard sets and folders -> WeightSets
 
 
-def _refuse_non_safetensors(path: Path) -> None:
-    if path.suffix in PICKLE_SUFFIXES:
-        hint = ""
-        low = path.name.lower()
-        if "vae" in low:
-            hint = " (the Wan2.1 VAE as safetensors: ComfyUI's models/vae/wan_2.1_vae.safetensors, or a diffusers repo's vae/ folder)"
-        elif "t5" in low:
-            hint = " (umT5-XXL as safetensors: ComfyUI's models/text_encoders/umt5_xxl_fp16.safetensors, or a diffusers repo's text_encoder/)"
-        raise CheckpointError(f"{path}: a PyTorch pickle ({path.suffix}); pickles are never loaded, only .safetensors{hint}")
-    raise CheckpointError(f"{path}: not a weight file this renderer reads (.safetensors, a .safetensors.index.json, or a folder)")
-
-
-def _index_parts(index: Path) -> tuple[list[tuple[Path, dict]], dict]:
-    """The shards of an index, each with its header (only the keys the index maps to it), checked."""
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{index}: not a readable index ({err})") from None
-    weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"{index}: no 'weight_map' (an index maps each tensor name to its shard file)")
-    by_file: dict[str, list[str]] = {}
-    for key, name in weight_map.items():
-        by_file.setdefault(name, []).append(key)
-    parts, metadata = [], {}
-    for name in sorted(by_file):
-        shard = index.parent / name
-        if not shard.is_file():
-            raise CheckpointError(f"{index}: shard {name} is missing ({len(by_file[name])} tensors, e.g. {by_file[name][0]})")
-        header = read_header(shard)
-        absent = [k for k in by_file[name] if k not in header]
-        if absent:
-            raise CheckpointError(f"{shard}: {len(absent)} tensors the index maps here are not in it (e.g. {absent[0]})")
-        extra = sorted(set(header) - set(by_file[name]) - {"scaled_fp8"})
-        if extra:
-            raise CheckpointError(f"{shard}: holds {len(extra)} tensors its index {index.name} does not map here (e.g. {extra[0]})")
-        parts.append((shard, header))
-        metadata.update(read_metadata(shard))
-    return parts, metadata
-
-
-def _shard_index(path: Path) -> Path | None:
-    """The index beside a shard file (name-0000N-of-0000M.safetensors), if there is one."""
-    m = SHARD_RE.match(path.name)
-    if not m:
-        return None
-    index = path.with_name(f"{m['stem']}.safetensors.index.json")
-    return index if index.is_file() else None
-
-
-def _unit_parts(path: Path) -> tuple[list[tuple[Path, dict]], dict, str, str]:
-    """A file or an index -> (parts, metadata, source, layout)."""
-    if path.name.endswith(".index.json"):
-        parts, meta = _index_parts(path)
-        return parts, meta, str(path), f"sharded ({len(parts)} files + index)"
-    if path.suffix != ".safetensors":
-        _refuse_non_safetensors(path)
-    index = _shard_index(path)
-    if index is not None:  # one shard given: read the whole set through its index
-        parts, meta = _index_parts(index)
-        return parts, meta, str(index), f"sharded ({len(parts)} files + index)"
-    m = SHARD_RE.match(path.name)
-    if m:
-        raise CheckpointError(f"{path}: shard {int(m['i'])} of {int(m['n'])} without its index "
-                              f"({m['stem']}.safetensors.index.json); a shard alone is not a model")
-    return [(path, read_header(path))], read_metadata(path), str(path), "single file"
-
-
 def open_file(path: str | Path) -> list[WeightSet]:
     """Every Wan DiT / Wan VAE held by a .safetensors file, a shard of a set, or an index."""
     path = Path(path)
-    parts, meta, source, layout = _unit_parts(path)
+    parts, meta, source, layout = unit_parts(path)
     keys = [k for _, h in parts for k in h]
     out = []
     for component, prefix in components(keys).items():
@@ -384,7 +315,7 @@ def _folder_units(folder: Path) -> list[_Unit]:
             pass
     units = []
     for index in indexes:
-        parts, _ = _index_parts(index)
+        parts, _ = index_parts(index)
         units.append(_Unit(index, components(k for _, h in parts for k in h)))
     for f in sorted(folder.glob("*.safetensors")):
         if f.name in covered:
@@ -695,7 +626,7 @@ def load_teacher_files(dit: str | Path, vae: str | Path | None = None, device: s
     settings: default PUBLISHED_TEACHER_SETTINGS (50 steps, CFG 5, shift 5, 81 frames, Wan's negative prompt).
     """
     dit = Path(dit)
-    if dit.is_dir() and is_model_folder(dit) == "teacher" and vae is None:
+    if dit.is_dir() and model_folder_kind(dit) == "teacher" and vae is None:
         model = load_teacher(dit, device=device, dtype=dtype or preferred_dtype(device))
         if text_encoder:
             model.text_encoder_name = text_encoder

@@ -63,7 +63,7 @@ class TextHandle:
 
 
 def _flash_choices() -> list[str]:
-    from ..model_zoo.bundle import is_model_folder
+    from ..model_zoo.folders import is_model_folder
 
     found = [n for n in comfy.list_entries("diffusion_models", folders=True)
              if is_model_folder(comfy.resolve("diffusion_models", n)) == "flash"]
@@ -71,7 +71,7 @@ def _flash_choices() -> list[str]:
 
 
 def _teacher_choices() -> list[str]:
-    from ..model_zoo.bundle import is_model_folder
+    from ..model_zoo.folders import is_model_folder
 
     folders = [n for n in comfy.list_entries("diffusion_models", folders=True)
                if is_model_folder(comfy.resolve("diffusion_models", n)) == "teacher"]
@@ -89,7 +89,7 @@ def _is_shard(name: str) -> bool:
 
 
 def _teacher_folder(path) -> bool:
-    from ..model_zoo.bundle import is_model_folder
+    from ..model_zoo.folders import is_model_folder
 
     return path.is_dir() and is_model_folder(path) == "teacher"
 
@@ -173,7 +173,7 @@ class LoadFlashModel:
                 _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
 
     def load(self, model, decoder, device, precision, text_encoder):
-        from ..model_zoo import bundle
+        from ..model_zoo import bundle, folders
 
         refuse("Load Flash Model", self.check_values(decoder, text_encoder))
         dev = comfy.torch_device(device)
@@ -186,7 +186,7 @@ class LoadFlashModel:
                 from ..model_zoo.errors import AlayaError
 
                 raise AlayaError(f"Flash model {model!r} not found (searched: {comfy.searched('diffusion_models')})")
-            flash = bundle.load_flash(path, dev, dtype)
+            flash = folders.load_flash(path, dev, dtype)
         if decoder != FROM_MODEL:
             # the refiner learned this model's decoder's errors: another decoder's frames pass through unrefined
             flash.decoder = load_tiny_decoder(comfy.resolve("vae_approx", decoder), dev, dtype)

@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("diffusers")
 
 from alaya_flash.model_zoo import helios, release  # noqa: E402
-from alaya_flash.model_zoo.bundle import is_model_folder, load_flash  # noqa: E402
+from alaya_flash.model_zoo.folders import is_model_folder, load_flash  # noqa: E402
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError  # noqa: E402
 from alaya_flash.model_zoo.identify import identify_path  # noqa: E402
 from alaya_flash.model_zoo.loading import read_state_dict, save_safetensors  # noqa: E402

@@ -374,7 +374,7 @@ def test_bundle_names_a_umt5_file(comfy_file, tmp_path):
     flash = bundle.make_random_flash(text_encoder=name)
     assert flash.dit.config.text_dim == 32 and flash.text_encoder() is enc
     bundle.save_flash(flash, tmp_path / "m")  # a model folder's config.json names the file
-    assert bundle.load_flash(tmp_path / "m", dtype=torch.float32).text_encoder_name == name
+    assert bundle.load_flash_folder(tmp_path / "m", dtype=torch.float32).text_encoder_name == name
     with pytest.raises(AlayaError, match="unknown"):
         bundle.load_text_encoder("umt5-small:/x")
 

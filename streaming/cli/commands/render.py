@@ -113,7 +113,7 @@ def run(args) -> int:
 
 def _is_teacher(model: Path | None) -> bool:
     """--model names a teacher unless it is a Flash model folder (or absent: the default Flash model)."""
-    from ....model_zoo.bundle import is_model_folder
+    from ....model_zoo.folders import is_model_folder
     from ....model_zoo.errors import AlayaError
 
     if model is None:
