@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import helios, published, registry
+from . import helios, pickled, published, registry, umt5
 from .bundle import FLASH_OPTIONAL_ROLES, FLASH_ROLES, TEACHER_ROLES, _config_from_entry, model_folder_kind
 from .convert import vae_to_wan
 from .errors import AlayaError, CheckpointError
@@ -247,6 +247,33 @@ def _describe_unit(path: Path, report: Report, label: str | None = None) -> None
         report.unknown += found is None
 
 
+def _describe_pickle(path: Path, report: Report) -> None:
+    """A PyTorch pickle (Wan's Wan2.1_VAE.pth, models_t5_umt5-xxl-enc-bf16.pth), read tensors-only:
+    what it holds and how it is read; raises when it is refused (code in it, not a state dict)."""
+    state = pickled.read_state(path)
+    how = f"read with {pickled.READER}"
+    sets = published.pickle_sets(path, state)
+    for ws in sets:
+        line, found = _describe_set(ws, str(path) if len(sets) == 1 else f"{path} [{ws.component}]")
+        report.lines.append(line)  # its form says how it is read
+        report.found += [found] if found else []
+        report.unknown += found is None
+    if sets:
+        return
+    line, found = _describe_other(path, pickled.header(state), str(path))
+    if found is not None and found.kind == "text":
+        try:
+            tokenizer = umt5._wan_tokenizer(path).source
+            line += f"; form: PyTorch pickle (Wan's names, converted); tokenizer: {tokenizer}"
+        except CheckpointError:
+            tried = " or ".join(str(path.parent / d / "spiece.model") for d in umt5.WAN_TOKENIZER_DIRS[:2])
+            line += f"; form: PyTorch pickle (Wan's names, converted); no tokenizer beside it ({tried}): pass one"
+            found = Found("other", found.label, path)
+    report.lines.append(f"{line}; {how}")
+    report.found += [found] if found else []
+    report.unknown += found is None
+
+
 def _describe_component_folder(folder: Path, report: Report, label: str) -> bool:
     """A folder with config.json naming a diffusers class (transformer/, vae/, text_encoder/); True if handled."""
     cfg_file = folder / "config.json"
@@ -272,8 +299,12 @@ def _scan(folder: Path, report: Report, label: str, depth: int) -> None:
         for unit in published._folder_units(folder):
             _describe_unit(unit.path, report, str(unit.path))
     for p in sorted(folder.iterdir()):
-        if p.is_file() and p.suffix in PICKLE_SUFFIXES:
-            report.lines.append(f"{p}: a PyTorch pickle ({p.suffix}); never loaded (only .safetensors)")
+        if p.is_file() and p.suffix.lower() in PICKLE_SUFFIXES:
+            try:
+                _describe_pickle(p, report)
+            except CheckpointError as err:  # one unreadable pickle does not stop the folder's report
+                report.lines.append(str(err))
+                report.unknown += 1
     if depth > 0 and not handled:
         for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if _describe_release(sub, report):
@@ -398,6 +429,9 @@ def identify_path(path: str | os.PathLike) -> Report:
         return report
     if path.name.endswith(".index.json") or path.suffix == ".safetensors":
         _describe_unit(path, report)
+        return report
+    if pickled.is_pickle(path):
+        _describe_pickle(path, report)
         return report
     refuse_non_safetensors(path)
     return report

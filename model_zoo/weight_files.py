@@ -18,20 +18,20 @@ from pathlib import Path
 
 from .errors import CheckpointError
 from .loading import read_header, read_metadata
+from .pickled import PICKLE_SUFFIXES
 
 SHARD_RE = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.safetensors$")
-PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl")
 
 
 def refuse_non_safetensors(path: Path) -> None:
-    if path.suffix in PICKLE_SUFFIXES:
+    if path.suffix.lower() in PICKLE_SUFFIXES:
         hint = ""
         low = path.name.lower()
         if "vae" in low:
             hint = " (the Wan2.1 VAE as safetensors: ComfyUI's models/vae/wan_2.1_vae.safetensors, or a diffusers repo's vae/ folder)"
         elif "t5" in low:
             hint = " (umT5-XXL as safetensors: ComfyUI's models/text_encoders/umt5_xxl_fp16.safetensors, or a diffusers repo's text_encoder/)"
-        raise CheckpointError(f"{path}: a PyTorch pickle ({path.suffix}); pickles are never loaded, only .safetensors{hint}")
+        raise CheckpointError(f"{path}: a PyTorch pickle ({path.suffix}); only .safetensors are read here{hint}")
     raise CheckpointError(f"{path}: not a weight file this renderer reads (.safetensors, a .safetensors.index.json, or a folder)")
 
 

@@ -12,7 +12,9 @@ from --text-encoder or found beside it), or a teacher: one of our teacher folder
 users download them (a DiT .safetensors or shard index, Wan-native, diffusers-named, ComfyUI-prefixed
 or fp8-scaled; a diffusers or Wan repo folder). A published teacher takes the Wan2.1 VAE from --vae
 (else the one next to it) and umT5-XXL from --text-encoder (ComfyUI's text_encoders/ file, a Hugging
-Face folder, or a .pth converted by `alaya-flash model convert`). Without --model the embedded default
+Face folder, or Wan's .pth); --wan-dir names Wan-AI's Wan2.1-T2V-1.3B/ folder as downloaded, whose
+Wan2.1_VAE.pth and models_t5_umt5-xxl-enc-bf16.pth (read tensors-only) stand in for both, as
+AlayaRenderer's own inference loads them. Without --model the embedded default
 Flash model renders. Sampler settings default to the model's own (config.json, or Wan's for a
 published teacher: 50 steps, CFG 5, shift 5, windows of 81 frames, Wan's negative prompt).
 The prompt may be a schedule keyed by pixel frame ('FRAME: prompt' per line).
@@ -43,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vae", type=Path, help="teacher: the Wan2.1 VAE file (default: the model's, or one next to it)")
     parser.add_argument("--text-encoder", type=Path, help="umT5-XXL file or folder for a teacher or a Flash release "
                         "(default: the model's, or one next to it)")
+    parser.add_argument("--wan-dir", type=Path, metavar="DIR",
+                        help="a Wan-AI folder as downloaded (Wan2.1-T2V-1.3B/): its Wan2.1_VAE.pth and "
+                             "models_t5_umt5-xxl-enc-bf16.pth (tokenizer from its google/umt5-xxl/), read tensors-only, "
+                             "stand in for --vae (a teacher) and --text-encoder where those are not given")
     parser.add_argument("--negative-prompt", help="teacher: the CFG negative prompt (default: the model's)")
     parser.add_argument("--cfg", type=args_.bounded(float, 1.0, 30.0), help="teacher: guidance scale (default: the model's)")
     parser.add_argument("--window-frames", type=args_.bounded(int, 1, 1001),
@@ -79,6 +85,8 @@ def run(args) -> int:
     if args.out.exists() and not args.overwrite:
         raise AlayaError(f"{args.out}: already exists; pass --overwrite to replace it")
     teacher = _is_teacher(args.model)
+    if args.wan_dir is not None:
+        _from_wan_dir(args, teacher)
     teacher_flags = [f for f in ("vae", "negative_prompt", "cfg", "window_frames") if getattr(args, f) is not None]
     if teacher_flags and not teacher:
         raise AlayaError(f"--{teacher_flags[0].replace('_', '-')} applies to a teacher; --model names a Flash model")
@@ -109,6 +117,23 @@ def run(args) -> int:
     if not args.quiet:
         print(f"wrote {stats.frames} frames to {written} ({stats.fps:.2f} FPS overall)", file=sys.stderr)
     return 0
+
+
+def _from_wan_dir(args, teacher: bool) -> None:
+    """--vae (a teacher's) and --text-encoder from a Wan-AI folder, where not given."""
+    from ....model_zoo.errors import AlayaError
+    from ....model_zoo.published import WAN_T5_FILE, WAN_VAE_FILE
+
+    folder = args.wan_dir
+    if not folder.is_dir():
+        raise AlayaError(f"--wan-dir {folder}: no such folder (Wan-AI's Wan2.1-T2V-1.3B/ as downloaded)")
+    wanted = ([("vae", WAN_VAE_FILE)] if teacher else []) + [("text_encoder", WAN_T5_FILE)]
+    for flag, name in wanted:
+        if getattr(args, flag) is None:
+            if not (folder / name).is_file():
+                raise AlayaError(f"--wan-dir {folder}: no {name} here (a Wan-AI Wan2.1 folder holds it); "
+                                 f"pass --{flag.replace('_', '-')} instead")
+            setattr(args, flag, folder / name)
 
 
 def _is_teacher(model: Path | None) -> bool:
