@@ -37,10 +37,11 @@ def is_pickle(path: str | os.PathLike) -> bool:
         return True
     try:
         with open(path, "rb") as f:
-            head = f.read(2)
+            head = f.read(9)
     except OSError:
         return False
-    return head == b"PK" or head[:1] == b"\x80"
+    # a safetensors file starts with its header's length (8 bytes, little-endian), then "{"
+    return head[:2] == b"PK" or (head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") and head[8:9] != b"{")
 
 
 def read_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:

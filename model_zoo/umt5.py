@@ -10,8 +10,10 @@ Prompt -> tensor, as Wan 2.1's `T5EncoderModel.__call__` (wan/modules/t5.py, tex
 
 1. clean the text as Wan's tokenizer with `clean='whitespace'`: ftfy.fix_text, HTML entities
    unescaped twice, runs of whitespace -> one space, stripped;
-2. tokenize with umT5's sentencepiece model and append the end-of-sequence token; a prompt of
-   more than 512 tokens keeps its first 511 and the end token (a warning names its token count);
+2. tokenize as Wan's tokenizer (transformers' T5 tokenizer of umT5's sentencepiece model) does:
+   special-token text (`</s>`, `<pad>`, `<unk>`) is that token, a run of characters outside the
+   vocabulary one `<unk>`; append the end-of-sequence token; a prompt of more than 512 tokens
+   keeps its first 511 and the end token (a warning names its token count);
 3. run the encoder with an attention mask over the real tokens;
 4. keep the real tokens' outputs and zero every position after them, up to 512:
    the result is (B, 512, 4096) float32, exactly the context Wan's DiT receives.
@@ -23,7 +25,7 @@ Files (`load_umt5` tells them apart by their content; nothing is read from a fil
 | ComfyUI `text_encoders/umt5_xxl_fp16.safetensors` (also bf16/fp32) | transformers' names | the sentencepiece model as a uint8 tensor `spiece_model` |
 | ComfyUI `umt5_xxl_fp8_e4m3fn_scaled.safetensors` | float8 linear weights, each with a float32 scalar `<layer>.scale_weight` (marker tensor `scaled_fp8`), or the newer `<layer>.weight_scale` + `<layer>.comfy_quant`; dequantised on load: weight * scale | `spiece_model` |
 | Hugging Face folder (google/umt5-xxl, a diffusers `text_encoder/`) | config.json + model.safetensors, or shards + model.safetensors.index.json; decoder.* / lm_head.* of a full model are not read | spiece.model in the folder, or in ../tokenizer (diffusers) |
-| Wan 2.1 `models_t5_umt5-xxl-enc-bf16.pth` | a pickle: never loaded here; `alaya-flash model convert SRC DST --tokenizer spiece.model` writes the ComfyUI form | the spiece.model given to convert |
+| Wan 2.1 `models_t5_umt5-xxl-enc-bf16.pth` | a pickle with Wan's names, read tensors-only (model_zoo/pickled.py: torch.load weights_only, nothing in it runs) | spiece.model in google/umt5-xxl/ beside it (Wan-AI's folders), tokenizer/, or beside it |
 
 A tokenizer file (spiece.model, or a folder holding it) given as `tokenizer=` overrides the one a
 form carries. Loading reads one tensor at a time through safetensors' memory map and casts it to the

@@ -158,3 +158,17 @@ def test_the_teacher_sampler_releases_umt5_once_the_prompts_are_encoded(nets, st
     NODES["AlayaFlash_TeacherSampler"]().start_stream(teacher, prompt, "blurry", seed=0, steps=2, cfg=3.0, shift=-1.0)
     assert enc.released
     assert enc(["a moonlit street"]).shape == (1, 512, 32) and not enc.released
+
+
+def test_wan_dir_that_lacks_its_files_is_one_line(nets, state, spiece, tmp_path, capsys):  # noqa: F811
+    dit, vae = nets
+    checkpoint = write_diffsynth_checkpoint(dit, tmp_path / "epoch-1.safetensors")
+    args = ["render", str(ROOT / "samples" / "courtyard"), "--prompt", "x", "--out", str(tmp_path / "o.mp4"),
+            "--model", str(checkpoint)]
+    assert main([*args, "--wan-dir", str(tmp_path / "nowhere")]) == 2
+    assert "--wan-dir" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main([*args, "--wan-dir", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "no Wan2.1_VAE.pth here" in err and "pass --vae instead" in err and err.count("\n") == 1
+    assert not (tmp_path / "o.mp4").exists()

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from .. import args as args_
+from ....model_zoo.styles import ORIGINAL, STYLES
 from ..args import out_path, parse_size
 
 HELP = "render G-buffers + a prompt to video with a Flash model or a teacher (the render workflows)"
@@ -37,6 +38,10 @@ TEACHER_WORKFLOW = WORKFLOWS / "render-teacher.api.json"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("gbuffers", type=Path, help="G-buffer folder or .npy file (any layout Load G-Buffers reads)")
     parser.add_argument("--prompt", required=True, help="prompt, or lines 'FRAME: prompt' (a schedule)")
+    parser.add_argument("--style", choices=list(STYLES), default=ORIGINAL, metavar="NAME",
+                        help="AlayaRenderer's named styles (its styles.json), as its inference script applies them: the "
+                             "prompt's content (before '; the scene is ...') is kept and its lighting part replaced; "
+                             f"one of {', '.join(STYLES)} ({ORIGINAL}: the prompt as written)")
     parser.add_argument("--out", type=out_path, required=True, help="output file (mp4) or folder (png, exr, npy)")
     parser.add_argument("--format", choices=("mp4", "png", "exr", "npy"), default="mp4", help="output format")
     parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + ", a Flash release folder (transformer/, "
@@ -92,7 +97,7 @@ def run(args) -> int:
         raise AlayaError(f"--{teacher_flags[0].replace('_', '-')} applies to a teacher; --model names a Flash model")
     h, w = args.size or (0, 0)
     sets = [f"1.path={args.gbuffers.resolve()}", f"1.frames={args.frames}", f"1.width={w}", f"1.height={h}",
-            f"3.text={args.prompt}", f"5.seed={args.seed}", f"5.steps={args.steps or -1}",
+            f"3.text={args.prompt}", f"3.style={args.style}", f"5.seed={args.seed}", f"5.steps={args.steps or -1}",
             f"Save.filename={args.out.resolve()}", f"Save.format={args.format}", f"Save.fps={args.fps}",
             f"Save.overwrite={args.overwrite}", f"1.conventions={args.conventions}",
             f"1.depth_range={args.depth_range}"]
