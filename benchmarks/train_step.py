@@ -34,12 +34,12 @@ def main(argv=None) -> int:
     if args.size % 16 or args.runs < 2:
         p.error("--size must be a multiple of 16 and --runs at least 2")
 
-    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo import folders
     from alaya_flash.training.common import descend
     from alaya_flash.training.student import rollout
 
     batch = json.loads((ROOT / "training/configs/student-rollout.json").read_text()).get("batch", 1)
-    student = bundle.load_flash(None, torch.device("cpu"), torch.float32).dit.train().requires_grad_(True)
+    student = folders.load_flash(None, torch.device("cpu"), torch.float32).dit.train().requires_grad_(True)
     opt = torch.optim.AdamW(student.parameters(), lr=1e-5)
     g = torch.Generator().manual_seed(0)
     side = args.size // 8  # the codecs' 8x downsampling

@@ -329,17 +329,11 @@ def save_flash(model: FlashModel, folder: str | os.PathLike, config_names: dict[
     return folder
 
 
-def load_flash(folder: str | os.PathLike | None = None, device: str | torch.device = "cpu",
-               dtype: torch.dtype = torch.bfloat16) -> FlashModel:
-    """Load a Flash model folder strictly; folder=None loads the embedded default. A Flash release
-    folder (transformer/, transformer_partial.safetensors, ...: model_zoo/release.py) loads too."""
+def load_flash_folder(folder: str | os.PathLike | None = None, device: str | torch.device = "cpu",
+                      dtype: torch.dtype = torch.bfloat16) -> FlashModel:
+    """Load one of our Flash model folders strictly; folder=None loads the embedded default.
+    (folders.load_flash also takes a Flash release folder: model_zoo/release.py.)"""
     folder = Path(folder) if folder is not None else default_flash_dir()
-    from . import helios
-
-    if helios.is_release(folder):
-        from .release import load_release
-
-        return load_release(folder, device, dtype)
     cfg = _read_config(folder, "flash")
     nets = _load_networks(folder, cfg, FLASH_ROLES, device, dtype)
     optional = {r: f for r, f in FLASH_OPTIONAL_ROLES.items() if r in cfg["networks"]}
@@ -405,7 +399,7 @@ def default_flash_dir() -> Path:
 
 def shipped_models() -> dict[str, Path]:
     """Name -> folder of every Flash model folder shipped in model_zoo/ (the default and any beside it)."""
-    return {p.name: p for p in sorted(DEFAULT_DIR.parent.iterdir()) if p.is_dir() and is_model_folder(p) == "flash"}
+    return {p.name: p for p in sorted(DEFAULT_DIR.parent.iterdir()) if p.is_dir() and model_folder_kind(p) == "flash"}
 
 
 def has_default_flash() -> bool:
@@ -453,12 +447,9 @@ def make_random_teacher(dit: str = "dit-tiny", vae: str = "wan2.1-vae-small", se
     return TeacherModel(**nets, settings=settings, text_encoder_name=text_encoder, random_weights=True)
 
 
-def is_model_folder(path: Path) -> str | None:
-    """'flash' or 'teacher' when path is a model folder of that kind (a Flash release is 'flash'), else None."""
-    from .helios import is_release
-
-    if is_release(path):
-        return "flash"
+def model_folder_kind(path: str | os.PathLike) -> str | None:
+    """'flash' or 'teacher' when path's config.json says it is one of our model folders, else None
+    (folders.is_model_folder also knows a Flash release)."""
     try:
         fmt = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("format", "")
     except (OSError, ValueError, AttributeError):

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from .errors import AlayaError, CheckpointError
 from .loading import LazyReader, materialize, read_header, shape_str
 from .precision import preferred_dtype
+from .weight_files import unit_parts  # the same shard and index checks as the teacher's files
 
 log = logging.getLogger(__name__)
 
@@ -228,8 +229,6 @@ class _Stored:
 
 def _transformer_files(folder: Path) -> tuple[dict, _Stored, str]:
     """transformer/: its config and the tensors of its weights (one file, or shards through the index)."""
-    from .published import _unit_parts  # the same shard and index checks as the teacher's files
-
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise CheckpointError(f"{folder}: missing config.json (the release's transformer/ is a diffusers folder)")
@@ -250,7 +249,7 @@ def _transformer_files(folder: Path) -> tuple[dict, _Stored, str]:
         raise CheckpointError(f"{folder}: no .safetensors weights beside config.json")
     else:
         raise CheckpointError(f"{folder}: {len(files)} .safetensors files and no index naming which tensor is where")
-    parts, _meta, source, layout = _unit_parts(unit)
+    parts, _meta, source, layout = unit_parts(unit)
     stored = _Stored()
     for path, header in parts:
         stored.add(path, header)

@@ -19,9 +19,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import published, registry
+from . import helios, pickled, published, registry, umt5
+from .bundle import FLASH_OPTIONAL_ROLES, FLASH_ROLES, TEACHER_ROLES, _config_from_entry, model_folder_kind
+from .convert import vae_to_wan
 from .errors import AlayaError, CheckpointError
 from .loading import check_shapes, read_header, read_metadata, read_shapes
+from .release import describe_release
+from .weight_files import PICKLE_SUFFIXES, refuse_non_safetensors, unit_parts
 
 
 @dataclass
@@ -57,8 +61,6 @@ def _spec_shapes(name: str) -> dict[str, tuple[int, ...]]:
 
 def _converter(family: str):
     if family == "wan-vae":
-        from .convert import vae_to_wan
-
         return vae_to_wan
     return getattr(registry._family_module(family), "convert_names", None)
 
@@ -221,7 +223,7 @@ def _helios(header: dict) -> str | None:
 def _describe_unit(path: Path, report: Report, label: str | None = None) -> None:
     """A .safetensors file, shard or index: one line per network it holds."""
     label = label or str(path)
-    parts, _meta, source, layout = published._unit_parts(path)
+    parts, _meta, source, layout = unit_parts(path)
     header = {k: v for _, h in parts for k, v in h.items()}
     if _helios(header) is not None:
         report.lines.append(f"{label}: Flash-student DiT in diffusers' Helios naming (patch_short/norm_out.scale_shift_table); "
@@ -243,6 +245,33 @@ def _describe_unit(path: Path, report: Report, label: str | None = None) -> None
         report.lines.append(line)
         report.found += [found] if found else []
         report.unknown += found is None
+
+
+def _describe_pickle(path: Path, report: Report) -> None:
+    """A PyTorch pickle (Wan's Wan2.1_VAE.pth, models_t5_umt5-xxl-enc-bf16.pth), read tensors-only:
+    what it holds and how it is read; raises when it is refused (code in it, not a state dict)."""
+    state = pickled.read_state(path)
+    how = f"read with {pickled.READER}"
+    sets = published.pickle_sets(path, state)
+    for ws in sets:
+        line, found = _describe_set(ws, str(path) if len(sets) == 1 else f"{path} [{ws.component}]")
+        report.lines.append(line)  # its form says how it is read
+        report.found += [found] if found else []
+        report.unknown += found is None
+    if sets:
+        return
+    line, found = _describe_other(path, pickled.header(state), str(path))
+    if found is not None and found.kind == "text":
+        try:
+            tokenizer = umt5._wan_tokenizer(path).source
+            line += f"; form: PyTorch pickle (Wan's names, converted); tokenizer: {tokenizer}"
+        except CheckpointError:
+            tried = " or ".join(str(path.parent / d / "spiece.model") for d in umt5.WAN_TOKENIZER_DIRS[:2])
+            line += f"; form: PyTorch pickle (Wan's names, converted); no tokenizer beside it ({tried}): pass one"
+            found = Found("other", found.label, path)
+    report.lines.append(f"{line}; {how}")
+    report.found += [found] if found else []
+    report.unknown += found is None
 
 
 def _describe_component_folder(folder: Path, report: Report, label: str) -> bool:
@@ -270,8 +299,12 @@ def _scan(folder: Path, report: Report, label: str, depth: int) -> None:
         for unit in published._folder_units(folder):
             _describe_unit(unit.path, report, str(unit.path))
     for p in sorted(folder.iterdir()):
-        if p.is_file() and p.suffix in published.PICKLE_SUFFIXES:
-            report.lines.append(f"{p}: a PyTorch pickle ({p.suffix}); never loaded (only .safetensors)")
+        if p.is_file() and p.suffix.lower() in PICKLE_SUFFIXES:
+            try:
+                _describe_pickle(p, report)
+            except CheckpointError as err:  # one unreadable pickle does not stop the folder's report
+                report.lines.append(str(err))
+                report.unknown += 1
     if depth > 0 and not handled:
         for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if _describe_release(sub, report):
@@ -284,12 +317,8 @@ def _scan(folder: Path, report: Report, label: str, depth: int) -> None:
 
 def _describe_release(folder: Path, report: Report) -> bool:
     """A Flash release folder (model_zoo/release.py); True if it is one."""
-    from . import helios
-
     if not helios.is_release(folder):
         return False
-    from .release import describe_release
-
     lines, ok = describe_release(folder)
     report.lines += lines
     if ok:
@@ -300,9 +329,7 @@ def _describe_release(folder: Path, report: Report) -> bool:
 
 
 def _model_folder_kind(path: Path) -> str | None:
-    from .bundle import is_model_folder
-
-    return is_model_folder(path)
+    return model_folder_kind(path)  # a Flash release was looked for first (_describe_release)
 
 
 def _missing(report: Report, folder: Path) -> None:
@@ -334,8 +361,6 @@ def _missing(report: Report, folder: Path) -> None:
 
 def _describe_model_folder(folder: Path, report: Report) -> None:
     """One of our model folders (config.json 'alaya-flash/flash' or 'alaya-flash/teacher')."""
-    from .bundle import FLASH_OPTIONAL_ROLES, FLASH_ROLES, TEACHER_ROLES, _config_from_entry
-
     cfg_path = folder / "config.json"
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
@@ -405,5 +430,8 @@ def identify_path(path: str | os.PathLike) -> Report:
     if path.name.endswith(".index.json") or path.suffix == ".safetensors":
         _describe_unit(path, report)
         return report
-    published._refuse_non_safetensors(path)
+    if pickled.is_pickle(path):
+        _describe_pickle(path, report)
+        return report
+    refuse_non_safetensors(path)
     return report

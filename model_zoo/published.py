@@ -38,13 +38,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import convert, registry
-from .bundle import TeacherModel, TeacherSettings, is_model_folder, load_teacher
+from . import convert, pickled, registry
+from .bundle import TeacherModel, TeacherSettings, load_teacher, model_folder_kind
 from .codecs.wan_vae import CONFIGS as VAE_CONFIGS, WanVAEConfig
 from .dit import CONFIGS as DIT_CONFIGS, UMT5_DIM, WAN_TEXT_LEN, DiTConfig, infer_config
 from .errors import AlayaError, CheckpointError
 from .loading import DTYPE_LABELS, FP8_DTYPES, LazyReader, dequantize_fp8, materialize, read_header, read_metadata
 from .precision import preferred_dtype
+from .umt5 import WAN_TOKENIZER_DIRS
+from .weight_files import PICKLE_SUFFIXES, SHARD_RE, index_parts, unit_parts
 
 # Wan's standard negative prompt (Wan-Video/Wan2.1 wan/configs/shared_config.py, sample_neg_prompt),
 # which the AlayaRenderer inference script hard-codes (research model.md §1.4).
@@ -57,7 +59,7 @@ WAN_NEGATIVE_PROMPT = (
 PUBLISHED_TEACHER_SETTINGS = TeacherSettings(negative_prompt=WAN_NEGATIVE_PROMPT)
 
 # Key prefixes, longest first. DiT: ComfyUI checkpoints / ModelSave, bare diffusion_model, Self-Forcing.
-DIT_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "model.", "")
+DIT_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "pipe.dit.", "model.", "")  # pipe.dit.: DiffSynth-Studio training with its prefix kept
 VAE_PREFIXES = ("first_stage_model.", "vae.", "model.", "")  # ComfyUI checkpoints, DiffSynth ("model.")
 # marker keys (after the prefix): any one present says which network a file holds
 DIT_MARKERS = ("patch_embedding.weight",)  # the same name in Wan's and diffusers' namings
@@ -68,12 +70,14 @@ T5_MARKERS = ("encoder.block.0.layer.0.SelfAttention.q.weight", "shared.weight")
 UMT5_VOCAB = 256384
 SCALE_SUFFIXES = (".scale_weight", ".weight_scale")  # ComfyUI fp8: legacy, newer
 INPUT_SCALE_SUFFIXES = (".scale_input", ".input_scale")  # activation scales: not needed to dequantize weights
-SHARD_RE = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.safetensors$")
 # Where ComfyUI keeps each kind of file, under its models/ folder
 COMFY_DIT_DIRS = ("diffusion_models", "unet", "checkpoints")
 COMFY_VAE_DIRS = ("vae",)
 COMFY_TEXT_DIRS = ("text_encoders", "clip")
-PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl")
+PICKLE_LAYOUT = "PyTorch pickle, read tensors-only (torch.load weights_only)"
+# Wan-AI's folders (Wan2.1-T2V-1.3B/ as downloaded): the VAE and umT5 as pickles, umT5's tokenizer in google/umt5-xxl/
+WAN_VAE_FILE = "Wan2.1_VAE.pth"
+WAN_T5_FILE = "models_t5_umt5-xxl-enc-bf16.pth"
 UMT5_NAME = "umt5-xxl"  # the text encoder name a published teacher needs (model.md §1.4)
 
 
@@ -105,6 +109,7 @@ class WeightSet:
     tensors: dict[str, TensorRef]
     config: object | None = None
     notes: list[str] = field(default_factory=list)
+    pickled: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # a .pth's tensors (memory-mapped), by stored key
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {k: r.shape for k, r in self.tensors.items()}
@@ -288,83 +293,27 @@ def _config_from_metadata(metadata: dict | None, component: str, source: str):
 # Files, shard sets and folders -> WeightSets
 
 
-def _refuse_non_safetensors(path: Path) -> None:
-    if path.suffix in PICKLE_SUFFIXES:
-        hint = ""
-        low = path.name.lower()
-        if "vae" in low:
-            hint = " (the Wan2.1 VAE as safetensors: ComfyUI's models/vae/wan_2.1_vae.safetensors, or a diffusers repo's vae/ folder)"
-        elif "t5" in low:
-            hint = " (umT5-XXL as safetensors: ComfyUI's models/text_encoders/umt5_xxl_fp16.safetensors, or a diffusers repo's text_encoder/)"
-        raise CheckpointError(f"{path}: a PyTorch pickle ({path.suffix}); pickles are never loaded, only .safetensors{hint}")
-    raise CheckpointError(f"{path}: not a weight file this renderer reads (.safetensors, a .safetensors.index.json, or a folder)")
-
-
-def _index_parts(index: Path) -> tuple[list[tuple[Path, dict]], dict]:
-    """The shards of an index, each with its header (only the keys the index maps to it), checked."""
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{index}: not a readable index ({err})") from None
-    weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"{index}: no 'weight_map' (an index maps each tensor name to its shard file)")
-    by_file: dict[str, list[str]] = {}
-    for key, name in weight_map.items():
-        by_file.setdefault(name, []).append(key)
-    parts, metadata = [], {}
-    for name in sorted(by_file):
-        shard = index.parent / name
-        if not shard.is_file():
-            raise CheckpointError(f"{index}: shard {name} is missing ({len(by_file[name])} tensors, e.g. {by_file[name][0]})")
-        header = read_header(shard)
-        absent = [k for k in by_file[name] if k not in header]
-        if absent:
-            raise CheckpointError(f"{shard}: {len(absent)} tensors the index maps here are not in it (e.g. {absent[0]})")
-        extra = sorted(set(header) - set(by_file[name]) - {"scaled_fp8"})
-        if extra:
-            raise CheckpointError(f"{shard}: holds {len(extra)} tensors its index {index.name} does not map here (e.g. {extra[0]})")
-        parts.append((shard, header))
-        metadata.update(read_metadata(shard))
-    return parts, metadata
-
-
-def _shard_index(path: Path) -> Path | None:
-    """The index beside a shard file (name-0000N-of-0000M.safetensors), if there is one."""
-    m = SHARD_RE.match(path.name)
-    if not m:
-        return None
-    index = path.with_name(f"{m['stem']}.safetensors.index.json")
-    return index if index.is_file() else None
-
-
-def _unit_parts(path: Path) -> tuple[list[tuple[Path, dict]], dict, str, str]:
-    """A file or an index -> (parts, metadata, source, layout)."""
-    if path.name.endswith(".index.json"):
-        parts, meta = _index_parts(path)
-        return parts, meta, str(path), f"sharded ({len(parts)} files + index)"
-    if path.suffix != ".safetensors":
-        _refuse_non_safetensors(path)
-    index = _shard_index(path)
-    if index is not None:  # one shard given: read the whole set through its index
-        parts, meta = _index_parts(index)
-        return parts, meta, str(index), f"sharded ({len(parts)} files + index)"
-    m = SHARD_RE.match(path.name)
-    if m:
-        raise CheckpointError(f"{path}: shard {int(m['i'])} of {int(m['n'])} without its index "
-                              f"({m['stem']}.safetensors.index.json); a shard alone is not a model")
-    return [(path, read_header(path))], read_metadata(path), str(path), "single file"
-
-
 def open_file(path: str | Path) -> list[WeightSet]:
-    """Every Wan DiT / Wan VAE held by a .safetensors file, a shard of a set, or an index."""
+    """Every Wan DiT / Wan VAE held by a .safetensors file, a shard of a set, an index, or a PyTorch
+    pickle (Wan's Wan2.1_VAE.pth: read tensors-only, model_zoo/pickled.py)."""
     path = Path(path)
-    parts, meta, source, layout = _unit_parts(path)
+    if pickled.is_pickle(path):
+        return pickle_sets(path, pickled.read_state(path))
+    parts, meta, source, layout = unit_parts(path)
     keys = [k for _, h in parts for k in h]
     out = []
     for component, prefix in components(keys).items():
         out.append(_collect(parts, component, prefix, source, layout, meta))
     return out
+
+
+def pickle_sets(path: Path, state: dict[str, torch.Tensor]) -> list[WeightSet]:
+    """Every Wan DiT / Wan VAE in a pickle's state dict (read by pickled.read_state)."""
+    parts = [(path, pickled.header(state))]
+    sets = [_collect(parts, c, prefix, str(path), PICKLE_LAYOUT) for c, prefix in components(state).items()]
+    for ws in sets:
+        ws.pickled = state
+    return sets
 
 
 @dataclass
@@ -384,7 +333,7 @@ def _folder_units(folder: Path) -> list[_Unit]:
             pass
     units = []
     for index in indexes:
-        parts, _ = _index_parts(index)
+        parts, _ = index_parts(index)
         units.append(_Unit(index, components(k for _, h in parts for k in h)))
     for f in sorted(folder.glob("*.safetensors")):
         if f.name in covered:
@@ -484,9 +433,11 @@ def open_folder(folder: str | Path, component: str) -> WeightSet:
         plain = [u for u in units if not _is_variant(u.path)]
         units = plain if len(plain) == 1 else units
     what = "DiT" if component == "dit" else "Wan2.1 VAE"
+    if not units and component == "vae" and (folder / WAN_VAE_FILE).is_file():  # a Wan-AI folder as downloaded
+        return open_weights(folder / WAN_VAE_FILE, "vae")
     if not units:
         pickles = [p.name for p in sorted(folder.iterdir()) if p.suffix in PICKLE_SUFFIXES]
-        extra = f" (pickles, never loaded: {', '.join(pickles)})" if pickles else ""
+        extra = f" (pickles here, not read as a {what}: {', '.join(pickles)})" if pickles else ""
         raise CheckpointError(f"{folder}: no {what} .safetensors here{extra}")
     if len(units) > 1:
         raise CheckpointError(f"{folder}: several {what} files ({', '.join(u.path.name for u in units)}); pass one of them")
@@ -512,6 +463,9 @@ def open_weights(path: str | Path, component: str) -> WeightSet:
     if path.is_dir():
         return open_folder(path, component)
     found = [w for w in open_file(path) if w.component == component]
+    if not found and component == "dit" and path.suffix == ".safetensors" and any(".lora_" in k for k in read_header(path)):
+        raise CheckpointError(f"{path}: a LoRA (lora_A / lora_B weights), not a full DiT; this renderer reads full DiT "
+                              "checkpoints (e.g. DiffSynth-Studio's full training output, epoch-N.safetensors)")
     if not found:
         what = "a Wan DiT" if component == "dit" else "a Wan2.1 VAE"
         raise CheckpointError(f"{path}: not {what} (none of its keys is {' or '.join((DIT_MARKERS if component == 'dit' else VAE_MARKERS))})")
@@ -569,11 +523,14 @@ def load_network(ws: WeightSet, device: str | torch.device = "cpu", dtype: torch
     source = ws.source + (" (names converted from diffusers')" if ws.naming == "diffusers" else "")
     with LazyReader(window) as reader:
 
+        def read(ref: TensorRef) -> torch.Tensor:
+            return ws.pickled[ref.key] if ws.pickled is not None else reader.raw(ref.path, ref.key)
+
         def producer(ref: TensorRef):
             def make(want: torch.dtype, dev: torch.device) -> torch.Tensor:
-                raw = reader.raw(ref.path, ref.key)
+                raw = read(ref)
                 if ref.scale is not None:
-                    scale = reader.raw(ref.scale.path, ref.scale.key)
+                    scale = read(ref.scale)
                     try:  # on a GPU: the 1-byte weights go over, the product is computed there
                         out = dequantize_fp8(raw.to(dev), scale.to(dev), want)
                     except CheckpointError as err:
@@ -623,9 +580,25 @@ def _comfy_models_dir(start: Path) -> Path | None:
     return None
 
 
+def wan_folders(dit: str | Path) -> list[Path]:
+    """Wan-AI folders as downloaded (Wan2.1_VAE.pth, models_t5_umt5-xxl-enc-bf16.pth) that go with a DiT:
+    its own folder (Wan2.1-T2V-1.3B/ itself), and in DiffSynth-Studio's layout, which AlayaRenderer's
+    README uses (models/train/RUN/epoch-N.safetensors beside models/Wan-AI/Wan2.1-T2V-1.3B/), the Wan
+    folders under models/Wan-AI/."""
+    dit = Path(dit)
+    folder = dit if dit.is_dir() else dit.parent
+    found = [folder]
+    for parent in (folder, *folder.parents):
+        if parent.name == "train":
+            found += sorted((parent.parent / "Wan-AI").glob("Wan2.1-T2V-*"))
+            break
+    return [f for f in found if (f / WAN_VAE_FILE).is_file() or (f / WAN_T5_FILE).is_file()]
+
+
 def find_vae(dit: str | Path) -> Path | None:
     """A Wan2.1 VAE next to a DiT: a diffusers repo's vae/, a VAE file in the DiT's folder or its vae/
-    subfolder, or ComfyUI's models/vae/ (wan_2.1_vae.safetensors first)."""
+    subfolder, or ComfyUI's models/vae/ (wan_2.1_vae.safetensors first); else a Wan-AI folder's
+    Wan2.1_VAE.pth (wan_folders)."""
     dit = Path(dit)
     folder = dit if dit.is_dir() else dit.parent
     if dit.is_dir() and _diffusers_root(dit) and (dit / "vae").is_dir():
@@ -645,6 +618,9 @@ def find_vae(dit: str | Path) -> Path | None:
         hits = [f for f in sorted(place.glob("*.safetensors")) if _has(f, "vae") and not _has(f, "dit")]
         if len(hits) == 1:
             return hits[0]
+    for wan in wan_folders(dit):
+        if (wan / WAN_VAE_FILE).is_file():
+            return wan / WAN_VAE_FILE
     return None
 
 
@@ -664,7 +640,8 @@ def _umt5_width(path: Path) -> int | None:
 
 
 def find_text_encoder(dit: str | Path) -> Path | None:
-    """umT5-XXL next to a DiT: a diffusers repo's text_encoder/, or ComfyUI's models/text_encoders/umt5*.safetensors."""
+    """umT5-XXL next to a DiT: a diffusers repo's text_encoder/, ComfyUI's models/text_encoders/umt5*.safetensors,
+    else a Wan-AI folder's models_t5_umt5-xxl-enc-bf16.pth (its tokenizer in google/umt5-xxl/ beside it)."""
     dit = Path(dit)
     root = dit if dit.is_dir() else dit.parent
     if root.name == "transformer":
@@ -679,6 +656,9 @@ def find_text_encoder(dit: str | Path) -> Path | None:
         hits = sorted(place.glob("*umt5*.safetensors"), key=lambda p: (_umt5_rank(p), p.name)) if place.is_dir() else []
         if hits:
             return hits[0]
+    for wan in wan_folders(dit):  # with its tokenizer: umT5 reads none without one
+        if (wan / WAN_T5_FILE).is_file() and any((wan / d / "spiece.model").is_file() for d in WAN_TOKENIZER_DIRS):
+            return wan / WAN_T5_FILE
     return None
 
 
@@ -695,7 +675,7 @@ def load_teacher_files(dit: str | Path, vae: str | Path | None = None, device: s
     settings: default PUBLISHED_TEACHER_SETTINGS (50 steps, CFG 5, shift 5, 81 frames, Wan's negative prompt).
     """
     dit = Path(dit)
-    if dit.is_dir() and is_model_folder(dit) == "teacher" and vae is None:
+    if dit.is_dir() and model_folder_kind(dit) == "teacher" and vae is None:
         model = load_teacher(dit, device=device, dtype=dtype or preferred_dtype(device))
         if text_encoder:
             model.text_encoder_name = text_encoder
@@ -705,7 +685,7 @@ def load_teacher_files(dit: str | Path, vae: str | Path | None = None, device: s
     vae_path = Path(vae) if vae is not None else find_vae(dit)
     if vae_path is None:
         raise CheckpointError(f"{dit}: no Wan2.1 VAE found next to it (a diffusers vae/ folder, "
-                              "ComfyUI's models/vae/wan_2.1_vae.safetensors); pass vae=")
+                              f"ComfyUI's models/vae/wan_2.1_vae.safetensors, a Wan-AI folder's {WAN_VAE_FILE}); pass vae=")
     vae_net = load_vae(vae_path, device, dtype)
     if text_encoder is None:
         found = find_text_encoder(dit)

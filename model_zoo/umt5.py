@@ -10,8 +10,10 @@ Prompt -> tensor, as Wan 2.1's `T5EncoderModel.__call__` (wan/modules/t5.py, tex
 
 1. clean the text as Wan's tokenizer with `clean='whitespace'`: ftfy.fix_text, HTML entities
    unescaped twice, runs of whitespace -> one space, stripped;
-2. tokenize with umT5's sentencepiece model and append the end-of-sequence token; a prompt of
-   more than 512 tokens keeps its first 511 and the end token (a warning names its token count);
+2. tokenize as Wan's tokenizer (transformers' T5 tokenizer of umT5's sentencepiece model) does:
+   special-token text (`</s>`, `<pad>`, `<unk>`) is that token, a run of characters outside the
+   vocabulary one `<unk>`; append the end-of-sequence token; a prompt of more than 512 tokens
+   keeps its first 511 and the end token (a warning names its token count);
 3. run the encoder with an attention mask over the real tokens;
 4. keep the real tokens' outputs and zero every position after them, up to 512:
    the result is (B, 512, 4096) float32, exactly the context Wan's DiT receives.
@@ -23,7 +25,7 @@ Files (`load_umt5` tells them apart by their content; nothing is read from a fil
 | ComfyUI `text_encoders/umt5_xxl_fp16.safetensors` (also bf16/fp32) | transformers' names | the sentencepiece model as a uint8 tensor `spiece_model` |
 | ComfyUI `umt5_xxl_fp8_e4m3fn_scaled.safetensors` | float8 linear weights, each with a float32 scalar `<layer>.scale_weight` (marker tensor `scaled_fp8`), or the newer `<layer>.weight_scale` + `<layer>.comfy_quant`; dequantised on load: weight * scale | `spiece_model` |
 | Hugging Face folder (google/umt5-xxl, a diffusers `text_encoder/`) | config.json + model.safetensors, or shards + model.safetensors.index.json; decoder.* / lm_head.* of a full model are not read | spiece.model in the folder, or in ../tokenizer (diffusers) |
-| Wan 2.1 `models_t5_umt5-xxl-enc-bf16.pth` | a pickle: never loaded here; `alaya-flash model convert SRC DST --tokenizer spiece.model` writes the ComfyUI form | the spiece.model given to convert |
+| Wan 2.1 `models_t5_umt5-xxl-enc-bf16.pth` | a pickle with Wan's names, read tensors-only (model_zoo/pickled.py: torch.load weights_only, nothing in it runs) | spiece.model in google/umt5-xxl/ beside it (Wan-AI's folders), tokenizer/, or beside it |
 
 A tokenizer file (spiece.model, or a folder holding it) given as `tokenizer=` overrides the one a
 form carries. Loading reads one tensor at a time through safetensors' memory map and casts it to the
@@ -49,12 +51,15 @@ from torch import nn
 
 from .dit import WAN_TEXT_LEN
 from .errors import AlayaError, CheckpointError
+from . import pickled
 from .loading import check_shapes, save_safetensors
+from .pickled import PICKLE_SUFFIXES
 
 log = logging.getLogger(__name__)
 
 TEXT_LEN = WAN_TEXT_LEN  # tokens per prompt, end token included; the output is zero-padded to it
 TOKENIZER_KEY = "spiece_model"  # ComfyUI: the sentencepiece model proto as a uint8 tensor
+WAN_TOKENIZER_DIRS = ("google/umt5-xxl", "tokenizer", ".")  # where a Wan .pth's spiece.model lies, from its folder
 SCALED_FP8_MARKER = "scaled_fp8"  # ComfyUI's legacy scaled-fp8 marker (its dtype names the fp8 format)
 TIED_KEY = "encoder.embed_tokens.weight"  # the same tensor as shared.weight
 WEIGHT_SCALE_SUFFIXES = (".scale_weight", ".weight_scale")  # ComfyUI legacy, ComfyUI quant / diffusers
@@ -62,7 +67,6 @@ INPUT_SCALE_SUFFIXES = (".scale_input", ".input_scale")  # activation scales: no
 QUANT_CONF_SUFFIX = ".comfy_quant"  # ComfyUI: the layer's quantisation config as JSON bytes
 FP8_FORMATS = {"float8_e4m3fn", "float8_e5m2"}  # per-tensor formats read here
 FULL_MODEL_PREFIXES = ("decoder.", "lm_head.")  # a full UMT5ForConditionalGeneration's other half
-PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl", ".pickle")
 VOCAB_SLACK = 1024  # embedding rows may exceed the tokenizer's pieces (padding, sentinel ids) by less
 DEFAULT_DTYPE = torch.bfloat16  # Wan 2.1 runs umT5 in bf16 (t5_dtype)
 _FP8_HEADER_DTYPES = {"F8_E4M3", "F8_E5M2"}
@@ -274,6 +278,11 @@ class SentencePieceTokenizer:
         if self.eos_id < 0:
             raise CheckpointError(f"{source}: the sentencepiece model has no end-of-sequence piece (umT5's is </s>, id 1)")
         self.pad_id = max(self.sp.pad_id(), 0)
+        self.unk_id = self.sp.unk_id()
+        # The special tokens transformers' T5 tokenizer (Wan's) matches in a prompt's text: pad, eos, unk
+        specials = {self.sp.id_to_piece(i): i for i in (self.sp.pad_id(), self.eos_id, self.unk_id) if i >= 0}
+        self.special_ids = specials
+        self._specials = re.compile("(" + "|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)) + ")")
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "SentencePieceTokenizer":
@@ -299,13 +308,32 @@ class SentencePieceTokenizer:
         first max_tokens - 1 plus the end token, with a warning (Wan truncates silently)."""
         out = []
         for prompt in prompts:
-            ids = self.sp.encode(clean_prompt(prompt))
+            ids = self.encode_text(clean_prompt(prompt))
             if len(ids) + 1 > max_tokens:
                 log.warning("umT5: a prompt of %d tokens is cut to %d (Wan reads %d): %.60r...",
                             len(ids) + 1, max_tokens, max_tokens, prompt)
                 ids = ids[: max_tokens - 1]
             out.append(ids + [self.eos_id])
         return out
+
+    def encode_text(self, text: str) -> list[int]:
+        """The ids of cleaned text as Wan's tokenizer gives them (transformers' T5 tokenizer of this
+        sentencepiece model, which Wan 2.1 runs), not as sentencepiece alone does:
+        - a special token's text (`<pad>`, `</s>`, `<unk>`) is that token (ids 0, 1, 2 in umT5's model);
+        - each run of characters the vocabulary lacks is one `<unk>`, where sentencepiece's byte
+          fallback would spell them as UTF-8 byte pieces."""
+        ids: list[int] = []
+        for part in self._specials.split(text):
+            if part in self.special_ids:
+                ids.append(self.special_ids[part])
+                continue
+            after_unk = False
+            for i in self.sp.encode(part):
+                unknown = self.sp.is_byte(i) or i == self.unk_id
+                if not (unknown and after_unk):  # a run of unknown characters is one <unk>
+                    ids.append(self.unk_id if unknown else i)
+                after_unk = unknown
+        return ids
 
     def check_pairs_with(self, rows: int, source: str) -> None:
         """The tokenizer and an embedding of `rows` rows belong together (ids fit; rows pad a little)."""
@@ -325,6 +353,7 @@ class _Tensor:
     key: str
     shape: tuple[int, ...]
     dtype: str  # safetensors' name: F16, BF16, F32, F8_E4M3, ...
+    pickled: dict[str, torch.Tensor] | None = None  # a .pth's tensors (memory-mapped), by stored key
 
 
 @dataclass
@@ -336,21 +365,6 @@ class _Plan:
     weights: dict[str, _Tensor]  # model key (tied alias excluded) -> file tensor
     scales: dict[str, _Tensor]  # model key -> its fp8 scale
     tokenizer: SentencePieceTokenizer
-
-
-def _refuse_pickle(path: Path) -> None:
-    raise CheckpointError(
-        f"{path}: a pickle checkpoint is never loaded here (it can run code); convert it once with "
-        f"`alaya-flash model convert {path} OUT.safetensors --tokenizer spiece.model` (Wan's umT5 .pth), then load OUT")
-
-
-def _looks_pickled(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError:
-        return False
-    return head[:2] == b"PK" or head[:1] == b"\x80"  # torch's zip container, a bare pickle
 
 
 def _header(path: Path, into: dict[str, _Tensor], source: str | None = None) -> dict[str, str]:
@@ -366,8 +380,6 @@ def _header(path: Path, into: dict[str, _Tensor], source: str | None = None) -> 
     except FileNotFoundError:
         raise CheckpointError(f"{source or path}: no such file") from None
     except Exception as err:  # safetensors raises its own error types for a corrupt header
-        if _looks_pickled(path):
-            _refuse_pickle(path)
         raise CheckpointError(f"{source or path}: not a readable safetensors file ({err})") from None
 
 
@@ -375,6 +387,9 @@ def _read_tensor(t: _Tensor) -> torch.Tensor:
     """One stored tensor, opened on its own: safetensors hands back a view of the file's memory map,
     which goes away with the tensor (so pages read while loading are not kept mapped)."""
     from safetensors import safe_open
+
+    if t.pickled is not None:
+        return t.pickled[t.key]
 
     try:
         with safe_open(str(t.file), framework="pt", device="cpu") as f:
@@ -414,7 +429,8 @@ def _folder_tensors(folder: Path) -> tuple[dict[str, _Tensor], dict[str, str]]:
         return tensors, _header(single, tensors)
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
-        _refuse_pickle(folder / pickles[0])
+        raise CheckpointError(f"{folder}: no model.safetensors here, only the pickle {pickles[0]}: pass that file itself "
+                              "(read tensors-only)")
     raise CheckpointError(f"{folder}: none of the umT5 forms: no model.safetensors or model.safetensors.index.json "
                           "(a Hugging Face folder), and a folder is not a ComfyUI file")
 
@@ -522,11 +538,31 @@ def plan_umt5(path: str | os.PathLike, tokenizer: str | os.PathLike | None = Non
         return _plan(tensors, metadata, str(path), _folder_config(path), tok or _folder_tokenizer(path))
     if not path.exists():
         raise CheckpointError(f"{path}: no such umT5 file or folder")
-    if path.suffix.lower() in PICKLE_SUFFIXES:
-        _refuse_pickle(path)
+    if pickled.is_pickle(path):  # Wan's models_t5_umt5-xxl-enc-bf16.pth
+        return _plan(_pickle_tensors(path), {}, str(path), None, tok or _wan_tokenizer(path))
     tensors = {}
     metadata = _header(path, tensors)
     return _plan(tensors, metadata, str(path), None, tok)
+
+
+def _pickle_tensors(path: Path) -> dict[str, _Tensor]:
+    """A pickle's tensors (read tensors-only, memory-mapped) under transformers' names (Wan's converted)."""
+    state = pickled.read_state(path)
+    names = {k: k for k in state}
+    if "token_embedding.weight" in state:  # Wan 2.1's T5Encoder names
+        names = {wan: hf for hf, wan in from_wan({k: k for k in state}, str(path)).items()}
+    head = pickled.header(state)
+    return {names[k]: _Tensor(path, k, head[k][0], head[k][1], state) for k in state}
+
+
+def _wan_tokenizer(path: Path) -> SentencePieceTokenizer:
+    """The spiece.model that goes with a Wan .pth: google/umt5-xxl/ beside it (Wan-AI's folders), tokenizer/, or beside it."""
+    for sub in WAN_TOKENIZER_DIRS:
+        candidate = path.parent / sub / "spiece.model"
+        if candidate.is_file():
+            return SentencePieceTokenizer.from_file(candidate)
+    raise CheckpointError(f"{path}: no tokenizer beside it (looked for {', '.join(str(path.parent / d / 'spiece.model') for d in WAN_TOKENIZER_DIRS[:2])}); "
+                          "pass the tokenizer (spiece.model from Wan's google/umt5-xxl folder)")
 
 
 def _dequantise(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, chunk: int = 1 << 20) -> torch.Tensor:
@@ -690,10 +726,11 @@ def text_dim_of(path: str | os.PathLike) -> int:
     else:
         if not path.exists():
             raise CheckpointError(f"{path}: no such umT5 file or folder")
-        if path.suffix.lower() in PICKLE_SUFFIXES:
-            _refuse_pickle(path)
-        tensors = {}
-        _header(path, tensors)
+        if pickled.is_pickle(path):
+            tensors = _pickle_tensors(path)
+        else:
+            tensors = {}
+            _header(path, tensors)
     layout = _layout(tensors)
     if "shared.weight" not in layout.weights or len(tensors[layout.weights["shared.weight"]].shape) != 2:
         raise CheckpointError(f"{path}: none of the umT5 forms: no 2-D shared.weight (the token embedding)")
@@ -718,12 +755,7 @@ def convert_wan_checkpoint(src: str | os.PathLike, dst: str | os.PathLike,
         raise AlayaError(f"{dst}: the converted file is written as .safetensors")
     if not src.is_file():
         raise CheckpointError(f"{src}: no such file")
-    try:
-        state = torch.load(src, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # weights_only refuses anything but tensors and plain containers
-        raise CheckpointError(f"{src}: not a tensors-only torch checkpoint ({str(err).splitlines()[0][:160]})") from None
-    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
-        raise CheckpointError(f"{src}: expected a state dict (names -> tensors), got {type(state).__name__}")
+    state = pickled.read_state(src)
     named = from_wan(state, str(src))
     shapes = {k: tuple(v.shape) for k, v in named.items()}
     cfg = infer_config(shapes, str(src))

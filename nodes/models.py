@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..model_zoo.styles import ORIGINAL, STYLES
 from . import comfy
 from .base import refuse
 
@@ -63,7 +64,7 @@ class TextHandle:
 
 
 def _flash_choices() -> list[str]:
-    from ..model_zoo.bundle import is_model_folder
+    from ..model_zoo.folders import is_model_folder
 
     found = [n for n in comfy.list_entries("diffusion_models", folders=True)
              if is_model_folder(comfy.resolve("diffusion_models", n)) == "flash"]
@@ -71,7 +72,7 @@ def _flash_choices() -> list[str]:
 
 
 def _teacher_choices() -> list[str]:
-    from ..model_zoo.bundle import is_model_folder
+    from ..model_zoo.folders import is_model_folder
 
     folders = [n for n in comfy.list_entries("diffusion_models", folders=True)
                if is_model_folder(comfy.resolve("diffusion_models", n)) == "teacher"]
@@ -89,7 +90,7 @@ def _is_shard(name: str) -> bool:
 
 
 def _teacher_folder(path) -> bool:
-    from ..model_zoo.bundle import is_model_folder
+    from ..model_zoo.folders import is_model_folder
 
     return path.is_dir() and is_model_folder(path) == "teacher"
 
@@ -105,7 +106,7 @@ def _text_choices() -> list[str]:
     from pathlib import PurePosixPath
 
     found = comfy.list_entries("text_encoders", folders=False, suffix="tokenizer.json")
-    files = comfy.list_entries("text_encoders")  # .safetensors
+    files = comfy.list_entries("text_encoders") + comfy.list_entries("text_encoders", suffix=".pth")  # Wan's .pth: read tensors-only
     return [FROM_MODEL] + sorted({str(PurePosixPath(n).parent) for n in found} - {"."}) + files
 
 
@@ -173,7 +174,7 @@ class LoadFlashModel:
                 _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
 
     def load(self, model, decoder, device, precision, text_encoder):
-        from ..model_zoo import bundle
+        from ..model_zoo import bundle, folders
 
         refuse("Load Flash Model", self.check_values(decoder, text_encoder))
         dev = comfy.torch_device(device)
@@ -186,7 +187,7 @@ class LoadFlashModel:
                 from ..model_zoo.errors import AlayaError
 
                 raise AlayaError(f"Flash model {model!r} not found (searched: {comfy.searched('diffusion_models')})")
-            flash = bundle.load_flash(path, dev, dtype)
+            flash = folders.load_flash(path, dev, dtype)
         if decoder != FROM_MODEL:
             # the refiner learned this model's decoder's errors: another decoder's frames pass through unrefined
             flash.decoder = load_tiny_decoder(comfy.resolve("vae_approx", decoder), dev, dtype)
@@ -226,7 +227,7 @@ class LoadTeacherModel:
     def INPUT_TYPES(cls):
         return {"required": {
             "model": (_teacher_choices(), {"tooltip": "A teacher model folder, a published teacher DiT (file, shard index or repo folder), or random:tiny / random:small."}),
-            "vae": ([FROM_MODEL] + comfy.list_entries("vae"), {"default": FROM_MODEL, "tooltip": "A Wan2.1 VAE .safetensors from the vae folder; (from model): the model folder's, or one found next to the DiT (a repo's vae/, ComfyUI's vae/wan_2.1_vae.safetensors)."}),
+            "vae": ([FROM_MODEL] + comfy.list_entries("vae") + comfy.list_entries("vae", suffix=".pth"), {"default": FROM_MODEL, "tooltip": "A Wan2.1 VAE from the vae folder (.safetensors, or Wan's Wan2.1_VAE.pth, read tensors-only); (from model): the model folder's, or one found next to the DiT (a repo's vae/, ComfyUI's vae/wan_2.1_vae.safetensors, a Wan-AI folder's Wan2.1_VAE.pth)."}),
             "window_frames": ("INT", {"default": -1, "min": -1, "max": 1001, "step": 4, "tooltip": "Pixel frames per bidirectional window (4k+1; Wan: 81). -1: the model's trained value."}),
             **_common_inputs(),
         }}
@@ -281,7 +282,8 @@ class LoadTeacherModel:
 
 class EncodePrompt:
     DESCRIPTION = ("Encode a prompt, or a schedule keyed by pixel frame ('0: a sunny street' / '48: a rainy night', "
-                   "one entry per line). A ComfyUI CONDITIONING input is used instead when its width fits the model.")
+                   "one entry per line), optionally restyled with one of AlayaRenderer's named styles. A ComfyUI "
+                   "CONDITIONING input is used instead when its width fits the model.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("ALAYA_PROMPT",)
     RETURN_NAMES = ("prompt",)
@@ -296,6 +298,7 @@ class EncodePrompt:
             },
             "optional": {
                 "conditioning": ("CONDITIONING", {"tooltip": "ComfyUI conditioning whose width equals the model's text width (used instead of text)."}),
+                "style": (list(STYLES), {"default": ORIGINAL, "tooltip": "AlayaRenderer's styles (its styles.json): keep the prompt's content (before '; the scene is ...') and replace its lighting part with the style's; original: the prompt as written."}),
             },
         }
 
@@ -310,7 +313,7 @@ class EncodePrompt:
             return str(err)
         return True
 
-    def encode(self, text_encoder, text, conditioning=None):
+    def encode(self, text_encoder, text, conditioning=None, style=ORIGINAL):
         from ..model_zoo.errors import AlayaError
         from ..streaming.engine.pipelines import PromptSchedule
 
@@ -320,7 +323,7 @@ class EncodePrompt:
                 raise AlayaError(f"Encode Prompt: CONDITIONING is {tuple(emb.shape)} wide, the model's text input is "
                                  f"{text_encoder.text_dim}; use the text widget instead")
             return (PromptSchedule.constant(emb[:1].float(), "(conditioning)"),)
-        return (PromptSchedule.encode(text_encoder, text),)
+        return (PromptSchedule.encode(text_encoder, text, style),)
 
 
 NODES = {

@@ -27,7 +27,7 @@ def unrefined_frames(model_dir: str, data: str, clips: int, precision: str, cach
                      presets: str = "all"):
     """{"C.PRESET.KIND": frames float (T, H, W, 3)} of the model without its refiner; the clips, preset names
     and wordings (eval's)."""
-    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo import folders
     from alaya_flash.model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from alaya_flash.training.refiner import _model_stamp
     from alaya_flash.training.eval import _clips, _render
@@ -38,7 +38,7 @@ def unrefined_frames(model_dir: str, data: str, clips: int, precision: str, cach
               "precision": precision}
     if cache is not None and cache.is_file() and json.loads(read_metadata(cache).get("recipe", "{}")) == recipe:
         return read_state_dict(cache), found, names, prompts
-    model = bundle.load_flash(model_dir, dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+    model = folders.load_flash(model_dir, dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     text = model.text_encoder()
     frames = {}
     for c, gb in enumerate(clip["gbuffers"] for clip in found):
@@ -54,7 +54,7 @@ def unrefined_frames(model_dir: str, data: str, clips: int, precision: str, cach
 
 def load_candidate(spec: str):
     """A refiner from a `train refiner` run or a model folder; None for 'none'."""
-    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo import folders
     from alaya_flash.model_zoo.errors import AlayaError
     from alaya_flash.training.refiner import load_run
 
@@ -62,7 +62,7 @@ def load_candidate(spec: str):
         return None
     path = Path(spec)
     if (path / "config.json").is_file():
-        refiner = bundle.load_flash(path, dtype=torch.float32).refiner
+        refiner = folders.load_flash(path, dtype=torch.float32).refiner
         if refiner is None:
             raise AlayaError(f"{spec}: this model folder has no refiner")
         return refiner

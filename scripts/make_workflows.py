@@ -32,7 +32,7 @@ def flash_branch(source: str, first: int, prompt: str, save: dict) -> dict:
     m, p, e, s, d, r, o = (str(first + i) for i in range(7))
     return {
         m: ("AlayaFlash_LoadFlashModel", "Load Flash Model", dict(MODEL)),
-        p: ("AlayaFlash_EncodePrompt", "Encode Prompt", {"text_encoder": L(m, 3), "text": prompt}),
+        p: ("AlayaFlash_EncodePrompt", "Encode Prompt", {"text_encoder": L(m, 3), "text": prompt, "style": "original"}),
         e: ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers", {"gbuffer_encoder": L(m, 1), "gbuffers": L(source)}),
         s: ("AlayaFlash_FlashSampler", "Flash Sampler", {"model": L(m), "cond": L(e), "prompt": L(p), **SAMPLER}),
         d: ("AlayaFlash_Decode", "Decode", {"decoder": L(m, 2), "latents": L(s)}),
@@ -52,7 +52,7 @@ def teacher_branch(source: str, first: int, prompt: str, negative: str, save) ->
     m, p, e, s, d, o = (str(first + i) for i in range(6))
     return {
         m: ("AlayaFlash_LoadTeacherModel", "Load Teacher Model", dict(TEACHER)),
-        p: ("AlayaFlash_EncodePrompt", "Encode Prompt (teacher)", {"text_encoder": L(m, 3), "text": prompt}),
+        p: ("AlayaFlash_EncodePrompt", "Encode Prompt (teacher)", {"text_encoder": L(m, 3), "text": prompt, "style": "original"}),
         e: ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers (teacher)", {"gbuffer_encoder": L(m, 1), "gbuffers": L(source)}),
         s: ("AlayaFlash_TeacherSampler", "Teacher Sampler", {"model": L(m), "cond": L(e), "prompt": L(p),
                                                               "negative_prompt": negative, "seed": 0,

@@ -52,7 +52,7 @@ def test_schedule_parsing():
 
 def test_flash_folder_round_trip(flash, prompts, tmp_path):
     bundle.save_flash(flash, tmp_path / "m", {"dit": "dit-tiny"})
-    loaded = bundle.load_flash(tmp_path / "m", dtype=torch.float32)
+    loaded = bundle.load_flash_folder(tmp_path / "m", dtype=torch.float32)
     assert loaded.random_weights and loaded.settings == flash.settings
     g = _gbuffers(5)
     assert torch.equal(_render(pl.FlashPipeline(loaded, prompts), [g]), _render(pl.FlashPipeline(flash, prompts), [g]))
@@ -66,24 +66,24 @@ def test_flash_folder_errors_name_file_and_key(flash, tmp_path):
     sd.pop(sorted(sd)[0])
     save_file(sd, folder / "decoder.safetensors")
     with pytest.raises(CheckpointError, match="decoder.safetensors.*missing"):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
     (folder / "decoder.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"decoder\.safetensors: missing"):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
     (folder / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="line 1, column 2"):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
     (folder / "config.json").write_text(json.dumps({"format": "alaya-flash/teacher", "version": 1, "networks": {}}))
     with pytest.raises(CheckpointError, match="expected 'alaya-flash/flash'"):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
     with pytest.raises(AlayaError, match="no such model folder"):
-        bundle.load_flash(tmp_path / "nope")
+        bundle.load_flash_folder(tmp_path / "nope")
 
 
 def test_no_default_model_is_said_clearly(monkeypatch, tmp_path):
     monkeypatch.setattr(bundle, "DEFAULT_DIR", tmp_path / "default")
     with pytest.raises(AlayaError, match="no default Flash model yet"):
-        bundle.load_flash(None)
+        bundle.load_flash_folder(None)
 
 
 def test_teacher_windows_and_round_trip(prompts, tmp_path):

@@ -37,7 +37,7 @@ def _clip(size: int, frames: int) -> list[pl.GBuffers]:
 def test_default_model_frames_are_unchanged_by_fusion_and_lanes(monkeypatch):
     """The shipped model in bf16: fused ops and folded pools on a 2-lane pipeline against plain ops
     and separate pools in one loop."""
-    flash = bundle.load_flash(DEFAULT, torch.device("cpu"), torch.bfloat16)
+    flash = bundle.load_flash_folder(DEFAULT, torch.device("cpu"), torch.bfloat16)
     chunks = _clip(64, 13)
     fast = _render(flash, chunks, Lanes(threads=(1, 1)))
     monkeypatch.setattr(fused, "FUSED_OP", False)
@@ -235,7 +235,7 @@ def test_cached_key_rotations_equal_rotating_every_key_on_every_pass(monkeypatch
     (evictions move every frame) the frames must equal rotating all keys each pass, bit for bit."""
     from alaya_flash.model_zoo.kv_cache import KVCache
 
-    flash = bundle.load_flash(DEFAULT, torch.device("cpu"), torch.bfloat16)
+    flash = bundle.load_flash_folder(DEFAULT, torch.device("cpu"), torch.bfloat16)
     assert flash.settings.window_frames + flash.settings.sink_frames < 10  # 37 frames = 10 latents: evictions
     chunks = _clip(32, 37)
     kept = _render(flash, chunks)
@@ -283,7 +283,7 @@ def test_one_token_prompts_skip_the_cross_attention_query():
 def test_lanes_give_the_one_thread_frames_bit_for_bit():
     """Each lane runs its stages on one thread, so the pipelined CLI default renders exactly what
     `--threads 1` renders (a frame's last bits depend on the thread count, docs/runner.md)."""
-    flash = bundle.load_flash(DEFAULT, torch.device("cpu"), torch.bfloat16)
+    flash = bundle.load_flash_folder(DEFAULT, torch.device("cpu"), torch.bfloat16)
     chunks = _clip(32, 9)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -441,7 +441,7 @@ def test_model_config_contradictions_are_refused_before_anything_is_built(edit, 
     edit(cfg)
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match=re.escape(message)):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
 
 
 def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path):

@@ -109,3 +109,63 @@ def test_grouping_folders_import_nothing():
         path = ROOT / name / "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"))
         assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], f"{path}: imports"
+
+
+# The loading modules of model_zoo point one way (model_zoo/folders.py's docstring): loading ->
+# weight_files -> helios, bundle -> published -> release -> folders, identify.
+def model_zoo_imports() -> dict[str, set[str]]:
+    """module -> the model_zoo modules it imports (lazy ones included)."""
+    graph = {}
+    for path, module, is_pkg in package_modules():
+        if module.startswith("model_zoo"):
+            targets = {resolved(t) for _, t in imports(path, module, is_pkg)}
+            graph[module] = {t for t in targets if t.startswith("model_zoo.") and t != module}
+    return graph
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of graph as [a, b, ..., a], or [] when its imports form none (depth-first search)."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" once all it imports is explored
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = "open"
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        path.pop()
+        state[node] = "done"
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_model_zoo_imports_form_no_cycle():
+    """No model_zoo module imports, even lazily, one that imports it back (directly or through others)."""
+    graph = model_zoo_imports()
+    assert {"model_zoo.bundle", "model_zoo.published", "model_zoo.release", "model_zoo.helios", "model_zoo.folders",
+            "model_zoo.identify", "model_zoo.weight_files", "model_zoo.loading"} <= set(graph)
+    assert "model_zoo.release" in graph["model_zoo.folders"]  # the dispatch is seen
+    cycle = import_cycle(graph)
+    assert not cycle, " -> ".join(cycle)
+
+
+def test_the_cycle_check_sees_a_lazy_import_loop(tmp_path):
+    """The loop this layout removed (bundle lazily importing release, which imports bundle) is found."""
+    f = tmp_path / "bundle.py"
+    f.write_text("def load_flash():\n    from .release import load_release\n")
+    lazy = {resolved(t) for _, t in imports(f, "model_zoo.bundle", is_pkg=False)}
+    assert lazy == {"model_zoo.release"}
+    graph = {**model_zoo_imports(), "model_zoo.bundle": lazy}
+    assert import_cycle(graph) == ["model_zoo.bundle", "model_zoo.release", "model_zoo.bundle"]
+    assert import_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from alaya_flash.model_zoo import bundle
+from alaya_flash.model_zoo import bundle, folders
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
 from alaya_flash.nodes import comfy
@@ -113,8 +113,8 @@ def test_shipped_models_are_listed_and_render_by_name(clip, tmp_path, monkeypatc
     assert {"default", "world_v2"} <= set(_flash_choices())
     monkeypatch.chdir(tmp_path)
     loaded = []
-    real = bundle.load_flash
-    monkeypatch.setattr(bundle, "load_flash", lambda folder=None, *a, **k: loaded.append(folder) or real(folder, *a, **k))
+    real = folders.load_flash
+    monkeypatch.setattr(folders, "load_flash", lambda folder=None, *a, **k: loaded.append(folder) or real(folder, *a, **k))
     out = tmp_path / "v2.mp4"
     assert main(["--quiet", "render", str(clip), "--model", "world_v2", "--prompt", "a street at dusk", "--out", str(out),
                  "--frames", "5"]) == 0
@@ -430,7 +430,7 @@ def test_sampler_widgets_at_minus_one_take_the_models_trained_settings():
     the default model was trained and evaluated; an explicit value still overrides it."""
     import dataclasses
 
-    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo import bundle, folders
 
     flash = bundle.make_random_flash()
     flash.settings = dataclasses.replace(flash.settings, steps=2, chunk_frames=1, window_frames=6, sink_frames=1)

@@ -20,6 +20,8 @@ from alaya_flash.model_zoo.dit import CONFIGS as DIT_CONFIGS, DiTConfig, WanDiT
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
 from alaya_flash.model_zoo.identify import identify_path
 from alaya_flash.streaming.cli import main
+from test_umt5 import spiece, state  # noqa: F401  (module-scoped fixtures: a tiny umT5 and its tokenizer)
+from wan_helpers import write_diffsynth_checkpoint, write_wan_ai_folder
 
 DATA = Path(__file__).resolve().parent / "data"
 # A tiny teacher: 96 input channels, umT5-wide prompts (4096) padded to 512 tokens, as the real one.
@@ -252,24 +254,77 @@ def test_diffusers_repo_folder_loads_the_teacher(dit, vae, tmp_path, capsys):
     assert published.load_teacher_files(root).text_encoder_name == f"umt5-xxl:{root / 'text_encoder'}"
 
 
-def test_wan_repo_folder_with_its_config_and_a_pickle_vae(dit, tmp_path, capsys):
-    repo = tmp_path / "Wan2.1-T2V"
-    repo.mkdir()
-    (repo / "config.json").write_text(json.dumps({"_class_name": "WanModel", "dim": 32, "eps": 1e-06, "ffn_dim": 64, "freq_dim": 32,
-                                                  "in_dim": 96, "model_type": "t2v", "num_heads": 2, "num_layers": 2,
-                                                  "out_dim": 16, "text_len": 512}))
-    save(dit.state_dict(), repo / "diffusion_pytorch_model.safetensors")
-    (repo / "Wan2.1_VAE.pth").write_bytes(b"not read")
+def test_wan_ai_folder_as_downloaded_reads_its_pickles_tensors_only(dit, vae, state, spiece, tmp_path, capsys):  # noqa: F811
+    """Wan-AI/Wan2.1-T2V-* as downloaded: config.json + the DiT as safetensors, the VAE and umT5 as pickles
+    (Wan's own state dicts), the tokenizer in google/umt5-xxl/. The pickles are read tensors-only: the VAE
+    equals the one it was saved from, umT5 finds its tokenizer, and `model identify` says what each is."""
+    repo = write_wan_ai_folder(tmp_path / "Wan2.1-T2V", vae, state, spiece, dit=dit)
     back = published.load_dit(repo, dtype=torch.float32)
     assert back.config == TINY_TEACHER and torch.equal(dit_out(back), dit_out(dit))
-    with pytest.raises(CheckpointError, match="no Wan2.1 VAE found next to it"):
-        published.load_teacher_files(repo)
-    with pytest.raises(CheckpointError, match=r"Wan2.1_VAE.pth: a PyTorch pickle \(.pth\); pickles are never loaded.*wan_2.1_vae.safetensors"):
-        published.load_vae(repo / "Wan2.1_VAE.pth")
+    from_pickle = published.load_vae(repo / "Wan2.1_VAE.pth", dtype=torch.float32)
+    assert torch.equal(vae_out(from_pickle), vae_out(vae))
+    assert torch.equal(vae_out(published.load_vae(repo, dtype=torch.float32)), vae_out(vae))  # the folder names it
+    teacher = published.load_teacher_files(repo, dtype=torch.float32)
+    assert torch.equal(vae_out(teacher.vae), vae_out(vae))
+    assert teacher.text_encoder_name == f"umt5-xxl:{repo / 'models_t5_umt5-xxl-enc-bf16.pth'}"
     status, out = identify_out(repo, capsys)
     assert status == 0 and "Wan repo folder (config.json + single file)" in out
-    assert "Wan2.1_VAE.pth: a PyTorch pickle (.pth); never loaded" in out
-    assert "missing: VAE (vae/wan_2.1_vae.safetensors or --vae), text encoder (umT5-XXL, --text-encoder)" in out
+    assert (f"{repo / 'Wan2.1_VAE.pth'}: Wan VAE (Wan2.1): wan2.1-vae-small (family wan-vae); native names; "
+            "form: PyTorch pickle, read tensors-only (torch.load weights_only); dtype: fp32") in out
+    assert (f"{repo / 'models_t5_umt5-xxl-enc-bf16.pth'}: umT5 text encoder: umt5-tiny (family umt5); converted names; "
+            f"dtype: bf16; form: PyTorch pickle (Wan's names, converted); tokenizer: {repo / 'google/umt5-xxl/spiece.model'}; "
+            "read with torch.load(weights_only=True): tensors only, no code run") in out
+    assert f"{repo}: a teacher DiT; nothing missing to render" in out
+    # without its tokenizer folder, umT5 cannot run: identify and the missing line say so
+    (repo / "google" / "umt5-xxl" / "spiece.model").unlink()
+    status, out = identify_out(repo, capsys)
+    assert "no tokenizer beside it" in out and "missing: text encoder (umT5-XXL, --text-encoder)" in out
+
+
+def test_a_pickle_that_runs_code_is_refused_wherever_it_is_read(dit, vae, state, spiece, tmp_path, capsys):  # noqa: F811
+    """A Wan2.1_VAE.pth / umT5 .pth whose pickle calls os.system: one line naming it, exit 2, and nothing runs."""
+    from test_loading import RunsCode
+
+    marker = tmp_path / "ran"
+    repo = write_wan_ai_folder(tmp_path / "Wan2.1-T2V", vae, state, spiece, dit=dit)
+    torch.save({**vae.state_dict(), "x": RunsCode(marker)}, repo / "Wan2.1_VAE.pth")
+    torch.save({"token_embedding.weight": torch.zeros(2, 2), "x": RunsCode(marker)}, repo / "models_t5_umt5-xxl-enc-bf16.pth")
+    with pytest.raises(CheckpointError, match=r"Wan2.1_VAE.pth: refused: it asks for posix.system, which is code"):
+        published.load_teacher_files(repo)
+    from alaya_flash.model_zoo.umt5 import load_umt5
+
+    with pytest.raises(CheckpointError, match=r"models_t5_umt5-xxl-enc-bf16.pth: refused: it asks for posix.system"):
+        load_umt5(repo / "models_t5_umt5-xxl-enc-bf16.pth")
+    assert main(["model", "identify", str(repo / "Wan2.1_VAE.pth")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "refused: it asks for posix.system" in err
+    status, out = identify_out(repo, capsys)  # the folder's other files are still described
+    assert "Wan2.1_VAE.pth: refused" in out and "Wan repo folder (config.json + single file)" in out
+    assert not marker.exists()
+
+
+def test_diffsynth_training_output_loads_strictly(dit, tmp_path, capsys):
+    """AlayaRenderer's checkpoint is DiffSynth-Studio's training output (epoch-N.safetensors): the DiT's own
+    parameter names with `pipe.dit.` removed, saved by accelerate (metadata {"format": "pt"}), bf16."""
+    path = write_diffsynth_checkpoint(dit, tmp_path / "train" / "Wan2.1-T2V-1.3B_gbuffer" / "epoch-27.safetensors")
+    back = published.load_dit(path, dtype=torch.float32)
+    assert back.config == TINY_TEACHER and torch.equal(dit_out(back), dit_out(rounded(dit, torch.bfloat16)))
+    status, out = identify_out(path, capsys)
+    assert status == 0 and f"{path}: teacher DiT: unnamed config (in 96, dim 32, 2 layers" in out
+    assert "native names; form: single file; dtype: bf16" in out
+    # with --remove_prefix_in_ckpt cleared, DiffSynth keeps its pipeline's prefix
+    kept = save({f"pipe.dit.{k}": v for k, v in dit.state_dict().items()}, tmp_path / "step-100.safetensors")
+    assert torch.equal(dit_out(published.load_dit(kept, dtype=torch.float32)), dit_out(dit))
+    # strictly: one tensor short is one line naming it; a LoRA output is named as such
+    partial = {k: v for k, v in dit.state_dict().items() if k != "blocks.1.ffn.2.bias"}
+    with pytest.raises(CheckpointError, match=r"epoch-1.safetensors: keys do not match the network: 1 missing \(blocks.1.ffn.2.bias\)"):
+        published.load_dit(save(partial, tmp_path / "epoch-1.safetensors", {"format": "pt"}))
+    lora = save({"blocks.0.self_attn.q.lora_A.default.weight": torch.zeros(4, 32),
+                 "blocks.0.self_attn.q.lora_B.default.weight": torch.zeros(32, 4)}, tmp_path / "lora.safetensors")
+    with pytest.raises(CheckpointError, match="lora.safetensors: a LoRA"):
+        published.load_dit(lora)
+    # at full size, DiffSynth's names for the AlayaRenderer teacher are exactly the 825 published ones (research/model.md 1.5)
+    assert key_file("alayarenderer-teacher.keys.txt") == spec("alayarenderer-teacher")
 
 
 def test_comfyui_models_tree_finds_vae_and_text_encoder(dit, vae, tmp_path, capsys):

@@ -81,7 +81,7 @@ def held_out_clip(world: str) -> dict:
 
 def load_shipped(model: str):
     """A shipped model's Flash bundle in the dtype this CPU prefers, as users' commands load it."""
-    return bundle.load_flash(bundle.shipped_models()[model], dtype=preferred_dtype("cpu"))
+    return bundle.load_flash_folder(bundle.shipped_models()[model], dtype=preferred_dtype("cpu"))
 
 
 def guard_figures(model: str = "default") -> dict:

@@ -109,14 +109,14 @@ def test_refine_stage_pairs_in_order_and_refuses_leftovers():
 
 def test_folder_round_trip_with_and_without_the_refiner(flash, tmp_path):
     bundle.save_flash(flash, tmp_path / "m")
-    back = bundle.load_flash(tmp_path / "m", dtype=torch.float32)
+    back = bundle.load_flash_folder(tmp_path / "m", dtype=torch.float32)
     assert back.refiner is not None
     for k, v in flash.refiner.state_dict().items():
         assert torch.equal(back.refiner.state_dict()[k], v), k
     plain = bundle.make_random_flash(seed=0)
     bundle.save_flash(plain, tmp_path / "m")  # saved again without one: no stale refiner file is left
     assert not (tmp_path / "m" / "refiner.safetensors").exists()
-    assert bundle.load_flash(tmp_path / "m").refiner is None
+    assert bundle.load_flash_folder(tmp_path / "m").refiner is None
 
 
 def test_refiner_folder_errors_name_file_and_key(flash, tmp_path):
@@ -128,15 +128,15 @@ def test_refiner_folder_errors_name_file_and_key(flash, tmp_path):
     state["tail.2.weight"] = state["tail.2.weight"][:2]
     save_file(state, weights)
     with pytest.raises(CheckpointError, match="refiner.safetensors.*tail.2.weight"):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
     weights.unlink()
     with pytest.raises(CheckpointError, match="refiner.safetensors: missing"):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
     cfg = json.loads((folder / "config.json").read_text())
     cfg["networks"]["upscaler"] = cfg["networks"].pop("refiner")
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="networks upscaler are unknown"):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
 
 
 def _random_refiner(name: str, seed: int = 3) -> rf.GBufferRefiner:
@@ -229,14 +229,14 @@ def test_a_prompt_refiner_without_a_prompt_is_refused_by_name(flash, tmp_path):
     model.refiner = rf.build(rf.RefinerConfig(text_dim=32))
     folder = bundle.save_flash(model, tmp_path / "m")
     with pytest.raises(CheckpointError, match="refiner reads 32-wide prompt embeddings, the DiT 384-wide"):
-        bundle.load_flash(folder)
+        bundle.load_flash_folder(folder)
 
 
 def test_prompt_refiner_folder_round_trip(tmp_path):
     model = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16-prompt")
     assert model.refiner.text_dim == 384
     model.refiner = _random_refiner("gbuffer-refiner-16-prompt")
-    back = bundle.load_flash(bundle.save_flash(model, tmp_path / "m"), dtype=torch.float32)
+    back = bundle.load_flash_folder(bundle.save_flash(model, tmp_path / "m"), dtype=torch.float32)
     assert back.refiner.config == model.refiner.config
     for k, v in model.refiner.state_dict().items():
         assert torch.equal(back.refiner.state_dict()[k], v), k

@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("diffusers")
 
 from alaya_flash.model_zoo import helios, release  # noqa: E402
-from alaya_flash.model_zoo.bundle import is_model_folder, load_flash  # noqa: E402
+from alaya_flash.model_zoo.folders import is_model_folder, load_flash  # noqa: E402
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError  # noqa: E402
 from alaya_flash.model_zoo.identify import identify_path  # noqa: E402
 from alaya_flash.model_zoo.loading import read_state_dict, save_safetensors  # noqa: E402
@@ -71,6 +71,26 @@ def test_session_equals_diffusers_helios_pipeline_chunk_for_chunk():
     s2.history.zero_()
     s2.anchor = None
     assert (later.step(s2, torch.zeros(1, 0, chunk, 8, 8))[0] - want[:, :, 2:4]).abs().max() > 1e-3
+
+
+def test_history_sizes_are_taken_largest_first_as_diffusers_does():
+    """diffusers' HeliosPipeline sorts history_sizes largest first; given (1, 2, 4), our session equals its
+    run (and the (4, 2, 1) one) instead of reading 1 as the long window."""
+    transformer = tiny_transformer(in_channels=16)
+    prompt = torch.randn(1, 5, TINY["text_dim"], generator=torch.Generator().manual_seed(3))
+    want, sigmas = pipeline_latents(transformer, prompt, steps=2, chunk=2, chunks=3, history_sizes=(1, 2, 4))
+    config = HistoryConfig(history_sizes=(1, 2, 4), sampler="euler", sigmas=sigmas)
+    assert config.history_sizes == (4, 2, 1)
+    session = HistorySession(helios.HeliosDiT(transformer), config)
+    state = session.new_state(prompt, seed=7)
+    got = torch.cat([session.step(state, torch.zeros(1, 0, 2, 8, 8))[0] for _ in range(3)], 2)
+    assert (got - want).abs().max() < 1e-4
+    # taken as given (long 1, short 4), the third chunk is another one
+    unsorted = HistorySession(helios.HeliosDiT(transformer), config)
+    object.__setattr__(unsorted.config, "history_sizes", (1, 2, 4))
+    st = unsorted.new_state(prompt, seed=7)
+    other = torch.cat([unsorted.step(st, torch.zeros(1, 0, 2, 8, 8))[0] for _ in range(3)], 2)
+    assert (other - want).abs().max() > 1e-3
 
 
 def test_gbuffer_conditioning_enters_through_the_96_channel_patch_embedding():

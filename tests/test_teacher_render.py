@@ -20,6 +20,7 @@ from alaya_flash.model_zoo.dit import DiTConfig, WanDiT
 from alaya_flash.streaming.cli import main
 from test_published import DIFFUSERS_VAE_JSON, SMALL_VAE, write_sharded
 from test_umt5 import spiece, state, write_comfy, write_hf  # noqa: F401  (module-scoped fixtures)
+from wan_helpers import write_diffsynth_checkpoint, write_wan_ai_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = DiTConfig(dim=32, ffn_dim=64, freq_dim=32, text_dim=32, num_heads=2, num_layers=2)  # umt5-tiny is 32 wide
@@ -35,6 +36,7 @@ def nets():
     with torch.no_grad():
         for p in dit.parameters():
             p.add_(torch.randn_like(p) * 0.05)
+            p.copy_(p.to(torch.bfloat16).float())  # bf16 values: a bf16 file (DiffSynth's) holds them exactly
     torch.manual_seed(1)
     return dit, registry.build_config("wan-vae", SMALL_VAE).eval()
 
@@ -65,7 +67,14 @@ def layouts(root: Path, dit, vae, state, spiece) -> dict[str, list[str]]:  # noq
     (repo / "vae" / "config.json").write_text(json.dumps(DIFFUSERS_VAE_JSON))
     loading.save_safetensors(convert.vae_wan_to_diffusers(vae.state_dict()), repo / "vae" / "diffusion_pytorch_model.safetensors")
     write_hf(repo / "text_encoder", state, spiece)
+    # AlayaRenderer's README layout (DiffSynth-Studio's): its checkpoint under models/train/, Wan-AI's
+    # folder as downloaded under models/Wan-AI/ (the VAE and umT5 as pickles, the tokenizer in google/umt5-xxl/)
+    diffsynth = root / "game_editing" / "models"
+    checkpoint = write_diffsynth_checkpoint(dit, diffsynth / "train" / "Wan2.1-T2V-1.3B_gbuffer" / "epoch-27.safetensors")
+    wan_ai = write_wan_ai_folder(diffsynth / "Wan-AI" / "Wan2.1-T2V-1.3B", vae, state, spiece)
     return {
+        "wan-ai-folder": ["--model", str(checkpoint), "--wan-dir", str(wan_ai)],
+        "diffsynth-layout": ["--model", str(checkpoint)],  # the Wan-AI folder found from the checkpoint's place
         "wan-single": ["--model", str(wan / "model.safetensors"), "--vae", str(wan / "Wan2.1_VAE.safetensors"),
                        "--text-encoder", str(wan / "umt5_tiny.safetensors")],
         "comfyui-tree": ["--model", str(models / "diffusion_models" / "alayarenderer.safetensors")],
@@ -149,3 +158,17 @@ def test_the_teacher_sampler_releases_umt5_once_the_prompts_are_encoded(nets, st
     NODES["AlayaFlash_TeacherSampler"]().start_stream(teacher, prompt, "blurry", seed=0, steps=2, cfg=3.0, shift=-1.0)
     assert enc.released
     assert enc(["a moonlit street"]).shape == (1, 512, 32) and not enc.released
+
+
+def test_wan_dir_that_lacks_its_files_is_one_line(nets, state, spiece, tmp_path, capsys):  # noqa: F811
+    dit, vae = nets
+    checkpoint = write_diffsynth_checkpoint(dit, tmp_path / "epoch-1.safetensors")
+    args = ["render", str(ROOT / "samples" / "courtyard"), "--prompt", "x", "--out", str(tmp_path / "o.mp4"),
+            "--model", str(checkpoint)]
+    assert main([*args, "--wan-dir", str(tmp_path / "nowhere")]) == 2
+    assert "--wan-dir" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main([*args, "--wan-dir", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "no Wan2.1_VAE.pth here" in err and "pass --vae instead" in err and err.count("\n") == 1
+    assert not (tmp_path / "o.mp4").exists()

@@ -29,7 +29,7 @@ def test_every_stage_writes_checkpoints_and_logs(runs):
 def test_export_loads_with_the_bundle_loaders(runs):
     from alaya_flash.model_zoo import bundle
 
-    flash = bundle.load_flash(runs / "model", dtype=torch.float32)
+    flash = bundle.load_flash_folder(runs / "model", dtype=torch.float32)
     teacher = bundle.load_teacher(runs / "model" / "teacher", dtype=torch.float32)
     assert flash.settings.chunk_frames == 1
     student = common.final_weights(runs / "dmd", "dit")
@@ -51,7 +51,7 @@ def test_export_blends_a_second_students_weights_in(runs, tmp_path, capsys):
     assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", {
         **base, "out": str(out), "blend_run": str(runs / "rollout"), "blend_weight": 0.25})]) == 0
     mine, theirs = common.final_weights(runs / "dmd", "dit"), common.final_weights(runs / "rollout", "dit")
-    blended = bundle.load_flash(out, dtype=torch.float32).dit.state_dict()
+    blended = bundle.load_flash_folder(out, dtype=torch.float32).dit.state_dict()
     assert blended.keys() == mine.keys()
     assert any(not torch.equal(mine[k], theirs[k]) for k in mine)  # two different students
     for k, v in blended.items():

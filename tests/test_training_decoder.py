@@ -69,7 +69,7 @@ def test_decoder_stage_decodes_the_students_latents_closer_to_the_ground_truth(r
     assert main(["--quiet", "train", "export", "--config", write(tmp_path / "exp.json", {
         "out": str(model), "student_run": str(runs / "rollout"), "teacher_run": str(runs / "teacher"),
         "codecs_run": str(out), "vae_run": str(runs / "vae"), "trained_size": [32, 32]})]) == 0
-    flash = bundle.load_flash(model, dtype=torch.float32)
+    flash = bundle.load_flash_folder(model, dtype=torch.float32)
     for k, v in flash.gbuffer_encoder.state_dict().items():
         assert torch.equal(v, common.final_weights(runs / "codecs", "gbuffer_encoder")[k].to(torch.bfloat16).float()), k
     for k, v in flash.decoder.state_dict().items():

@@ -45,7 +45,7 @@ def test_refiner_stage_fits_the_models_frames_to_the_ground_truth(runs, tmp_path
             before.append(torch.mean((frames - truth) ** 2))
             after.append(torch.mean((net.refine(frames, torch.from_numpy(clips.gbuffers[c])) - truth) ** 2))
     assert sum(after) < 0.8 * sum(before)
-    assert bundle.load_flash(runs / "model").refiner is not None  # the fixture's second export shipped one
+    assert bundle.load_flash_folder(runs / "model").refiner is not None  # the fixture's second export shipped one
 
 
 def test_prompt_refiner_stage_learns_each_presets_look(runs, tmp_path):
@@ -140,7 +140,7 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     first, _ = model_renders(cfg, clips, Log())
     assert Log.rendered == 1 and (model_renders(cfg, clips, Log())[0] == first).all()
     assert Log.rendered == 1  # the cache was used
-    bundle.save_flash(bundle.load_flash(model), model)  # the same tensors written again: still cached
+    bundle.save_flash(bundle.load_flash_folder(model), model)  # the same tensors written again: still cached
     model_renders(cfg, clips, Log())
     assert Log.rendered == 1
     real = prompts.prompts
@@ -148,7 +148,7 @@ def test_refiner_renders_are_made_again_for_new_wordings_or_weights(runs, tmp_pa
     model_renders(cfg, clips, Log())
     assert Log.rendered == 2  # other wordings: rendered again
     monkeypatch.setattr(prompts, "prompts", real)
-    other = bundle.load_flash(model, dtype=torch.float32)
+    other = bundle.load_flash_folder(model, dtype=torch.float32)
     with torch.no_grad():
         next(other.dit.parameters()).add_(0.01)
     bundle.save_flash(other, model)

@@ -212,7 +212,7 @@ def test_rollout_with_word_tokens_caches_them_and_exports_a_model_that_reads_the
               "teacher_window_frames": 9}
     assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", export)]) == 0
     assert json.loads((tmp_path / "model" / "config.json").read_text())["text_encoder"] == bundle.MINILM_TOKENS
-    model = bundle.load_flash(tmp_path / "model")
+    model = bundle.load_flash_folder(tmp_path / "model")
     assert model.text_encoder_name == bundle.MINILM_TOKENS
     assert model.text_encoder()(["a moonlit night"]).shape == (1, 1 + CONTEXT_TOKENS, 384)
     anchor = {"out": str(tmp_path / "anchor"), "data": str(runs / "data"), "student_run": str(out), "steps": 1}
@@ -368,7 +368,7 @@ def test_rollout_with_more_layers_grows_the_student_and_trains_the_new_blocks(ru
               "codecs_run": str(runs / "codecs"), "vae_run": str(runs / "vae"), "trained_size": [32, 32],
               "teacher_window_frames": 9}
     assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", export)]) == 0
-    assert len(bundle.load_flash(tmp_path / "model").dit.blocks) == 3
+    assert len(bundle.load_flash_folder(tmp_path / "model").dit.blocks) == 3
     fewer = rollout_config(runs, tmp_path / "fewer", steps=1, layers=1)
     assert main(["train", "student-rollout", "--config", write(tmp_path / "f.json", fewer)]) == 2
     assert "layers 1 is fewer than its 2 blocks; blocks are only added" in capsys.readouterr().err

@@ -33,7 +33,7 @@ def test_text_anchor_refits_only_the_prompt_mlps_and_exports(runs, tmp_path):
     cfg = {"out": str(model), "student_run": str(out), "teacher_run": str(runs / "teacher"), "codecs_run": str(runs / "codecs"),
            "vae_run": str(runs / "vae"), "refiner_run": str(out), "trained_size": [32, 32], "teacher_window_frames": 9}
     assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", cfg)]) == 0
-    flash = bundle.load_flash(model, dtype=torch.float32)
+    flash = bundle.load_flash_folder(model, dtype=torch.float32)
     assert torch.equal(flash.dit.text_embedding[0].weight, common.final_weights(out, "dit")["text_embedding.0.weight"].bfloat16().float())
     assert flash.settings.chunk_frames == 1  # the student run's, carried through the anchor run
 

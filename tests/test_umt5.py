@@ -107,14 +107,30 @@ def wan_clean(text: str) -> str:
     return regex.sub(r"\s+", " ", text).strip()
 
 
+def wan_tokenizer_of(spiece):
+    """Wan's tokenizer for this sentencepiece model: Wan's HuggingfaceTokenizer is transformers'
+    AutoTokenizer of google/umt5-xxl (T5's tokenizer), built here the same way from spiece.model
+    (transformers converts it with protobuf)."""
+    pytest.importorskip("google.protobuf")
+    from transformers import AutoTokenizer
+
+    folder = spiece.parent / "wan-tokenizer"
+    folder.mkdir(exist_ok=True)
+    (folder / "spiece.model").write_bytes(spiece.read_bytes())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer", "extra_ids": 0}))
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    # Wan: tokenizer(clean(text), padding='max_length', truncation=True, max_length=512, add_special_tokens=True)
+    return lambda text: tok(wan_clean(text), truncation=True, max_length=512, add_special_tokens=True).input_ids
+
+
 def reference(state, spiece, prompts):
-    """Wan's T5EncoderModel on the tiny weights: sentencepiece ids + </s>, padded to 512 with a mask,
-    the encoder run on all 512, the real tokens kept and the rest zeroed (as Wan's DiT pads)."""
-    sp = sentencepiece.SentencePieceProcessor(model_file=str(spiece))
+    """Wan's T5EncoderModel on the tiny weights: Wan's tokenizer's ids (ending </s>), padded to 512 with a
+    mask, the encoder run on all 512, the real tokens kept and the rest zeroed (as Wan's DiT pads)."""
+    wan_ids = wan_tokenizer_of(spiece)
     model = _reference_model(state)
     out = torch.zeros(len(prompts), 512, 32)
     for row, p in enumerate(prompts):
-        ids = sp.encode(wan_clean(p))[:511] + [1]
+        ids = wan_ids(p)
         batch = torch.zeros(1, 512, dtype=torch.long)
         batch[0, : len(ids)] = torch.tensor(ids)
         mask = (torch.arange(512) < len(ids)).long()[None]
@@ -252,18 +268,41 @@ def test_identify_names_the_comfy_file(comfy_file, capsys):
 # tokenization: Wan's cleaning, sentencepiece's ids, 512 at most
 
 
-def test_tokens_equal_sentencepiece(comfy_file, spiece, caplog):
+def test_tokens_equal_wans_tokenizer(comfy_file, spiece, caplog):
+    """Our ids are those of Wan's tokenizer (transformers' T5 tokenizer); for ordinary text, sentencepiece's."""
     enc = umt5.load_umt5(comfy_file, dtype=torch.float32)
+    wan_ids = wan_tokenizer_of(spiece)
     sp = sentencepiece.SentencePieceProcessor(model_file=str(spiece))
     prompts = PROMPTS + ["😀 emoji and ＦＵＬＬＷＩＤＴＨ", "\u00a0\u3000spaces\u2003of\u2028all kinds\u0085"]
     for prompt, ids in zip(prompts, enc.tokenize(prompts)):
-        assert ids == sp.encode(wan_clean(prompt)) + [1], prompt
+        assert ids == wan_ids(prompt), prompt
+        pieces = sp.encode(wan_clean(prompt))
+        if not any(sp.is_byte(i) for i in pieces):  # every character in the vocabulary
+            assert ids == pieces + [1], prompt
     assert enc.tokenize([""]) == [[1]]  # the empty prompt is its end token
     with caplog.at_level(logging.WARNING, logger="alaya_flash.model_zoo.umt5"):
         (ids,) = enc.tokenize([LONG])
     full = sp.encode(wan_clean(LONG))
-    assert len(full) + 1 > 512 and ids == full[:511] + [1] and len(ids) == 512
+    assert len(full) + 1 > 512 and ids == full[:511] + [1] == wan_ids(LONG) and len(ids) == 512
     assert f"a prompt of {len(full) + 1} tokens is cut to 512" in caplog.text
+
+
+def test_special_token_text_and_unknown_characters_as_wans_tokenizer(spiece):
+    """A prompt that spells `</s>`, `<pad>` or `<unk>` gets those tokens (ids 1, 0, 2), as in Wan's tokenizer,
+    not their letters; a run of characters outside the vocabulary is one `<unk>`, not UTF-8 byte pieces
+    (sentencepiece's byte fallback). Both checked against transformers' tokenizer of the same model."""
+    tok = umt5.SentencePieceTokenizer.from_file(spiece)
+    wan_ids = wan_tokenizer_of(spiece)
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spiece))
+    assert tok(["</s>", "<pad>", "<unk>"]) == [[1, 1], [0, 1], [2, 1]]
+    cases = ["a moonlit night </s> snow", "a </s>night<pad> x <unk>", "</s></s><unk><pad>", "  </s>  ", "a<pad>b",
+             "snow ☃☃ and 😀 here", "x☃y", "☃<unk>☃", "q☃ ☃q", "</s", "<pad >", "<s> night", "Ελλάδα ✓ città",
+             "the night</s>" + " misty river" * 300]
+    for text in cases:
+        assert tok([text])[0] == wan_ids(text), text
+    assert 1 in tok(["night </s> snow"])[0][:-1] and 1 not in sp.encode("night </s> snow")  # sentencepiece spells it
+    snowmen = tok(["☃☃"])[0]
+    assert snowmen.count(2) == 1 and any(sp.is_byte(i) for i in sp.encode("☃☃"))
 
 
 def test_whitespace_clean_matches_wan():
@@ -374,7 +413,7 @@ def test_bundle_names_a_umt5_file(comfy_file, tmp_path):
     flash = bundle.make_random_flash(text_encoder=name)
     assert flash.dit.config.text_dim == 32 and flash.text_encoder() is enc
     bundle.save_flash(flash, tmp_path / "m")  # a model folder's config.json names the file
-    assert bundle.load_flash(tmp_path / "m", dtype=torch.float32).text_encoder_name == name
+    assert bundle.load_flash_folder(tmp_path / "m", dtype=torch.float32).text_encoder_name == name
     with pytest.raises(AlayaError, match="unknown"):
         bundle.load_text_encoder("umt5-small:/x")
 
@@ -448,28 +487,40 @@ def test_refuses_fp8_without_scales(tmp_path, state, spiece):
         umt5.load_umt5(odd)
 
 
-def test_pth_is_refused_everywhere_but_convert(tmp_path, state, spiece, monkeypatch):
+def test_wan_pth_loads_directly_tensors_only(tmp_path, state, spiece, want, monkeypatch):
+    """Wan's models_t5_umt5-xxl-enc-bf16.pth is read as it is (no convert step): tensors only, every
+    torch.load with weights_only=True, the tokenizer from google/umt5-xxl/ beside it or given."""
     pth = tmp_path / "models_t5_umt5-xxl-enc-bf16.pth"
     torch.save(to_wan(state, 2), pth)
-    disguised = tmp_path / "disguised.safetensors"
-    disguised.write_bytes(pth.read_bytes())
-    (tmp_path / "folder").mkdir()
-    (tmp_path / "folder" / "pytorch_model.bin").write_bytes(pth.read_bytes())
+    loads = []
+    real_load = torch.load
 
-    def no_unpickling(*args, **kwargs):
-        raise AssertionError("torch.load called outside `model convert`")
+    def checked_load(*args, **kwargs):
+        loads.append(kwargs.get("weights_only"))
+        return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(torch, "load", no_unpickling)
-    for path in (pth, disguised, tmp_path / "folder"):
-        with pytest.raises(CheckpointError, match="a pickle checkpoint is never loaded here.*alaya-flash model convert"):
-            umt5.load_umt5(path)
+    monkeypatch.setattr(torch, "load", checked_load)
+    assert torch.allclose(umt5.load_umt5(pth, dtype=torch.float32, tokenizer=spiece)(PROMPTS), want, atol=1e-5)
+    with pytest.raises(CheckpointError, match="models_t5_umt5-xxl-enc-bf16.pth: no tokenizer beside it .*google/umt5-xxl/spiece.model"):
+        umt5.load_umt5(pth)
+    (tmp_path / "google" / "umt5-xxl").mkdir(parents=True)
+    (tmp_path / "google" / "umt5-xxl" / "spiece.model").write_bytes(spiece.read_bytes())
+    assert torch.allclose(umt5.load_umt5(pth, dtype=torch.float32)(PROMPTS[:2]), want[:2], atol=1e-5)
+    assert umt5.text_dim_of(pth) == 32
     from alaya_flash.model_zoo import bundle
 
-    with pytest.raises(CheckpointError, match="a pickle checkpoint is never loaded here"):
-        bundle.load_text_encoder(f"umt5-xxl:{pth}")
+    assert torch.allclose(bundle.load_text_encoder(f"umt5-xxl:{pth}")(PROMPTS[:1]), want[:1], atol=0.05)  # bf16
+    # a pickle under another name is told apart by its content; a folder's pickle is passed as itself
+    disguised = tmp_path / "disguised.safetensors"
+    disguised.write_bytes(pth.read_bytes())
+    assert torch.allclose(umt5.load_umt5(disguised, dtype=torch.float32, tokenizer=spiece)(PROMPTS[:1]), want[:1], atol=1e-5)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "pytorch_model.bin").write_bytes(pth.read_bytes())
+    with pytest.raises(CheckpointError, match="only the pickle pytorch_model.bin: pass that file itself"):
+        umt5.load_umt5(tmp_path / "folder")
     with pytest.raises(CheckpointError, match="not a pickle"):
         umt5.load_umt5(write_comfy(tmp_path / "ok.safetensors", state, spiece), tokenizer=pth)
-    assert main(["model", "identify", str(pth)]) == 2
+    assert loads and all(w is True for w in loads)
 
 
 def test_convert_refuses_bad_input(tmp_path, state, spiece, capsys):

@@ -42,7 +42,7 @@ class ImportConfig:
 def run_import(cfg: ImportConfig, log, progress=None) -> int:
     import json
 
-    from ..model_zoo import bundle
+    from ..model_zoo import bundle, folders
     from ..model_zoo.codecs import gbuffer_encoder, tiny
     from ..model_zoo.loading import save_safetensors
     from .codecs import LATENT_STATS
@@ -59,7 +59,7 @@ def run_import(cfg: ImportConfig, log, progress=None) -> int:
         raise AlayaError(f"{model / 'config.json'}: the codecs' config_name must be a named config "
                          f"(decoder {names['decoder']!r}, gbuffer_encoder {names['gbuffer_encoder']!r}); "
                          "the codecs stage trains named configs only")
-    flash = bundle.load_flash(model, dtype=torch.float32)
+    flash = folders.load_flash(model, dtype=torch.float32)
     written = []
 
     def write(run: str, nets: dict, extra: dict) -> Path:

@@ -128,7 +128,7 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     mix: the clips are mix_data's, in out/renders-mix/."""
     from ..streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
     from ..streaming.files.sinks import to_uint8
-    from ..model_zoo import bundle
+    from ..model_zoo import folders
     from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from .prompts import prompts as wordings
 
@@ -150,7 +150,7 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
             continue
         if model is None:
             dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-            model = bundle.load_flash(cfg.model, device=cfg.device, dtype=dtype)
+            model = folders.load_flash(cfg.model, device=cfg.device, dtype=dtype)
             text = model.text_encoder()
         for q, preset in enumerate(clips.presets):
             pipe = FlashPipeline(model, PromptSchedule.encode(text, picks[q]), seed=cfg.seed + c * len(clips.presets) + q,

@@ -45,7 +45,7 @@ class HistoryConfig:
 
     nominal_steps: tuple[float, ...] = sampler.FEW_STEP_NOMINAL
     shift: float = sampler.FEW_STEP_SHIFT
-    history_sizes: tuple[int, int, int] = (16, 2, 1)  # long, mid, short latent frames
+    history_sizes: tuple[int, int, int] = (16, 2, 1)  # long, mid, short latent frames (sorted largest first)
     sampler: str = "x0"
     sigmas: tuple[float, ...] | None = None  # "euler": the schedule, ending at 0; "x0": overrides the warped steps
 
@@ -54,6 +54,8 @@ class HistoryConfig:
             raise AlayaError(f"HistoryConfig: sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if len(self.history_sizes) != 3 or min(self.history_sizes) < 1:
             raise AlayaError(f"HistoryConfig: history_sizes must be three sizes >= 1 (long, mid, short), got {self.history_sizes}")
+        # largest first, as diffusers' HeliosPipeline sorts them: (1, 2, 4) is long 4, mid 2, short 1
+        object.__setattr__(self, "history_sizes", tuple(sorted(self.history_sizes, reverse=True)))
         if self.sampler == "euler" and not self.sigmas:
             raise AlayaError("HistoryConfig: the euler sampler needs its sigmas")
 

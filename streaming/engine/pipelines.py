@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from ...model_zoo.errors import AlayaError
+from ...model_zoo.styles import ORIGINAL, styled
 from ...model_zoo.latents import TIME_COMPRESSION
 from ...model_zoo.text_encoder import sentence_embedding
 from .driver import Lanes, StageGraph, Step, concat_chunks, ticks
@@ -169,8 +170,9 @@ class PromptSchedule:
     entries: list[tuple[int, str, torch.Tensor]]
 
     @classmethod
-    def encode(cls, text_encoder: Callable[[list[str]], torch.Tensor], text: str) -> "PromptSchedule":
-        entries = parse_schedule(text)
+    def encode(cls, text_encoder: Callable[[list[str]], torch.Tensor], text: str, style: str = ORIGINAL) -> "PromptSchedule":
+        """Each entry's prompt encoded; `style` (AlayaRenderer's, model_zoo/styles.py) swaps each one's lighting part."""
+        entries = [(f, styled(t, style)) for f, t in parse_schedule(text)]
         embs = text_encoder([t for _, t in entries])
         return cls([(f, t, embs[i : i + 1]) for i, (f, t) in enumerate(entries)])
 

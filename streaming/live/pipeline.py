@@ -86,7 +86,7 @@ class FlashLive:
 
 def load_flash_model(model: Path | None, random_model: bool, device: str):
     """The Flash model the page renders with: --random-model, a folder, or the embedded default."""
-    from ...model_zoo import bundle
+    from ...model_zoo import bundle, folders
 
     if random_model:
         log.warning("live: rendering with tiny RANDOM weights (the pictures are noise; the plumbing is real)")
@@ -94,7 +94,7 @@ def load_flash_model(model: Path | None, random_model: bool, device: str):
     if model is None and not bundle.has_default_flash():
         raise AlayaError("no default Flash model is installed yet; pass --model FOLDER, or --random-model to try "
                          "the page with tiny random weights")
-    return bundle.load_flash(model, device=device)
+    return folders.load_flash(model, device=device)
 
 
 class FairLock:

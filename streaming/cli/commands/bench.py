@@ -207,7 +207,7 @@ def run(args) -> int:
 
     import torch
 
-    from ....model_zoo import bundle, precision
+    from ....model_zoo import bundle, folders, precision
     from ....model_zoo.errors import AlayaError
     from ...engine import pipelines
     from ...engine.cpu import cpu_plan
@@ -221,7 +221,7 @@ def run(args) -> int:
     dev = precision.choose_device(args.device)
     dtype = precision.choose_dtype(args.precision, dev)
     if args.model:
-        flash = bundle.load_flash(args.model, dev, dtype)
+        flash = folders.load_flash(args.model, dev, dtype)
         if args.refiner == "none":
             flash.refiner = None
     elif args.dit.startswith("helios-"):

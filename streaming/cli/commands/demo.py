@@ -43,14 +43,14 @@ def run(args) -> int:
     from ..demo import DEMO_SOURCES, render_demo
     from ...files.readers import open_gbuffers
 
-    from ....model_zoo import bundle
+    from ....model_zoo import bundle, folders
     from ..demo import DEMO_PROMPT, render_model_demo
 
     if args.frames < 1:
         raise AlayaError(f"--frames must be >= 1, got {args.frames}")
     model = None
     if not args.preview and (args.model is not None or bundle.has_default_flash()):
-        model = bundle.load_flash(args.model, dtype=torch.float32)
+        model = folders.load_flash(args.model, dtype=torch.float32)
     h, w = args.size or ((model.trained_size or (144, 256)) if model is not None else (144, 256))
     if model is not None and (h % 16 or w % 16):
         raise AlayaError(f"--size {w}x{h}: the model renders sizes that are multiples of 16")

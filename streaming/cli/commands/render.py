@@ -12,7 +12,9 @@ from --text-encoder or found beside it), or a teacher: one of our teacher folder
 users download them (a DiT .safetensors or shard index, Wan-native, diffusers-named, ComfyUI-prefixed
 or fp8-scaled; a diffusers or Wan repo folder). A published teacher takes the Wan2.1 VAE from --vae
 (else the one next to it) and umT5-XXL from --text-encoder (ComfyUI's text_encoders/ file, a Hugging
-Face folder, or a .pth converted by `alaya-flash model convert`). Without --model the embedded default
+Face folder, or Wan's .pth); --wan-dir names Wan-AI's Wan2.1-T2V-1.3B/ folder as downloaded, whose
+Wan2.1_VAE.pth and models_t5_umt5-xxl-enc-bf16.pth (read tensors-only) stand in for both, as
+AlayaRenderer's own inference loads them. Without --model the embedded default
 Flash model renders. Sampler settings default to the model's own (config.json, or Wan's for a
 published teacher: 50 steps, CFG 5, shift 5, windows of 81 frames, Wan's negative prompt).
 The prompt may be a schedule keyed by pixel frame ('FRAME: prompt' per line).
@@ -24,6 +26,7 @@ import sys
 from pathlib import Path
 
 from .. import args as args_
+from ....model_zoo.styles import ORIGINAL, STYLES
 from ..args import out_path, parse_size
 
 HELP = "render G-buffers + a prompt to video with a Flash model or a teacher (the render workflows)"
@@ -35,6 +38,10 @@ TEACHER_WORKFLOW = WORKFLOWS / "render-teacher.api.json"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("gbuffers", type=Path, help="G-buffer folder or .npy file (any layout Load G-Buffers reads)")
     parser.add_argument("--prompt", required=True, help="prompt, or lines 'FRAME: prompt' (a schedule)")
+    parser.add_argument("--style", choices=list(STYLES), default=ORIGINAL, metavar="NAME",
+                        help="AlayaRenderer's named styles (its styles.json), as its inference script applies them: the "
+                             "prompt's content (before '; the scene is ...') is kept and its lighting part replaced; "
+                             f"one of {', '.join(STYLES)} ({ORIGINAL}: the prompt as written)")
     parser.add_argument("--out", type=out_path, required=True, help="output file (mp4) or folder (png, exr, npy)")
     parser.add_argument("--format", choices=("mp4", "png", "exr", "npy"), default="mp4", help="output format")
     parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + ", a Flash release folder (transformer/, "
@@ -43,6 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vae", type=Path, help="teacher: the Wan2.1 VAE file (default: the model's, or one next to it)")
     parser.add_argument("--text-encoder", type=Path, help="umT5-XXL file or folder for a teacher or a Flash release "
                         "(default: the model's, or one next to it)")
+    parser.add_argument("--wan-dir", type=Path, metavar="DIR",
+                        help="a Wan-AI folder as downloaded (Wan2.1-T2V-1.3B/): its Wan2.1_VAE.pth and "
+                             "models_t5_umt5-xxl-enc-bf16.pth (tokenizer from its google/umt5-xxl/), read tensors-only, "
+                             "stand in for --vae (a teacher) and --text-encoder where those are not given")
     parser.add_argument("--negative-prompt", help="teacher: the CFG negative prompt (default: the model's)")
     parser.add_argument("--cfg", type=args_.bounded(float, 1.0, 30.0), help="teacher: guidance scale (default: the model's)")
     parser.add_argument("--window-frames", type=args_.bounded(int, 1, 1001),
@@ -79,12 +90,14 @@ def run(args) -> int:
     if args.out.exists() and not args.overwrite:
         raise AlayaError(f"{args.out}: already exists; pass --overwrite to replace it")
     teacher = _is_teacher(args.model)
+    if args.wan_dir is not None:
+        _from_wan_dir(args, teacher)
     teacher_flags = [f for f in ("vae", "negative_prompt", "cfg", "window_frames") if getattr(args, f) is not None]
     if teacher_flags and not teacher:
         raise AlayaError(f"--{teacher_flags[0].replace('_', '-')} applies to a teacher; --model names a Flash model")
     h, w = args.size or (0, 0)
     sets = [f"1.path={args.gbuffers.resolve()}", f"1.frames={args.frames}", f"1.width={w}", f"1.height={h}",
-            f"3.text={args.prompt}", f"5.seed={args.seed}", f"5.steps={args.steps or -1}",
+            f"3.text={args.prompt}", f"3.style={args.style}", f"5.seed={args.seed}", f"5.steps={args.steps or -1}",
             f"Save.filename={args.out.resolve()}", f"Save.format={args.format}", f"Save.fps={args.fps}",
             f"Save.overwrite={args.overwrite}", f"1.conventions={args.conventions}",
             f"1.depth_range={args.depth_range}"]
@@ -111,9 +124,26 @@ def run(args) -> int:
     return 0
 
 
+def _from_wan_dir(args, teacher: bool) -> None:
+    """--vae (a teacher's) and --text-encoder from a Wan-AI folder, where not given."""
+    from ....model_zoo.errors import AlayaError
+    from ....model_zoo.published import WAN_T5_FILE, WAN_VAE_FILE
+
+    folder = args.wan_dir
+    if not folder.is_dir():
+        raise AlayaError(f"--wan-dir {folder}: no such folder (Wan-AI's Wan2.1-T2V-1.3B/ as downloaded)")
+    wanted = ([("vae", WAN_VAE_FILE)] if teacher else []) + [("text_encoder", WAN_T5_FILE)]
+    for flag, name in wanted:
+        if getattr(args, flag) is None:
+            if not (folder / name).is_file():
+                raise AlayaError(f"--wan-dir {folder}: no {name} here (a Wan-AI Wan2.1 folder holds it); "
+                                 f"pass --{flag.replace('_', '-')} instead")
+            setattr(args, flag, folder / name)
+
+
 def _is_teacher(model: Path | None) -> bool:
     """--model names a teacher unless it is a Flash model folder (or absent: the default Flash model)."""
-    from ....model_zoo.bundle import is_model_folder
+    from ....model_zoo.folders import is_model_folder
     from ....model_zoo.errors import AlayaError
 
     if model is None:
