@@ -276,8 +276,9 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"presets: fit on {report['presets']['fit']} wordings of {report['presets']['classes']} presets, "
-          f"{report['presets']['heldout']} held out; sides: fit on {report['sides']['fit']}, {report['sides']['heldout']} held out")
+    pr, sd = report["presets"], report["sides"]
+    print(f"presets: fit on {pr['fit']} wordings of {pr['classes']} presets, {pr['heldout']} held out; "
+          f"sides: fit on {sd['fit']}, {sd['heldout']} held out")
     print(f"{'encoder':26} {'dim':>4} {'preset c/p':>11} {'side c/p':>11} {'left/right c/p':>15} {'ms/prompt':>10} {'MB':>7}")
     for name, r in report["candidates"].items():
         pair = lambda s: f"{s['centroid']:.2f}/{s['probe']:.2f}"  # noqa: E731
