@@ -129,6 +129,12 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
     assert long["first_block_psnr_db"] == long["psnr_db_by_block"][0]
     assert long["drop_db"] == pytest.approx(long["first_block_psnr_db"] - long["last_block_psnr_db"])
     assert long["fresh_start"]["frame"] == 4 and long["fresh_start"]["stream_psnr_db"] == long["psnr_db_by_block"][1]
+    prior = report["prior_only"]  # the shading prior alone, under the light head's reading of each training wording
+    assert list(prior["psnr_db_by_preset"]) == ["bright_sunny", "moonlit_night"]
+    assert sum(prior["psnr_db_by_preset"].values()) / 2 == pytest.approx(prior["psnr_db"])
+    assert prior["psnr_db"] > 8  # the physics world's truth is the prior's own shading model: far from noise
+    head = report["light_head"]
+    assert head["texts"] > 50 and 0.9 <= head["preset_rate"] <= 1.0 and 0 <= head["side_rate"] <= 1
 
 
 def test_eval_scores_the_refiners_frames_unless_told_not_to(tmp_path, capsys):

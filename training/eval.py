@@ -190,6 +190,8 @@ def evaluate(args) -> dict:
     per_preset = 1 + len(prompts[names[0]]["heldout_all"])
     bar = tqdm(total=len(clips) * len(names) * per_preset * len(models), desc="eval", unit="render", file=sys.stderr,
                disable=getattr(args, "quiet", False) or not sys.stderr.isatty())
+    prior_psnr: dict[str, list[float]] = {}  # the shading prior alone under the light the head reads, per preset
+    shade_with = prior_only(text)
     for c, clip in enumerate(clips):
         gb, rgb = clip["gbuffers"], clip["rgb"]
         gt = [torch.from_numpy(rgb[p]).float() / 255 for p in range(len(names))]
@@ -201,6 +203,7 @@ def evaluate(args) -> dict:
             # a world v2 clip's training wording is its caption: the preset's prompt about its scene, naming the sun's side
             wordings = [("train", 0, clip["captions"][p] if "captions" in clip else prompts[name]["train"])]
             wordings += [("heldout", i, w) for i, w in enumerate(prompts[name]["heldout_all"])]
+            prior_psnr.setdefault(name, []).append(metrics.psnr(shade_with(wordings[0][2], gb), gt[p]))
             for kind, index, wording in wordings:
                 renders = {}
                 for m in models:
@@ -285,12 +288,46 @@ def evaluate(args) -> dict:
     if vs_teacher["psnr"]:
         report["student"]["content"]["vs_teacher"] = {"psnr_db": _mean(vs_teacher["psnr"]), "ssim": _mean(vs_teacher["ssim"])}
     report["student"]["runtime"] = _runtime(flash, text, args)
+    report["prior_only"] = {"psnr_db": _mean([v for vs in prior_psnr.values() for v in vs]),
+                            "psnr_db_by_preset": {n: _mean(v) for n, v in prior_psnr.items()},
+                            "light": "the light head's reading of each training wording (or caption)"}
+    report["light_head"] = light_head_scores()
     if not args.no_long_stream:
         kind = args.long_world if args.long_world != "auto" else "v2" if report["setup"]["world"] == "pathtrace" else "physics"
         report["student"]["long_stream"] = long_stream(flash, text, args.long_frames, args.long_block, args.long_size,
                                                        seed=args.seed, refine=not args.no_refiner,
                                                        quiet=getattr(args, "quiet", False), world_kind=kind)
     report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return report
+
+
+def prior_only(text_encoder):
+    """wording, G-buffers uint8 (T, 5, H, W, 3) -> the shading prior's frames (T, H, W, 3) under the light the
+    shipped light head reads from the wording: eval's no-network baseline (what `alaya-flash shade` renders)."""
+    import torch
+
+    from ..model_zoo import light_head
+    from ..model_zoo.text_encoder import TextEncoder
+    from ..streaming.engine.lighting import LightSchedule, Shade
+    from ..streaming.engine.pipelines import GBuffers
+
+    head = light_head.load()
+    reader = text_encoder if hasattr(text_encoder, "states") else TextEncoder.load()
+
+    def shade(wording: str, gbuffers) -> "torch.Tensor":
+        return Shade(LightSchedule.from_prompts(wording, head, reader)).step(GBuffers(torch.as_tensor(gbuffers)))
+
+    return shade
+
+
+def light_head_scores() -> dict:
+    """The shipped light head on the held-out paraphrases and side phrasings (training/light_head.py)."""
+    from ..model_zoo import light_head
+    from ..model_zoo.text_encoder import TextEncoder
+    from .light_head import examples, score
+
+    report = score(light_head.load(), TextEncoder.load(), examples("heldout"))
+    report.pop("misses")
     return report
 
 
