@@ -144,3 +144,27 @@ def test_the_light_head_stage_trains_a_head_that_loads(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert {"preset_rate", "side_rate", "none_rate", "elevation_error_deg"} <= set(report["heldout"])
     assert report["heldout"]["texts"] > 50
+
+
+def test_light_nodes_shade_gbuffers_as_the_stage_does():
+    """Light (Alaya Flash) -> Shade G-Buffers in ComfyUI's one call equals the Shade stage under that light;
+    a bad text light is refused at queue time in one line naming the node."""
+    from alaya_flash.nodes import NODE_CLASS_MAPPINGS
+    from alaya_flash.streaming.world import WorldConfig, WorldSource
+    from alaya_flash.streaming.world.traced.presets import named_lights
+
+    light_node, shade_node = NODE_CLASS_MAPPINGS["AlayaFlash_Light"], NODE_CLASS_MAPPINGS["AlayaFlash_ShadeGBuffers"]
+    (sched,) = light_node().make("sunset_dramatic", -60.0, 12.0, 2.0, 0.0)
+    (light,) = sched.lights()
+    base = named_lights()["sunset_dramatic"]
+    assert light.sun_azimuth == pytest.approx(-60.0) and light.sun_elevation == pytest.approx(12.0)
+    assert light.sun_color == pytest.approx(tuple(2 * c for c in base.sun_color))
+    clip = torch.from_numpy(np.concatenate(list(WorldSource(WorldConfig(seed=3, width=32, height=32, num_frames=10,
+                                                                        presets=())).teacher_chunks(10))))
+    (images,) = shade_node().run(gbuffers=GBuffers(clip), light=sched, fov=60.0)
+    assert images.shape == (10, 32, 32, 3)
+    assert torch.equal(images, Shade(sched).step(GBuffers(clip)))
+    assert light_node.VALIDATE_INPUTS(text="az=400").startswith("Light (Alaya Flash): text: sun_azimuth 400.0 is outside")
+    assert light_node.VALIDATE_INPUTS(text="0: az=10\n4: az=-10") is True
+    (moving,) = light_node().make("custom", 0.0, 45.0, 1.0, 0.0, text="0: az=10\n4: az=-10")
+    assert len(moving.keys) == 2

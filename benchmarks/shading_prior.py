@@ -1,0 +1,80 @@
+"""The shading prior against the physics world's truth, and its cost on one thread.
+
+    python benchmarks/shading_prior.py                 # 256x256, 4 seeds x 3 frames, every preset
+    python benchmarks/shading_prior.py --size 128 --seeds 2 --json
+
+For each frame and preset (the preset as a camera-relative Light, the camera's own up vector) it
+prints the prior's PSNR against the truth three ways: with the truth's sun visibility (the shading
+model alone: it is the truth's, so this bounds the 8-bit G-buffers' loss), with its own
+screen-space shadows (what it renders), and with no shadows at all (what the shadows buy). Then the
+median milliseconds per frame of the whole prior on ONE torch thread (the budget: a core beside the
+networks), after a warm-up frame.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--frames", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    from alaya_flash.model_zoo.light import pack
+    from alaya_flash.model_zoo.shading_prior import ShadingPrior
+    from alaya_flash.streaming import metrics
+    from alaya_flash.streaming.gbuffer import frame_to_teacher
+    from alaya_flash.streaming.world import WorldConfig, WorldSource
+    from alaya_flash.streaming.world.shading import PRESETS, heading, light_of
+
+    torch.set_num_threads(1)
+    prior = ShadingPrior()
+    names = list(PRESETS)
+    scores = {n: {"truth_visibility": [], "own_shadows": [], "no_shadows": []} for n in names}
+    seconds = []
+    for seed in range(args.seeds):
+        world = WorldConfig(seed=1000 + seed, width=args.size, height=args.size, num_frames=args.frames,
+                            presets=tuple(names), shadows=True)
+        for frame, camera in WorldSource(world).frames_with_cameras():
+            images = torch.from_numpy(frame_to_teacher(frame))
+            up = torch.tensor(camera.rotation @ np.array([0.0, 0.0, 1.0]), dtype=torch.float32)
+            for name in names:
+                light = pack(light_of(name, heading(camera)))[0]
+                vis = torch.from_numpy(frame.extras[f"sun_visibility_{name}"])
+                truth = torch.from_numpy(frame.extras[f"rgb_{name}"]).permute(2, 0, 1).float() / 255
+                with torch.inference_mode():
+                    runs = {"truth_visibility": prior(images, light, up=up, sun_visibility=vis, ao=False),
+                            "no_shadows": prior(images, light, up=up, sun_visibility=torch.ones_like(vis))}
+                    t0 = time.perf_counter()
+                    runs["own_shadows"] = prior(images, light)  # as it renders: up from the normals, its own shadows
+                    seconds.append(time.perf_counter() - t0)
+                for key, out in runs.items():
+                    scores[name][key].append(metrics.psnr(out[:3], truth))
+    report = {"size": args.size, "frames": args.seeds * args.frames,
+              "psnr_db": {n: {k: round(statistics.mean(v), 2) for k, v in s.items()} for n, s in scores.items()},
+              "psnr_db_mean": {k: round(statistics.mean(statistics.mean(s[k]) for s in scores.values()), 2)
+                               for k in ("truth_visibility", "own_shadows", "no_shadows")},
+              "ms_per_frame_one_thread": round(1000 * statistics.median(seconds[1:] or seconds), 2)}
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"shading prior vs the physics world's truth, {args.size}x{args.size}, {report['frames']} frames per preset")
+    print(f"{'preset':18s} {'truth vis.':>10s} {'own shadows':>12s} {'no shadows':>11s}")
+    for n, s in report["psnr_db"].items():
+        print(f"{n:18s} {s['truth_visibility']:10.2f} {s['own_shadows']:12.2f} {s['no_shadows']:11.2f}")
+    m = report["psnr_db_mean"]
+    print(f"{'mean':18s} {m['truth_visibility']:10.2f} {m['own_shadows']:12.2f} {m['no_shadows']:11.2f}")
+    print(f"cost: {report['ms_per_frame_one_thread']} ms a frame on one thread (median)")
+
+
+if __name__ == "__main__":
+    main()
