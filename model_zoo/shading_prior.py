@@ -59,14 +59,21 @@ def _unit(a: Tensor) -> Tensor:
     return a / _dot(a, a).sqrt().clamp_min(1e-8)
 
 
+def _srgb_to_linear(v: Tensor) -> Tensor:
+    return torch.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4)
+
+
+_SRGB_TO_LINEAR = _srgb_to_linear(torch.arange(256, dtype=torch.float32) / 255)
+
+
 def decode(images: Tensor, depth_near: float) -> dict[str, Tensor]:
     """Teacher-form uint8 (..., 5, H, W, 3) -> float planes (..., C, H, W): linear albedo, depth
     (+inf on background), metallic, unit normal, roughness."""
     if images.dtype != torch.uint8 or images.ndim < 4 or images.shape[-4] != 5 or images.shape[-1] != 3:
         raise AlayaError(f"shading prior: expected uint8 G-buffers (..., 5, H, W, 3), got {images.dtype} {tuple(images.shape)}")
-    x = images.movedim(-1, -3).float() / 255  # (..., 5, 3, H, W)
-    albedo, inv_depth, metallic, normal, roughness = x.unbind(-4)
-    albedo = torch.where(albedo <= 0.04045, albedo / 12.92, ((albedo + 0.055) / 1.055) ** 2.4)
+    x = images.movedim(-1, -3)  # (..., 5, 3, H, W) uint8
+    albedo = _SRGB_TO_LINEAR[x[..., 0, :, :, :].long()]  # a table lookup: the same values as the formula, no pow
+    inv_depth, metallic, normal, roughness = (x[..., k, :, :, :].float() / 255 for k in range(1, 5))
     v = inv_depth[..., :1, :, :]
     depth = torch.where(v > 0, depth_near / v.clamp_min(1 / 255), torch.full_like(v, math.inf))
     return {"albedo": albedo, "depth": depth, "metallic": metallic[..., :1, :, :],
@@ -203,15 +210,15 @@ def epipolar_shadow(pos: Tensor, depth: Tensor, sun: Tensor, focal: float, depth
         if not toward:  # march toward larger radii: flip the lines so it always runs to smaller ones
             samples, blocks, tol = samples.flip(1), blocks.flip(1), tol.flip(1)
         shadowed = torch.zeros_like(samples, dtype=torch.bool)
+        below, above = samples - tol, samples / (1 + thickness)  # an occluder's g lies between these
         nearest = {1: blocks}  # per window width: the least g in each window of the line
         for shift, width in windows:
             if shift >= steps:
                 break
             if width not in nearest:
                 nearest[width] = -F.max_pool1d(-blocks[None], width, stride=1)[0]
-            mine, theirs = samples[:, shift:], nearest[width][:, :steps - shift]
-            hit = (theirs < mine - tol[:, shift:]) & (theirs * (1 + thickness) > mine)
-            shadowed[:, shift:] |= hit
+            theirs = nearest[width][:, :steps - shift]
+            shadowed[:, shift:] |= (theirs < below[:, shift:]) & (theirs > above[:, shift:])
         if not toward:
             shadowed = shadowed.flip(1)
         # each pixel's place on the lines
@@ -270,6 +277,11 @@ def _sky(dirs: Tensor, up: Tensor, zenith: Tensor, horizon: Tensor, ground: Tens
     return torch.where(u >= 0, above, below)
 
 
+def _pow5(x: Tensor) -> Tensor:
+    x2 = x * x
+    return x2 * x2 * x
+
+
 def _ggx(n, v, l, albedo, metallic, roughness, radiance):
     """Cook-Torrance GGX + Lambert for one directional light: outgoing radiance (N, 3, H, W)."""
     h = _unit(l + v)
@@ -278,11 +290,11 @@ def _ggx(n, v, l, albedo, metallic, roughness, radiance):
     n_h = _dot(n, h).clamp_min(0)
     v_h = _dot(v, h).clamp_min(0)
     a2 = roughness.square().clamp_min(2e-3).square()
-    d = a2 / (math.pi * (n_h * n_h * (a2 - 1) + 1) ** 2)
-    k = (roughness + 1) ** 2 / 8
+    d = a2 / (math.pi * (n_h * n_h * (a2 - 1) + 1).square())
+    k = (roughness + 1).square() / 8
     g = n_v / (n_v * (1 - k) + k) * n_l / (n_l * (1 - k) + k)
     f0 = 0.04 * (1 - metallic) + albedo * metallic
-    f = f0 + (1 - f0) * (1 - v_h) ** 5
+    f = f0 + (1 - f0) * _pow5(1 - v_h)
     spec = d * g * f / (4 * n_v * n_l + 1e-4)
     diffuse = (1 - f) * (1 - metallic) * albedo / math.pi
     return (diffuse + spec) * radiance * n_l
@@ -357,7 +369,7 @@ class ShadingPrior(torch.nn.Module):
         irradiance = (ground + ((zenith + horizon) * 0.5 - ground) * t) * ambient * occlusion
         n_v = _dot(n, v).clamp_min(0)
         f0 = 0.04 * (1 - metallic) + albedo * metallic
-        f_amb = f0 + ((1 - roughness).clamp_min(0) - f0).clamp_min(0) * (1 - n_v) ** 5
+        f_amb = f0 + ((1 - roughness).clamp_min(0) - f0).clamp_min(0) * _pow5(1 - n_v)
         mirror = 2 * _dot(n, v) * n - v
         spec_amb = _sky(mirror, up4, zenith, horizon, ground) * ambient * f_amb * (1 - 0.7 * roughness)
         color = color + irradiance * albedo * (1 - metallic) * (1 - f_amb) + spec_amb
