@@ -33,7 +33,7 @@ from ..args import SEED, bounded
 HELP = "render many shots through a workflow on a pool of workers (Ray), with a manifest and resume"
 LIST_SUFFIXES = (".txt", ".json", ".jsonl")
 LIST_KEYS = ("input", "name", "prompt", "seed", "set")
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2  # 2: MP4s encoded without x264's macroblock tree (deterministic bytes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
