@@ -100,6 +100,8 @@ def test_inputs_writing_the_same_output_are_refused_before_anything_runs(clips, 
 @pytest.mark.parametrize("entry, message", [
     ({"input": "c0", "promt": "x"}, "unknown key 'promt'"),
     ({"input": "c0", "seed": "7"}, "'seed' must be an integer"),
+    ({"input": "c0", "seed": -1}, "'seed' -1 is out of range [0, 9223372036854775807]"),  # was argparse's error, from inside
+    ({"input": "c0", "seed": 2**64}, "'seed' 18446744073709551616 is out of range"),
     ({"name": "x"}, "an 'input' path"),
 ])
 def test_bad_input_list_entries_are_one_line_naming_the_line(clips, tmp_path, capsys, entry, message):

@@ -8,6 +8,7 @@ inverse of the documented convention, and hand-computed cases pin the axes indep
 from __future__ import annotations
 
 import json
+import re
 import logging
 
 import numpy as np
@@ -220,6 +221,24 @@ def test_bad_camera_json_is_one_line(tmp_path):
     (d / "camera.json").write_text(json.dumps({"camera_to_world": [_c2w(0).tolist(), _c2w(1).tolist()]}))
     with pytest.raises(AlayaError, match=r"camera.json: has 2 camera frames, frame 2 needs one"):
         list(open_gbuffers(d))
+
+
+@pytest.mark.parametrize("matrix, message", [
+    ("identity", 'expected a 4x4 or 3x3 matrix of numbers (rows of numbers), got "identity"'),  # was a ValueError
+    ([["1", "0", "0"], ["0", "1", "0"], ["0", "0", "1"]], 'got [["1", "0", "0"], ["0", "1", "0"]'),
+    ([[1, 0, 0], [0, 1], [0, 0, 1]], "got 3 row(s) of [2, 3] number(s)"),
+    ([[float("nan")] * 4] * 4, "has a value that is not a finite number (NaN or infinity)"),  # said "got shape (4, 4)"
+    ([[1, 0, 0], [0, 0, 0], [0, 0, 1]], "the rotation part (upper-left 3x3) is singular"),
+    ([[True, 0, 0], [0, 1, 0], [0, 0, 1]], "expected a 4x4 or 3x3 matrix of numbers"),
+])
+def test_a_camera_matrix_that_is_not_one_is_one_line(tmp_path, matrix, message):
+    d = write_blender(tmp_path / "badcam")
+    (d / "camera.json").write_text(json.dumps({"camera_to_world": matrix}))
+    with pytest.raises(AlayaError, match=re.escape("camera.json: camera_to_world: ") + ".*" + re.escape(message)):
+        open_gbuffers(d)
+    (d / "camera.json").write_text(json.dumps({"world_to_camera": [_c2w(0).tolist(), matrix]}))
+    with pytest.raises(AlayaError, match=re.escape("camera.json: world_to_camera[1]: ") + ".*" + re.escape(message)):
+        open_gbuffers(d)
 
 
 # ---------------------------------------------------------------------------------------------

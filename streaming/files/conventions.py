@@ -190,10 +190,25 @@ class Camera:
 
 
 def _matrix(value, where: str) -> np.ndarray:
-    m = np.asarray(value, dtype=np.float64)
-    if m.shape not in ((4, 4), (3, 3)) or not np.isfinite(m).all():
-        raise AlayaError(f"{where}: expected a 4x4 or 3x3 matrix of numbers, got shape {m.shape}")
+    """A 4x4 or 3x3 matrix of finite numbers whose rotation part is invertible -> that 3x3 part."""
+    want = "expected a 4x4 or 3x3 matrix of numbers (rows of numbers)"
+    numbers = isinstance(value, list) and all(isinstance(row, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in row) for row in value)
+    if not numbers:
+        raise AlayaError(f"{where}: {want}, got {_brief(value)}")
+    m = np.asarray(value, dtype=np.float64) if len({len(row) for row in value}) <= 1 else np.zeros(0)
+    if m.shape not in ((4, 4), (3, 3)):
+        raise AlayaError(f"{where}: {want}, got {len(value)} row(s) of {sorted({len(row) for row in value})} number(s)")
+    if not np.isfinite(m).all():
+        raise AlayaError(f"{where}: has a value that is not a finite number (NaN or infinity)")
+    if abs(np.linalg.det(m[:3, :3])) < 1e-9:
+        raise AlayaError(f"{where}: the rotation part (upper-left 3x3) is singular, so it rotates nothing into view")
     return m[:3, :3]
+
+
+def _brief(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or np.isfinite(value) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_camera(path: Path, default_axes: str) -> Camera:
@@ -219,7 +234,7 @@ def load_camera(path: Path, default_axes: str) -> Camera:
     if keys[0] == "world_to_camera":
         mats = [np.linalg.inv(m) for m in mats]
     fov = data.get("fov_y_deg")
-    if fov is not None and not (isinstance(fov, (int, float)) and 0 < fov < 180):
+    if fov is not None and not (isinstance(fov, (int, float)) and not isinstance(fov, bool) and 0 < fov < 180):
         raise AlayaError(f"{path}: fov_y_deg must be a number in (0, 180), got {fov!r}")
     return Camera(mats, axes, fov, str(path))
 

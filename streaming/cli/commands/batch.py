@@ -126,7 +126,10 @@ def _read_list(path: Path) -> list[dict]:
             if key in entry and (not isinstance(entry[key], kinds) or isinstance(entry[key], bool)):
                 raise AlayaError(f"{where}: {key!r} must be {'an integer' if key == 'seed' else 'a list of NODE.INPUT=VALUE' if key == 'set' else 'a string'}")
         if "seed" in entry:
-            SEED(str(entry["seed"]))
+            try:
+                SEED(str(entry["seed"]))
+            except argparse.ArgumentTypeError as err:  # an error of the list's line, not of a flag
+                raise AlayaError(f"{where}: 'seed' {err}") from None
         if "name" in entry and (not entry["name"] or "/" in entry["name"] or entry["name"] in (".", "..")):
             raise AlayaError(f"{where}: name {entry['name']!r} must be a non-empty file name without '/'")
         entry = dict(entry, where=where)
