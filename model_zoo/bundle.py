@@ -42,14 +42,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import registry
+from . import config_fields, registry
 from .errors import AlayaError, CheckpointError
 from .loading import load_strict, save_safetensors
 from .text_encoder import MINILM_NAMES, MINILM_TOKENS  # noqa: F401 (MINILM_TOKENS: the name users import from here)
 
 FORMAT_VERSION = 1
 CONFIG_KEYS = {"format", "version", "networks", "text_encoder", "session", "trained_size", "random_weights", "notes"}
-MAX_CONFIG_INT = 1 << 20  # no size, count or width of a network is larger: beyond it a config is a typo or an attack
 FLASH_ROLES = {"dit": "dit", "gbuffer_encoder": "gbuffer-encoder", "decoder": "tiny-codec"}  # role -> family
 FLASH_OPTIONAL_ROLES = {"refiner": "gbuffer-refiner"}  # loaded when config.json names them
 TEACHER_ROLES = {"dit": "dit", "vae": "wan-vae"}
@@ -190,35 +189,19 @@ def _config_from_entry(path: Path, role: str, entry: Any, family: str):
     if entry.get("family", family) != family:
         raise CheckpointError(f"{path}: networks.{role} has family {entry.get('family')!r}, expected {family!r}")
     cls = registry.config_class(family)
+    if not isinstance(entry["config"], dict):
+        raise CheckpointError(f"{path}: networks.{role}.config must be an object, got {entry['config']!r}")
     raw = dict(entry["config"])
+    config_fields.check_network(path, role, family, raw)  # every value, before anything is allocated
     try:
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - set(fields))
-        if unknown:
-            raise TypeError(f"unknown key(s) {', '.join(unknown)}")
-        for k, v in raw.items():  # JSON turns tuples into lists
-            if isinstance(v, list):
-                raw[k] = tuple(v)
-            _check_number(path, f"networks.{role}.config.{k}", fields[k].type, raw[k])
-        return cls(**raw)
+        raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}  # JSON turns tuples into lists
+        config = cls(**raw)
     except TypeError as err:
         raise CheckpointError(f"{path}: networks.{role}.config is not a {cls.__name__}: {err}") from None
-
-
-def _check_number(path: Path, where: str, annotation, value) -> None:
-    """Sizes are whole numbers in [0, MAX_CONFIG_INT] (checked before anything is allocated); floats finite."""
-    import math
-
-    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    values = value if isinstance(value, tuple) else (value,)
-    if kind.startswith("int") or kind.startswith("tuple[int"):
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise CheckpointError(f"{path}: {where} must be a whole number, got {v!r}")
-            if not 0 <= v <= MAX_CONFIG_INT:
-                raise CheckpointError(f"{path}: {where} is {v}, out of range [0, {MAX_CONFIG_INT}]")
-    elif kind == "float" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
-        raise CheckpointError(f"{path}: {where} must be a finite number, got {value!r}")
+    try:  # fields that must agree (a DiT's dim divisible by its heads), named with the file
+        return config.validate() if hasattr(config, "validate") else config
+    except AlayaError as err:
+        raise CheckpointError(f"{path}: networks.{role}.config: {err}") from None
 
 
 def _read_config(folder: Path, kind: str) -> dict:
@@ -248,6 +231,7 @@ def _read_config(folder: Path, kind: str) -> dict:
 
 
 def _settings(path: Path, cls, raw: Any):
+    config_fields.check_session(path, "teacher" if cls is TeacherSettings else "flash", raw)
     raw = raw or {}
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - names)
@@ -283,7 +267,7 @@ def _text_encoder_name(folder: Path, cfg: dict) -> str:
 def _model_fields(folder: Path, cfg: dict, settings_cls, text: str) -> dict:
     """The fields of a model loaded from folder beside its networks (cfg: its config.json, read and checked)."""
     return {"settings": _settings(folder / "config.json", settings_cls, cfg.get("session")), "text_encoder_name": text,
-            "trained_size": _size(cfg), "random_weights": bool(cfg.get("random_weights")), "path": folder}
+            "trained_size": _size(cfg, folder / "config.json"), "random_weights": bool(cfg.get("random_weights")), "path": folder}
 
 
 def _load_networks(folder: Path, cfg: dict, roles: dict[str, str], device, dtype) -> dict[str, nn.Module]:
@@ -303,8 +287,9 @@ def _load_networks(folder: Path, cfg: dict, roles: dict[str, str], device, dtype
     return out
 
 
-def _size(cfg: dict):
+def _size(cfg: dict, path: Path):
     size = cfg.get("trained_size")
+    config_fields.check_trained_size(path, size)
     return tuple(size) if size else None
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from . import comfy
-from .base import Piecewise, SourceNode, StageNode
+from .base import Piecewise, SourceNode, StageNode, refuse
 
 CATEGORY = "alaya-flash/gbuffers"
 GBUFFERS = "ALAYA_GBUFFERS"
@@ -62,14 +62,23 @@ class LoadGBuffers(SourceNode):
         p = comfy.input_path(path)
         return p.stat().st_mtime if p.exists() else float("nan")
 
+    @staticmethod
+    def check_values(width=0, height=0) -> list[str | None]:
+        """The size widgets (checked when the node runs, first of the graph being a source, and by the
+        runner's validation; ComfyUI checks the range, not the step, at queue time)."""
+        if (width == 0) != (height == 0):
+            return [f"width and height must both be 0 (source size) or both set, got {width}x{height}"]
+        odd = [f"{n} {v}" for n, v in (("width", width), ("height", height)) if v % 8]
+        return [f"{' and '.join(odd)} must be a multiple of 8 (the models work on 8x8 blocks), e.g. "
+                f"{max(8, -(-width // 8) * 8)}x{max(8, -(-height // 8) * 8)}"] if odd else []
+
     def _stream(self, path, layout, start, frames, stride, resize, width, height, conventions="auto",
                 depth_range="0.5"):
         from ..model_zoo.errors import AlayaError
         from ..streaming.files.conventions import parse_depth_range
         from ..streaming.files.readers import open_gbuffers
 
-        if (width == 0) != (height == 0):
-            raise AlayaError(f"Load G-Buffers: width and height must both be 0 (source size) or both set, got {width}x{height}")
+        refuse("Load G-Buffers", self.check_values(width, height))
         size = (height, width) if width and height else None
         try:
             near, far = parse_depth_range(depth_range)

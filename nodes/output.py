@@ -11,10 +11,11 @@ import uuid
 from pathlib import Path
 
 from . import comfy
-from .base import Piecewise, StageNode
+from .base import Piecewise, StageNode, refuse
 
 CATEGORY = "alaya-flash/output"
 FORMATS = ["mp4", "png", "exr", "npy"]
+EMPTY_FILENAME = "filename is empty: name the output file (mp4) or folder (png, exr, npy)"
 
 
 class Save(StageNode):
@@ -31,7 +32,8 @@ class Save(StageNode):
     def INPUT_TYPES(cls):
         return {
             "required": {
-                "images": ("IMAGE", {"tooltip": "Frames to write (IMAGE [T, H, W, 3] in [0, 1])."}),
+                # lazy: ComfyUI runs Save's check_lazy_status, which checks the output, before the render
+                "images": ("IMAGE", {"lazy": True, "tooltip": "Frames to write (IMAGE [T, H, W, 3] in [0, 1])."}),
                 "filename": ("STRING", {"default": "alaya-flash/render.mp4", "tooltip": "Output file (mp4) or folder (png, exr, npy); relative to ComfyUI's output folder (the current folder outside ComfyUI)."}),
                 "format": (FORMATS, {"default": "mp4", "tooltip": "mp4: H.264 yuv420p; png: 8-bit frames; exr: float32 linear frames; npy: uint8 windows (needs G-buffers)."}),
                 "fps": ("FLOAT", {"default": 16.0, "min": 1.0, "max": 240.0, "tooltip": "Frame rate of the video (mp4)."}),
@@ -43,17 +45,32 @@ class Save(StageNode):
         }
 
     @classmethod
-    def VALIDATE_INPUTS(cls, filename, format="mp4", overwrite=False):
+    def VALIDATE_INPUTS(cls, filename):
+        # ComfyUI repeats a returned message on every input named here (it showed each of these three
+        # times when this took filename, format and overwrite): what needs the others is check_values
+        return True if filename.strip() else EMPTY_FILENAME
+
+    @staticmethod
+    def check_values(filename, format="mp4", overwrite=False) -> list[str | None]:
+        """What would stop the write: run by the runner's validation, and in ComfyUI by check_lazy_status
+        (before the frames are rendered) and when the node starts."""
         from ..streaming.files.sinks import replace_refusal
 
         if not filename.strip():
-            return "filename is empty: name the output file (mp4) or folder (png, exr, npy)"
+            return []  # VALIDATE_INPUTS says so (and an empty path is refused by name when writing)
         path = destination(filename, format)
         if path.exists() and not overwrite:
-            return f"output {path} already exists (set overwrite to replace it)"
-        return replace_refusal(path, format != "mp4") or True
+            return [f"output {path} already exists (set overwrite to replace it)"]
+        return [replace_refusal(path, format != "mp4")]
+
+    def check_lazy_status(self, filename, format, fps, overwrite, images=None, gbuffers=None):
+        """ComfyUI asks this before it computes `images` (lazy): the output is checked first, so a
+        render that could not be saved never starts."""
+        refuse("Save", self.check_values(filename, format, overwrite))
+        return ["images"] if images is None else []
 
     def start_stream(self, filename, format, fps, overwrite):
+        refuse("Save", self.check_values(filename, format, overwrite))
         return Piecewise(_Saving(destination(filename, format), format, fps, overwrite), 16)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from ..model_zoo.config_fields import SESSION
 from . import comfy
 from .base import Piecewise, StageNode, refuse
 
@@ -39,6 +40,13 @@ def _outside(bounds: dict[str, tuple[float, float]], values: dict) -> list[str]:
 def _own(value):
     """A widget value, or None (the model's setting) for -1."""
     return None if value == MODEL else value
+
+
+FLASH, TEACHER = SESSION["flash"], SESSION["teacher"]  # a model's own settings and these widgets share one table
+
+
+def _range(table, *names) -> dict[str, tuple[float, float]]:
+    return {n: (table[n].low, table[n].high) for n in names}
 
 
 SEED = ("INT", {"default": 0, "min": 0, "max": 2**63 - 1, "tooltip": "Noise seed: the same seed gives the same frames in ComfyUI and in the runner."})
@@ -119,10 +127,10 @@ class FlashSampler(_SamplerNode):
             **cls._inputs("ALAYA_FLASH", "From Load Flash Model.", "Conditioning latents from Encode G-Buffers (Flash encoder).",
                           "From Encode Prompt (a prompt or a schedule keyed by frame)."),
             "seed": SEED,
-            "steps": _model_int(50, "Denoising passes per chunk (the models are distilled for 4)."),
-            "chunk_frames": _model_int(21, "Latent frames per autoregressive chunk (1 latent = 4 pixel frames)."),
-            "window_frames": _model_int(240, "Latent frames the KV cache attends to, current chunk included (memory is fixed by this)."),
-            "sink_frames": _model_int(21, "First latent frames of the stream kept in the cache forever (attention sink); 0: none."),
+            "steps": _model_int(FLASH["steps"].high, "Denoising passes per chunk (the models are distilled for 4)."),
+            "chunk_frames": _model_int(FLASH["chunk_frames"].high, "Latent frames per autoregressive chunk (1 latent = 4 pixel frames)."),
+            "window_frames": _model_int(FLASH["window_frames"].high, "Latent frames the KV cache attends to, current chunk included (memory is fixed by this)."),
+            "sink_frames": _model_int(FLASH["sink_frames"].high, "First latent frames of the stream kept in the cache forever (attention sink); 0: none."),
         }}
 
     @staticmethod
@@ -130,8 +138,7 @@ class FlashSampler(_SamplerNode):
         """The widgets' values that no model takes: checked when the node starts (ComfyUI would repeat a
         queue-time message on each of the four inputs) and by the runner's validation."""
         values = dict(steps=steps, chunk_frames=chunk_frames, window_frames=window_frames, sink_frames=sink_frames)
-        problems = _outside({"steps": (1, 50), "chunk_frames": (1, 21), "window_frames": (1, 240), "sink_frames": (0, 21)},
-                            values)
+        problems = _outside(_range(FLASH, "steps", "chunk_frames", "window_frames", "sink_frames"), values)
         if MODEL not in (chunk_frames, window_frames) and window_frames < chunk_frames:
             problems.append(f"window_frames ({window_frames}) must be at least chunk_frames ({chunk_frames})")
         return problems
@@ -193,15 +200,15 @@ class TeacherSampler(_SamplerNode):
                           "From Encode Prompt; a schedule switches per window."),
             "negative_prompt": ("STRING", {"default": "", "multiline": True, "tooltip": "What to steer away from (the unconditional branch of CFG); empty: the model's own negative prompt."}),
             "seed": SEED,
-            "steps": _model_int(200, "Euler steps per window (Wan: 50)."),
-            "cfg": _model_float(30.0, "Guidance scale; 1 disables CFG (one pass per step)."),
-            "shift": _model_float(20.0, "Time shift of the sigma schedule (Wan: 5)."),
+            "steps": _model_int(TEACHER["steps"].high, "Euler steps per window (Wan: 50)."),
+            "cfg": _model_float(TEACHER["cfg"].high, "Guidance scale; 1 disables CFG (one pass per step)."),
+            "shift": _model_float(TEACHER["shift"].high, "Time shift of the sigma schedule (Wan: 5)."),
         }}
 
     @staticmethod
     def check_values(steps=MODEL, cfg=MODEL, shift=MODEL) -> list[str]:
         """Values no model takes (checked when the node starts, as the Flash Sampler's)."""
-        return _outside({"steps": (1, 200), "cfg": (1.0, 30.0), "shift": (0.1, 20.0)}, dict(steps=steps, cfg=cfg, shift=shift))
+        return _outside(_range(TEACHER, "steps", "cfg", "shift"), dict(steps=steps, cfg=cfg, shift=shift))
 
     def start_stream(self, model, prompt, negative_prompt, seed, steps, cfg, shift):
         refuse("Teacher Sampler", self.check_values(steps, cfg, shift))

@@ -100,6 +100,8 @@ def test_inputs_writing_the_same_output_are_refused_before_anything_runs(clips, 
 @pytest.mark.parametrize("entry, message", [
     ({"input": "c0", "promt": "x"}, "unknown key 'promt'"),
     ({"input": "c0", "seed": "7"}, "'seed' must be an integer"),
+    ({"input": "c0", "seed": -1}, "'seed' -1 is out of range [0, 9223372036854775807]"),  # was argparse's error, from inside
+    ({"input": "c0", "seed": 2**64}, "'seed' 18446744073709551616 is out of range"),
     ({"name": "x"}, "an 'input' path"),
 ])
 def test_bad_input_list_entries_are_one_line_naming_the_line(clips, tmp_path, capsys, entry, message):
@@ -202,3 +204,102 @@ def test_without_ray_the_same_command_renders_here(clips, tmp_path, monkeypatch,
     assert manifest(tmp_path / "manifest.jsonl")["c1"]["status"] == "done"
     code, _ = batch("--inputs", str(clips[1]), "--out", f"{tmp_path}/{{name}}.mp4", "--address", "127.0.0.1:1")
     assert code == 2 and "--address needs Ray" in capsys.readouterr().err
+
+
+
+def test_four_shots_in_one_process_equal_four_single_shot_renders_byte_for_byte(tmp_path, capsys):
+    """A shot's MP4 (the default output) does not depend on what the process rendered before: x264's
+    macroblock tree read memory it never wrote, so every shot after the first, whose encoder got
+    memory an earlier one had freed, came out different (and different from run to run). Before the
+    fix 3 of these 4 shots differed. A physics-world clip and the default model: the tiny random
+    model's flat frames and the synthetic clips left x264 nothing to decide."""
+    from alaya_flash.streaming.cli import main
+
+    clip = tmp_path / "w"
+    assert main(["--quiet", "world", "--out", str(clip), "--frames", "16", "--size", "64", "--seed", "1"]) == 0
+    shots = [{"input": str(clip), "name": f"s{i}", "seed": i} for i in range(4)]
+    args = ["--quiet", "batch", str(RENDER), "--engine", "local"]
+    for run in ("a", "b"):  # twice: the second batch runs after four shots already rendered here
+        write_list(tmp_path / "all.jsonl", shots)
+        assert main([*args, "--inputs", str(tmp_path / "all.jsonl"), "--out", f"{tmp_path}/{run}/{{name}}.mp4"]) == 0
+    for shot in shots:
+        write_list(tmp_path / f"{shot['name']}.jsonl", [shot])
+        assert main([*args, "--inputs", str(tmp_path / f"{shot['name']}.jsonl"),
+                     "--out", f"{tmp_path}/one-{shot['name']}/{{name}}.mp4"]) == 0
+    for shot in shots:
+        alone = (tmp_path / f"one-{shot['name']}" / f"{shot['name']}.mp4").read_bytes()
+        assert [(tmp_path / run / f"{shot['name']}.mp4").read_bytes() == alone for run in "ab"] == [True, True], shot
+
+
+def test_a_second_batch_on_the_same_output_folder_is_refused_in_one_line(clips, tmp_path, capsys):
+    """Two batches on one --out both rendered everything and raced on the manifest: the second is
+    refused while the first holds the manifest's lock (the lock goes with its process)."""
+    from alaya_flash.streaming.engine.batch import ManifestLock
+
+    out = tmp_path / "out"
+    with ManifestLock(out / "manifest.jsonl"):
+        code, _ = batch("--inputs", str(clips[0]), "--out", f"{out}/{{name}}.mp4", *LOCAL)
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1
+        assert f"{out / 'manifest.jsonl'}: another batch (pid {os.getpid()}) is rendering into this manifest" in err
+        assert not (out / "c0.mp4").exists()
+    code, s = batch("--inputs", str(clips[0]), "--out", f"{out}/{{name}}.mp4", *LOCAL, capsys=capsys)
+    assert code == 0 and s["rendered"] == 1
+
+
+def test_an_input_list_cannot_send_an_output_outside_out_unless_allowed(clips, tmp_path, capsys):
+    """A list's `set Save.filename=...` wrote wherever it said (outside --out); refused by FILE:LINE."""
+    elsewhere = tmp_path / "elsewhere"
+    shots = write_list(tmp_path / "shots.jsonl", [{"input": str(clips[0])},
+                                                  {"input": str(clips[1]), "set": [f"Save.filename={elsewhere}/x.mp4"]}])
+    code, _ = batch("--inputs", str(shots), "--out", f"{tmp_path}/out/{{name}}.mp4", *LOCAL)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"{shots}:2: its output {elsewhere / 'x.mp4'} is outside {tmp_path / 'out'}" in err and "--allow-outside" in err
+    assert not elsewhere.exists() and not (tmp_path / "out" / "c0.mp4").exists()
+    write_list(shots, [{"input": str(clips[0]), "set": [f"Save.filename={tmp_path}/out/../escaped.mp4"]}])
+    assert batch("--inputs", str(shots), "--out", f"{tmp_path}/out/{{name}}.mp4", *LOCAL)[0] == 2
+    write_list(shots, [{"input": str(clips[1]), "set": [f"Save.filename={elsewhere}/x.mp4"]}])
+    code, s = batch("--inputs", str(shots), "--out", f"{tmp_path}/out/{{name}}.mp4", "--allow-outside", *LOCAL,
+                    capsys=capsys)
+    assert code == 0 and s["rendered"] == 1 and (elsewhere / "x.mp4").is_file()
+
+
+def test_the_pool_is_sized_by_jobs_so_a_split_shots_parts_run_side_by_side(clips, tmp_path, monkeypatch, capsys):
+    """--split ran every part on one worker: the pool was capped at the number of shots, not parts."""
+    from alaya_flash.model_zoo.errors import AlayaError
+    from alaya_flash.streaming.engine import ray_pool
+
+    asked = {}
+
+    class Pool:
+        def __init__(self, *args, **kwargs):
+            asked.update(kwargs)
+            raise AlayaError("stop here")
+
+    monkeypatch.setattr(ray_pool, "available", lambda: True)
+    monkeypatch.setattr(ray_pool, "RayPool", Pool)
+    code, _ = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/{{name}}", "--split", "5", "--preroll", "0",
+                    "--gpus-per-worker", "0", "--set", "Save.format=png")
+    assert code == 2 and "stop here" in capsys.readouterr().err
+    assert asked["most"] == 3  # 12 frames in parts of 5
+
+
+def test_a_cluster_that_refuses_the_driver_is_one_line_with_the_token_hint(monkeypatch):
+    pytest.importorskip("ray")
+    import ray
+
+    from alaya_flash.model_zoo.errors import AlayaError
+    from alaya_flash.streaming.engine import ray_pool
+
+    def refuse(**_):
+        raise ConnectionError("Failed to connect to GCS: UNAUTHENTICATED: invalid or missing token\nmore detail")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with pytest.raises(AlayaError) as err:
+        ray_pool.connect("head:6379")
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("--address head:6379: could not join the Ray cluster (ConnectionError: "
+                                                "Failed to connect to GCS: UNAUTHENTICATED")
+    assert "RAY_AUTH_MODE=token" in text and "RAY_AUTH_TOKEN" in text

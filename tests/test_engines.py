@@ -8,6 +8,7 @@ inverse of the documented convention, and hand-computed cases pin the axes indep
 from __future__ import annotations
 
 import json
+import re
 import logging
 
 import numpy as np
@@ -202,13 +203,51 @@ def test_world_normals_without_camera_json(tmp_path, caplog):
     d = write_blender(tmp_path / "nocam")
     (d / "camera.json").unlink()
     with pytest.raises(AlayaError, match=r"blender normals are in world space and no camera.json .* write camera.json "
-                                         r"beside the passes .*world_normals='keep'"):
+                                         r"beside the passes .*gbuffers convert FOLDER OUT --to png --world-normals keep"):
         open_gbuffers(d)
     with caplog.at_level(logging.WARNING):
         frames = list(open_gbuffers(d, world_normals="keep"))
     assert "using them unconverted" in caplog.text
     n = world_normals(truth(1)["normal"], _c2w(1), "opengl")
     np.testing.assert_allclose(frames[1].normal[5:], n[5:], atol=1e-5)
+
+
+def test_the_world_normals_advice_is_one_render_takes(tmp_path, capsys):
+    """`render` on a Blender folder without camera.json advised `--world-normals keep`, which render
+    does not accept; the advice now is a command that works, and following it renders."""
+    from alaya_flash.streaming.cli import main
+
+    d = write_blender(tmp_path / "nocam")
+    (d / "camera.json").unlink()
+    render = ["--prompt", "x", "--size", "32", "--frames", "3", "--out"]
+    assert main(["--quiet", "render", str(d), *render, str(tmp_path / "a.mp4")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    advice = re.search(r"`alaya-flash (gbuffers convert FOLDER OUT [^`]*)`", err).group(1)
+    command = advice.replace("FOLDER", str(d)).replace("OUT", str(tmp_path / "kept")).split()
+    assert main(["--quiet", *command]) == 0
+    assert main(["--quiet", "render", str(tmp_path / "kept"), *render, str(tmp_path / "b.mp4")]) == 0
+    assert (tmp_path / "b.mp4").is_file()
+
+
+@pytest.mark.parametrize("writer, forced, expected", [
+    ("unreal", "unity", "depth is exactly 65504 (the float16 maximum, Unreal's background) at"),
+    ("unreal", "blender", "depth is exactly 65504"),
+    ("unity", "unreal", "99% of the depth is nearer than 10 cm (0.0103 to 0.0497 m): the unreal convention reads "
+                        "depth in units of 0.01 m"),
+    ("blender", "unreal", "99% of the depth is nearer than 10 cm"),
+])
+def test_a_forced_wrong_engine_warns_about_depth(tmp_path, caplog, writer, forced, expected):
+    """Forcing the wrong engine gave no depth warning while depth came out 100x off and the sky was
+    not background (the plausibility checks caught only `alaya` on Blender files)."""
+    d = {"unreal": write_unreal, "unity": write_unity, "blender": write_blender}[writer](tmp_path / writer)
+    with caplog.at_level(logging.WARNING):
+        list(open_gbuffers(d, conventions=forced))
+    assert expected in caplog.text and caplog.text.count(expected) == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        list(open_gbuffers(d))  # the right engine: no depth warning
+    assert "background marker" not in caplog.text and "nearer than 10 cm" not in caplog.text
 
 
 def test_bad_camera_json_is_one_line(tmp_path):
@@ -220,6 +259,24 @@ def test_bad_camera_json_is_one_line(tmp_path):
     (d / "camera.json").write_text(json.dumps({"camera_to_world": [_c2w(0).tolist(), _c2w(1).tolist()]}))
     with pytest.raises(AlayaError, match=r"camera.json: has 2 camera frames, frame 2 needs one"):
         list(open_gbuffers(d))
+
+
+@pytest.mark.parametrize("matrix, message", [
+    ("identity", 'expected a 4x4 or 3x3 matrix of numbers (rows of numbers), got "identity"'),  # was a ValueError
+    ([["1", "0", "0"], ["0", "1", "0"], ["0", "0", "1"]], 'got [["1", "0", "0"], ["0", "1", "0"]'),
+    ([[1, 0, 0], [0, 1], [0, 0, 1]], "got 3 row(s) of [2, 3] number(s)"),
+    ([[float("nan")] * 4] * 4, "has a value that is not a finite number (NaN or infinity)"),  # said "got shape (4, 4)"
+    ([[1, 0, 0], [0, 0, 0], [0, 0, 1]], "the rotation part (upper-left 3x3) is singular"),
+    ([[True, 0, 0], [0, 1, 0], [0, 0, 1]], "expected a 4x4 or 3x3 matrix of numbers"),
+])
+def test_a_camera_matrix_that_is_not_one_is_one_line(tmp_path, matrix, message):
+    d = write_blender(tmp_path / "badcam")
+    (d / "camera.json").write_text(json.dumps({"camera_to_world": matrix}))
+    with pytest.raises(AlayaError, match=re.escape("camera.json: camera_to_world: ") + ".*" + re.escape(message)):
+        open_gbuffers(d)
+    (d / "camera.json").write_text(json.dumps({"world_to_camera": [_c2w(0).tolist(), matrix]}))
+    with pytest.raises(AlayaError, match=re.escape("camera.json: world_to_camera[1]: ") + ".*" + re.escape(message)):
+        open_gbuffers(d)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -423,9 +423,23 @@ def test_serve_on_a_port_in_use_is_one_line(capsys):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda c: c.update(trained_sizee=[256, 256]), "unknown key(s) 'trained_sizee'"),
-    (lambda c: c["networks"]["dit"]["config"].update(dim=8e8), "networks.dit.config.dim must be a whole number, got 800000000.0"),
-    (lambda c: c["networks"]["dit"]["config"].update(num_layers=10**9), "networks.dit.config.num_layers is 1000000000, out of range [0, 1048576]"),
+    (lambda c: c["networks"]["dit"]["config"].update(dim=8e8),
+     "networks.dit.config.dim must be a whole number in [1, 1048576], got 800000000.0"),
+    (lambda c: c["networks"]["dit"]["config"].update(num_layers=10**9),
+     "networks.dit.config.num_layers is 1000000000, must be a whole number in [1, 1024]"),
     (lambda c: c["networks"]["dit"]["config"].update(rope_theta=float("nan")), "networks.dit.config.rope_theta must be a finite number"),
+    # each of these was a ZeroDivisionError, a render that never ended, or a silent render
+    (lambda c: c["networks"]["dit"]["config"].update(num_heads=0), "networks.dit.config.num_heads is 0, must be a whole number in [1, 4096]"),
+    (lambda c: c["networks"]["dit"]["config"].update(patch_size=[1, 0, 2]), "networks.dit.config.patch_size item 1: is 0"),
+    (lambda c: c["session"].update(chunk_frames=0), "session.chunk_frames is 0, must be a whole number in [1, 21]"),
+    (lambda c: c["session"].update(steps=1e9), "session.steps must be a whole number in [1, 50], got 1000000000.0"),
+    (lambda c: c["session"].update(shift=float("nan")), "session.shift must be a finite number in [0.1, 20.0], got nan"),
+    (lambda c: c["session"].update(window_frames=2, chunk_frames=3), "session.window_frames (2) must be at least session.chunk_frames (3)"),
+    (lambda c: c["session"].update(rope="sideways"), "session.rope is 'sideways', not one of 'absolute', 'relative'"),
+    (lambda c: c.update(session="fast"), "'session' must be an object, got 'fast'"),
+    (lambda c: c.update(trained_size=[-256, 1e300]), "trained_size height is -256, must be a whole number in [8, 4096], a multiple of 8"),
+    (lambda c: c.update(trained_size=[256, 1e300]), "trained_size width must be a whole number in [8, 4096], a multiple of 8, got 1e+300"),
+    (lambda c: c.update(trained_size="256"), "trained_size must be [height, width] or null, got '256'"),
 ])
 def test_model_config_contradictions_are_refused_before_anything_is_built(edit, message, tmp_path):
     """A model folder's config.json is checked key by key and number by number before any network is
@@ -442,6 +456,40 @@ def test_model_config_contradictions_are_refused_before_anything_is_built(edit, 
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match=re.escape(message)):
         bundle.load_flash_folder(folder)
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_render_to_an_existing_folder_as_mp4_is_refused(tmp_path, capsys, overwrite):
+    """--out EXISTING_DIR (mp4) wrote EXISTING_DIR.mp4 beside it and exited 0."""
+    from alaya_flash.streaming.cli import main
+
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    code = main(["--quiet", "render", "samples/courtyard", "--prompt", "x", "--out", str(folder), "--frames", "2",
+                 "--size", "32", *overwrite])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and f"{folder}: is a folder, and an mp4 is a file" in err
+    assert not (tmp_path / "shots.mp4").exists() and folder.is_dir()
+
+
+@pytest.mark.parametrize("session, message", [
+    ({"window_frames": 80}, "session.window_frames is 80, must be a whole number in [1, 1001], of the form 4k+1"),
+    ({"cfg": 0.0}, "session.cfg is 0.0, must be a finite number in [1.0, 30.0]"),
+    ({"negative_prompt": 3}, "session.negative_prompt must be a string, got 3"),
+])
+def test_a_teacher_config_is_checked_against_the_same_table(session, message, tmp_path):
+    import json
+
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.errors import CheckpointError
+
+    folder = tmp_path / "t"
+    bundle.save_teacher(bundle.make_random_teacher(), folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["session"].update(session)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=re.escape(f"{folder / 'config.json'}: {message}")):
+        bundle.load_teacher(folder)
 
 
 def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path):

@@ -223,3 +223,38 @@ def test_every_float_reader_to_every_writer(tmp_path, source, src_fmt, src_bits,
         fin = np.isfinite(a.depth)
         np.testing.assert_array_equal(fin, np.isfinite(b.depth))
         assert np.abs(0.5 / a.depth[fin] - 0.5 / b.depth[fin]).max() <= (0 if dst_fmt == "exr" else 1e-5)
+
+
+_ENCODE = """
+import sys; sys.path.insert(0, 'tests'); import conftest
+import numpy as np
+from pathlib import Path
+from alaya_flash.streaming.files.sinks import Mp4Sink
+rng = np.random.default_rng(0)
+y, x = np.mgrid[0:64, 0:64] / 64
+with Mp4Sink(Path(sys.argv[1]), fps=16) as sink:
+    for t in range(24):  # a moving pattern with noise: x264's macroblock tree has work to do
+        f = np.stack([np.sin(6 * x + t / 3), np.cos(5 * y - t / 4), np.sin(4 * (x + y) + t / 5)], -1) * 0.5 + 0.5
+        sink.write(rgb=np.clip(f + 0.05 * rng.standard_normal(f.shape), 0, 1).astype(np.float32))
+"""
+
+
+def test_mp4_bytes_do_not_depend_on_the_memory_the_encoder_gets(tmp_path):
+    """The same frames give the same MP4 whatever bytes malloc hands x264 (MALLOC_PERTURB_ fills fresh
+    allocations with them): its macroblock-tree rate control read memory it had not written, so in
+    `run --inputs` / `batch` every shot after the first (whose encoder reused what an earlier one
+    freed) differed from its single-shot render by up to 33/255, and from run to run."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    outs = []
+    for perturb in ("1", "77", "200"):
+        out = tmp_path / f"p{perturb}.mp4"
+        env = dict(os.environ, MALLOC_PERTURB_=perturb)
+        proc = subprocess.run([sys.executable, "-c", _ENCODE, str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]

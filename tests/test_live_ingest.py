@@ -152,8 +152,15 @@ def test_client_refuses_bad_frames_before_sending():
         wire.pack_gbuffers(0, 0.0, {k: v for k, v in passes.items() if k != "normal"})
     with pytest.raises(ValueError, match=r"metallic has shape \(8, 16\), expected \(16, 16\)"):
         wire.pack_gbuffers(0, 0.0, {**passes, "metallic": np.zeros((8, 16))})
-    with pytest.raises(ValueError, match="depth holds NaN"):
+    with pytest.raises(ValueError, match=r"frame 0: depth has 256 bad pixel\(s\), first at \(x=0, y=0\), value nan"):
         wire.pack_gbuffers(0, 0.0, {**passes, "depth": np.full((16, 16), np.nan)})
+    minus = passes["depth"].copy()
+    minus[3, 5] = -np.inf  # was admitted (and drawn as the nearest thing in view)
+    with pytest.raises(ValueError, match=r"depth has 1 bad pixel\(s\), first at \(x=5, y=3\), value -inf: depth is a distance"):
+        wire.pack_gbuffers(0, 0.0, {**passes, "depth": minus})
+    with pytest.raises(ValueError, match=r"albedo has 1 bad pixel\(s\), first at \(x=0, y=0\), value \[inf, 0.0, 0.0\]"):
+        wire.pack_gbuffers(0, 0.0, {**passes, "albedo": np.pad(np.full((1, 1, 3), [np.inf, 0, 0]), ((0, 15), (0, 15), (0, 0)))})
+    assert wire.float_pass_problem(0, {**passes, "depth": np.full((16, 16), np.inf)}) is None  # +inf: background
     with pytest.raises(ValueError, match="width 24 must be a multiple of 16"):
         wire.pack_gbuffers(0, 0.0, np.zeros((5, 16, 24, 3), np.uint8))
     with pytest.raises(ValueError, match=r"frame number -1 must be in 0..2\*\*53-1"):
@@ -221,6 +228,34 @@ def test_float_passes_render_as_their_teacher_form():
                 assert np.array_equal(a.receive(timeout=30).image, b.receive(timeout=30).image)
     finally:
         server.stop()
+
+
+def test_float_passes_with_a_depth_below_zero_are_refused_by_the_server():
+    """A raw form-2 frame (past the client's check) with a depth of -inf gets an error naming the pixel,
+    and the session goes on with the next frame."""
+    server = start_server(autostart=False)
+    h = w = SIZE
+    passes = {"albedo": np.zeros((h, w, 3)), "depth": np.ones((h, w)), "metallic": np.zeros((h, w)),
+              "normal": np.zeros((h, w, 3)), "roughness": np.zeros((h, w))}
+    bad = dict(passes, depth=passes["depth"].copy())
+    bad["depth"][7, 9] = -np.inf
+    raw = _header(form=2, number=0) + b"".join(np.asarray(bad[n], "<f4").tobytes() for n, _ in wire.FLOAT_PASSES)
+
+    async def main():
+        async with aiohttp.ClientSession() as http, http.ws_connect(server.url + "engine") as ws:
+            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "hello"
+            await ws.send_bytes(raw)
+            while True:
+                msg = await ws.receive(timeout=30)
+                if msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data)["type"] == "error":
+                    return json.loads(msg.data)
+
+    try:
+        error = asyncio.run(main())
+    finally:
+        server.stop()
+    assert error["frame"] == 0
+    assert "frame 0: depth has 1 bad pixel(s), first at (x=9, y=7), value -inf" in error["message"]
 
 
 def test_two_sessions_share_the_weights_and_keep_their_own_state(flash_server):

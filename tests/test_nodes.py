@@ -1,5 +1,6 @@
 """The node pack: both runtimes give the same frames, `alaya-flash run` / `render`, bad input."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -354,16 +355,45 @@ def test_sources_check_cancel_and_move_their_bar_every_chunk(clip, monkeypatch):
 
 def test_every_node_validates_at_most_one_input_in_comfyui():
     """ComfyUI repeats a VALIDATE_INPUTS message on every input the method takes: each node's takes at
-    most one (Save aside: whether its output exists needs filename, format and overwrite, and stopping
-    before the render beats one line); the other checks run when the node starts (check_values),
-    and the runner's validation runs those too."""
+    most one (Save's took filename, format and overwrite, and showed each refusal three times); the
+    other checks run when the node starts (check_values; Save's before the render, from
+    check_lazy_status), and the runner's validation runs those too."""
     import inspect
 
     many = {name: list(inspect.signature(cls.VALIDATE_INPUTS).parameters) for name, cls in NODES.items()
             if hasattr(cls, "VALIDATE_INPUTS") and len(inspect.signature(cls.VALIDATE_INPUTS).parameters) > 1}
-    assert many == {"AlayaFlash_Save": ["filename", "format", "overwrite"]}
+    assert many == {}
     with pytest.raises(AlayaError, match=r"^Load Flash Model: decoder 'nope.safetensors' not found"):
         NODES["AlayaFlash_LoadFlashModel"]().load("random:tiny", "nope.safetensors", "cpu", "fp32", "(from model)")
+
+
+def test_save_checks_its_output_before_comfyui_renders_its_frames(tmp_path):
+    """`images` is lazy, so ComfyUI calls Save's check_lazy_status before it runs the nodes that make
+    the frames: an output that exists without overwrite stops the prompt there, in one line."""
+    save = NODES["AlayaFlash_Save"]
+    assert save.INPUT_TYPES()["required"]["images"][1].get("lazy") is True
+    (tmp_path / "shot.mp4").write_bytes(b"earlier")
+    with pytest.raises(AlayaError, match=r"^Save: output .*shot.mp4 already exists \(set overwrite to replace it\)$"):
+        save().check_lazy_status(str(tmp_path / "shot"), "mp4", 16.0, False)
+    assert save().check_lazy_status(str(tmp_path / "shot"), "mp4", 16.0, True) == ["images"]
+    assert save().check_lazy_status(str(tmp_path / "new"), "png", 16.0, False, images=torch.zeros(1, 8, 8, 3)) == []
+
+
+def test_error_type_names_carry_no_install_path(tmp_path):
+    """ComfyUI imports a custom node folder under its path ("/home/x/ComfyUI/custom_nodes/alaya-flash")
+    and shows `module.Class` as an error's type: the install path showed on every error."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, sys; root = sys.argv[1]; name = root + '/custom_nodes/alaya-flash'; "
+            "spec = importlib.util.spec_from_file_location(name, root + '/__init__.py', submodule_search_locations=[root]); "
+            "m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m); "
+            "errors = importlib.import_module(name + '.model_zoo.errors'); wf = importlib.import_module(name + '.streaming.engine.workflow'); "
+            "print(*(c.__module__ + '.' + c.__qualname__ for c in (errors.AlayaError, errors.CheckpointError, wf.WorkflowError)))")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["alaya_flash.model_zoo.errors.AlayaError", "alaya_flash.model_zoo.errors.CheckpointError",
+                                  "alaya_flash.streaming.engine.workflow.WorkflowError"]
 
 
 def test_load_gbuffers_reports_each_problem_once_on_its_input(clip, tmp_path):
@@ -384,19 +414,38 @@ def test_load_gbuffers_reports_each_problem_once_on_its_input(clip, tmp_path):
         load().run(**inputs, width=0, height=0, depth_range="x")
 
 
+@pytest.mark.parametrize("width, height, says", [
+    (100, 64, "width 100 must be a multiple of 8 (the models work on 8x8 blocks), e.g. 104x64"),
+    (64, 60, "height 60 must be a multiple of 8"),
+    (32, 0, "width and height must both be 0 (source size) or both set, got 32x0"),
+])
+def test_a_load_gbuffers_size_off_the_8_grid_stops_before_anything_is_read(clip, tmp_path, width, height, says):
+    """width 100 was accepted (ComfyUI checks a widget's range, not its step) and failed in Encode
+    G-Buffers; now Load G-Buffers, which runs first, stops with one line, and the runner's validation
+    says the same before any work."""
+    from alaya_flash.streaming.cli import main
+
+    load = NODES["AlayaFlash_LoadGBuffers"]
+    inputs = dict(path=str(clip), layout="auto", start=0, frames=0, stride=1, resize="stretch", chunk=16)
+    with pytest.raises(AlayaError, match=f"^Load G-Buffers: {re.escape(says)}"):
+        load().run(**inputs, width=width, height=height)
+    render = ROOT / "graphs" / "render-gbuffer-sequence.api.json"
+    assert main(["--quiet", "run", str(render), "--set", f"1.path={clip}", "--set", f"1.width={width}",
+                 "--set", f"1.height={height}", "--validate-only"]) == 2
+
+
 def test_save_refuses_an_empty_filename_and_a_folder_it_did_not_write(tmp_path, monkeypatch):
     """Save's filename: empty is refused (it once reached Path.with_name and a traceback); with overwrite,
     a user's folder is refused (replacing it would delete its files), and the refusal is its message."""
     save = NODES["AlayaFlash_Save"]
     monkeypatch.chdir(tmp_path)
     for name in ("", "  "):
-        for fmt in ("mp4", "png"):
-            assert save.VALIDATE_INPUTS(name, fmt, True) == "filename is empty: name the output file (mp4) or folder (png, exr, npy)"
+        assert save.VALIDATE_INPUTS(name) == "filename is empty: name the output file (mp4) or folder (png, exr, npy)"
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("precious")
-    assert "mine: is a folder alaya-flash did not write" in save.VALIDATE_INPUTS(str(tmp_path / "mine"), "png", True)
-    assert save.VALIDATE_INPUTS(".", "mp4", True) == ".: is a folder, not a file; choose another path"
-    assert save.VALIDATE_INPUTS(str(tmp_path / "mine"), "mp4", True) is True  # writes mine.mp4 beside it
+    assert "mine: is a folder alaya-flash did not write" in save.check_values(str(tmp_path / "mine"), "png", True)[0]
+    assert save.check_values(".", "mp4", True) == [".: is a folder, not a file; choose another path"]
+    assert save.check_values(str(tmp_path / "mine"), "mp4", True) == [None]  # writes mine.mp4 beside it
     assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"
 
 

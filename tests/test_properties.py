@@ -122,3 +122,126 @@ def test_a_corrupted_file_reads_whole_or_is_refused_by_name(clips, layout, pick,
         assert "\n" not in str(err).strip()
         return
     assert all(f.shape == (5, 16, 16, 3) and f.dtype == np.uint8 for f in frames)
+
+
+# ---- model config fields, camera.json, engine frames, batch input lists ----------------------
+
+numbers_json = st.one_of(st.integers(-10**6, 10**7), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                         st.none(), st.text(max_size=4), st.lists(st.integers(-3, 300), max_size=4))
+
+
+@pytest.fixture(scope="module")
+def tiny_flash(tmp_path_factory):
+    from alaya_flash.model_zoo import bundle
+
+    folder = tmp_path_factory.mktemp("flash") / "m"
+    bundle.save_flash(bundle.make_random_flash(), folder)
+    return folder
+
+
+def _config_keys():
+    from alaya_flash.model_zoo import config_fields
+
+    roles = {"dit": "dit", "gbuffer_encoder": "gbuffer-encoder", "decoder": "tiny-codec"}
+    keys = [("networks", role, k) for role, family in roles.items() for k in config_fields.NETWORKS[family]]
+    return keys + [("session", k) for k in config_fields.SESSION["flash"]] + [("trained_size",)]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(_config_keys()), value=numbers_json)
+def test_any_value_in_any_model_config_field_loads_in_range_or_is_one_line(tiny_flash, key, value, tmp_path_factory):
+    """Every field of config.json: the model loads with settings inside the table's ranges, or one
+    CheckpointError names the file and the field (never a ZeroDivisionError, a hang or a NaN render)."""
+    from alaya_flash.model_zoo import bundle, config_fields
+
+    folder = tmp_path_factory.mktemp("cfg") / "m"
+    shutil.copytree(tiny_flash, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    if key[0] == "networks":
+        cfg["networks"][key[1]]["config"][key[2]] = value
+    elif key[0] == "session":
+        cfg["session"][key[1]] = value
+    else:
+        cfg["trained_size"] = value
+    (folder / "config.json").write_text(json.dumps(cfg))
+    try:
+        model = bundle.load_flash(folder)
+    except AlayaError as err:
+        assert "\n" not in str(err) and "config.json" in str(err) or ".safetensors" in str(err)
+        return
+    table = config_fields.SESSION["flash"]
+    for name, field in table.items():
+        assert field.problem(getattr(model.settings, name)) is None
+    assert model.trained_size is None or all(8 <= s <= 4096 and s % 8 == 0 for s in model.trained_size)
+
+
+camera_values = st.one_of(json_values, st.lists(st.lists(numbers_json, min_size=3, max_size=4), min_size=3, max_size=4),
+                          st.lists(st.lists(st.floats(-2, 2), min_size=4, max_size=4), min_size=4, max_size=4))
+
+
+@FAST
+@given(doc=st.one_of(json_values, st.fixed_dictionaries(
+    {"camera_to_world": camera_values}, optional={"fov_y_deg": numbers_json, "camera_axes": st.text(max_size=8)})))
+def test_any_camera_json_is_a_camera_or_one_line(doc, tmp_path_factory):
+    from alaya_flash.streaming.files.conventions import load_camera
+
+    path = tmp_path_factory.mktemp("cam") / "camera.json"
+    path.write_text(json.dumps(doc))
+    try:
+        camera = load_camera(path, "opengl")
+    except AlayaError as err:
+        assert "\n" not in str(err) and str(path) in str(err)
+        return
+    for r in camera.rotations:
+        assert r.shape == (3, 3) and np.isfinite(r).all() and abs(np.linalg.det(r)) > 0
+
+
+special = st.sampled_from([0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e30, -1e-30])
+
+
+@FAST
+@given(name=st.sampled_from(["albedo", "depth", "metallic", "normal", "roughness"]), where=st.integers(0, 255),
+       value=special, near=st.sampled_from([0.0, 0.5, 2.0]))
+def test_an_engine_frame_of_float_passes_is_refused_in_one_line_or_encodes(name, where, value, near):
+    from alaya_flash.streaming.gbuffer import GBufferFrame, frame_to_teacher
+    from alaya_flash.streaming.live import wire
+
+    passes = {"albedo": np.full((16, 16, 3), 0.5), "depth": np.full((16, 16), 3.0), "metallic": np.zeros((16, 16)),
+              "normal": np.tile(np.float32([0, 0, 1]), (16, 16, 1)), "roughness": np.full((16, 16), 0.5)}
+    passes[name] = passes[name].copy()
+    passes[name][where // 16, where % 16] = value
+    try:
+        message = wire.pack_gbuffers(3, 0.0, passes, depth_near=near)
+    except ValueError as err:
+        assert "\n" not in str(err) and name in str(err)
+        return
+    m = wire.unpack_gbuffers(message)
+    got = m.float_passes()
+    assert wire.float_pass_problem(m.number, got) is None
+    with np.errstate(all="raise"):  # no NaN or overflow reaches the encoding
+        teacher = frame_to_teacher(GBufferFrame(index=3, timestamp=0.0, **got), near or 0.5)
+    assert teacher.dtype == np.uint8 and teacher.shape == (5, 16, 16, 3)
+
+
+list_entries = st.one_of(json_values, st.fixed_dictionaries(
+    {"input": st.one_of(st.text(max_size=6), numbers_json)},
+    optional={"name": st.one_of(st.text(max_size=6), numbers_json), "seed": numbers_json,
+              "prompt": st.one_of(st.text(max_size=6), numbers_json), "set": st.one_of(json_values, st.lists(st.text(max_size=8)))}))
+
+
+@FAST
+@given(entries=st.lists(list_entries, min_size=1, max_size=3))
+def test_any_batch_input_list_reads_or_is_one_line_naming_the_line(entries, tmp_path_factory):
+    from alaya_flash.streaming.cli.commands.batch import _read_list
+
+    path = tmp_path_factory.mktemp("list") / "shots.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    try:
+        got = _read_list(path)
+    except AlayaError as err:
+        assert "\n" not in str(err) and str(path) in str(err)
+        return
+    for entry in got:
+        assert isinstance(entry["input"], str) and entry["input"]
+        assert "seed" not in entry or (isinstance(entry["seed"], int) and 0 <= entry["seed"] < 2**63)
+        assert "name" not in entry or (entry["name"] and "/" not in entry["name"])

@@ -184,6 +184,42 @@ class Manifest:
         _write_atomic(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records.values()))
 
 
+class ManifestLock:
+    """One batch at a time per manifest: an exclusive lock on `.NAME.lock` beside it, held for the batch
+    (two batches on one --out both rendered everything and raced on the manifest). The operating
+    system drops the lock with its process, so a killed batch leaves nothing to clean up.
+
+        with ManifestLock(manifest_path):   # AlayaError naming the holder's pid when another batch has it
+            ...
+    """
+
+    def __init__(self, manifest: Path):
+        self.path = Path(manifest).with_name(f".{Path(manifest).name}.lock")
+        self.file = None
+
+    def __enter__(self) -> "ManifestLock":
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "another process"
+            self.file.close()
+            raise AlayaError(f"{self.path.with_name(self.path.name[1:-5])}: another batch ({holder}) is rendering "
+                             "into this manifest; wait for it to finish, or give this one another --out or --manifest")
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"pid {os.getpid()}")
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()  # releases the lock; the file stays (removing it would race a batch waiting to lock it)
+
+
 def _write_atomic(path: Path, text: str) -> None:
     from ..files.sinks import AtomicOutput
 

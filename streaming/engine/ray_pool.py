@@ -46,10 +46,29 @@ def connect(address: str | None, local_cpus: int | None = None, debug: bool = Fa
         with _loopback(host in ("127.0.0.1", "localhost")):  # a cluster on this machine's loopback: stay on it
             import ray
 
-            ray.init(address=address, log_to_driver=debug, configure_logging=False)
+            try:
+                ray.init(address=address, log_to_driver=debug, configure_logging=False)
+            except Exception as err:  # noqa: BLE001  (Ray raises several kinds; each is one line here)
+                raise AlayaError(join_refusal(address, err)) from None
         return False
     start_local(local_cpus or os.cpu_count() or 1, debug)
     return True
+
+
+def join_refusal(address: str, err: Exception) -> str:
+    """One line for a cluster that could not be joined, with the token hint where auth is the likely
+    cause (a cluster started with RAY_AUTH_MODE=token refuses a driver without it, in its own words)."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    hint = ("; a cluster started with token authentication needs RAY_AUTH_MODE=token in this process's "
+            "environment and its token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or `ray get-auth-token` on the head "
+            "node)") if os.environ.get("RAY_AUTH_MODE", "") != "token" or not _token_given() else \
+        "; RAY_AUTH_MODE=token is set: check that the token is the cluster's"
+    return f"--address {address}: could not join the Ray cluster ({type(err).__name__}: {first[:300]}){hint}"
+
+
+def _token_given() -> bool:
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or os.path.isfile(os.path.expanduser("~/.ray/auth_token")))
 
 
 def cluster_gpus() -> float:

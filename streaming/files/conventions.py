@@ -18,7 +18,8 @@ with world_normals="keep", a warning and the vectors unconverted.
 Checks (`FrameChecks`) warn once per stream about passes that look like a wrong convention:
 normals that face away from the camera, normals that disagree with the depth map's slopes (world-space
 normals read as camera-space: the ground's normal stays put while the camera turns), depth that is
-NDC-like or has a huge background value, zero depth, black albedo on metals.
+NDC-like, has a background marker the convention does not know (Blender's 1e10, Unreal's 65504) or a
+whole view within 10 cm (a unit mistake), zero depth, black albedo on metals.
 """
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ log = logging.getLogger(__name__)
 CONVENTION_CHOICES = ("auto", "alaya", "blender", "unreal", "unity")
 WORLD_NORMAL_POLICIES = ("error", "keep")
 CAMERA_FILE = "camera.json"
+# The way to use world-space normals unconverted, from every surface: only `gbuffers convert` (and the
+# readers' world_normals argument) take it; render, run, batch and Load G-Buffers read a converted copy.
+KEEP_WORLD_NORMALS = ("to use them unconverted (the model expects camera-space normals), convert the folder once with "
+                      "`alaya-flash gbuffers convert FOLDER OUT --to png --world-normals keep` and render OUT "
+                      "(in Python: world_normals='keep')")
 
 # Camera axes -> OpenGL camera axes (+x right, +y up, +z towards the viewer): v_gl = A @ v_engine.
 CAMERA_AXES = {
@@ -190,10 +196,25 @@ class Camera:
 
 
 def _matrix(value, where: str) -> np.ndarray:
-    m = np.asarray(value, dtype=np.float64)
-    if m.shape not in ((4, 4), (3, 3)) or not np.isfinite(m).all():
-        raise AlayaError(f"{where}: expected a 4x4 or 3x3 matrix of numbers, got shape {m.shape}")
+    """A 4x4 or 3x3 matrix of finite numbers whose rotation part is invertible -> that 3x3 part."""
+    want = "expected a 4x4 or 3x3 matrix of numbers (rows of numbers)"
+    numbers = isinstance(value, list) and all(isinstance(row, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in row) for row in value)
+    if not numbers:
+        raise AlayaError(f"{where}: {want}, got {_brief(value)}")
+    m = np.asarray(value, dtype=np.float64) if len({len(row) for row in value}) <= 1 else np.zeros(0)
+    if m.shape not in ((4, 4), (3, 3)):
+        raise AlayaError(f"{where}: {want}, got {len(value)} row(s) of {sorted({len(row) for row in value})} number(s)")
+    if not np.isfinite(m).all():
+        raise AlayaError(f"{where}: has a value that is not a finite number (NaN or infinity)")
+    if abs(np.linalg.det(m[:3, :3])) < 1e-9:
+        raise AlayaError(f"{where}: the rotation part (upper-left 3x3) is singular, so it rotates nothing into view")
     return m[:3, :3]
+
+
+def _brief(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or np.isfinite(value) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_camera(path: Path, default_axes: str) -> Camera:
@@ -219,7 +240,7 @@ def load_camera(path: Path, default_axes: str) -> Camera:
     if keys[0] == "world_to_camera":
         mats = [np.linalg.inv(m) for m in mats]
     fov = data.get("fov_y_deg")
-    if fov is not None and not (isinstance(fov, (int, float)) and 0 < fov < 180):
+    if fov is not None and not (isinstance(fov, (int, float)) and not isinstance(fov, bool) and 0 < fov < 180):
         raise AlayaError(f"{path}: fov_y_deg must be a number in (0, 180), got {fov!r}")
     return Camera(mats, axes, fov, str(path))
 
@@ -267,8 +288,8 @@ def to_camera_normals(n: np.ndarray, conv: Convention, camera: Camera | None, fr
             n = n @ camera.normal_matrix(frame).T
         elif world_normals == "error":
             raise AlayaError(f"{where}: {conv.name} normals are in world space and no {CAMERA_FILE} gives the camera "
-                             f"rotation; write {CAMERA_FILE} beside the passes (docs/gbuffers.md, camera.json) or "
-                             "pass world_normals='keep' (--world-normals keep) to use them unconverted")
+                             f"rotation; write {CAMERA_FILE} beside the passes (docs/gbuffers.md, camera.json), or "
+                             f"{KEEP_WORLD_NORMALS}")
     else:
         n = n @ CAMERA_AXES[conv.camera_axes].T
     norm = np.linalg.norm(n, axis=-1, keepdims=True)
@@ -353,6 +374,16 @@ class FrameChecks:
         if not finite.size:
             return
         lo, hi = float(finite.min()), float(finite.max())
+        at_max = int((finite == hi).sum())
+        marker = (hi < self.conv.background_depth) if self.conv.background_depth is not None else hi < 1e9  # (>= 1e9: above)
+        if marker and hi >= 1e4 and at_max >= max(16, 0.01 * depth.size) and hi > 10 * float(np.median(finite)):
+            # a plateau at one far value is a background marker this convention does not know (Unreal's sky
+            # is 65504, the float16 maximum): read as depth, the sky becomes a far wall
+            who = " (the float16 maximum, Unreal's background)" if hi == 65504.0 else ""
+            self.warn("marker-depth", f"{where}: depth is exactly {hi:g}{who} at {at_max} pixels: a background "
+                                      f"marker, not a distance, that the {self.conv.name} convention reads as depth; "
+                                      "pick the engine that wrote the files with --conventions (unreal: 65504, "
+                                      "blender: >= 1e9), or write +inf for background")
         if 0 <= lo and hi <= 1.0 and finite.size > 16 and (hi - lo) < 0.1 * max(hi, 1e-6):
             self.warn("ndc-depth", f"{where}: depth spans only [{lo:.4g}, {hi:.4g}]: it looks like NDC, reverse-Z or "
                                    "normalised depth; export linear view depth in scene units (docs/gbuffers.md, Engines)")
@@ -364,6 +395,15 @@ class FrameChecks:
     def canonical(self, albedo, depth, metallic, normal, where) -> None:
         fg = np.isfinite(depth) & (depth > 0)
         count = int(fg.sum())
+        if count >= 16 and float(np.percentile(depth[fg], 99)) < 0.1:
+            # a whole view within 10 cm of the camera: a unit mistake (centimetres read as metres is the
+            # reverse, caught by Unreal's 65504 background above)
+            unit = (f"the {self.conv.name} convention reads depth in units of {self.conv.depth_scale:g} m"
+                    if self.conv.depth_scale != 1.0 else "depth is read in metres")
+            self.warn("tiny-depth", f"{where}: 99% of the depth is nearer than 10 cm "
+                                    f"({float(depth[fg].min()):.3g} to {float(np.percentile(depth[fg], 99)):.3g} m): "
+                                    f"{unit}; if the files hold other units, pick the engine that wrote them with "
+                                    "--conventions")
         if count >= 16:
             away = int((normal[..., 2][fg] < -0.3).sum())
             if away > 0.1 * count:

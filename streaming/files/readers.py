@@ -612,8 +612,7 @@ class ImageSequenceSource:
             if world_normals == "error":  # fail on open, before anything is written
                 raise AlayaError(f"{folder}: {self.convention.name} normals are in world space and no {cv.CAMERA_FILE} "
                                  f"gives the camera rotation; write {cv.CAMERA_FILE} beside the passes "
-                                 "(docs/gbuffers.md, camera.json) or pass world_normals='keep' (--world-normals keep) "
-                                 "to use them unconverted")
+                                 f"(docs/gbuffers.md, camera.json), or {cv.KEEP_WORLD_NORMALS}")
             log.warning("%s: %s normals are in world space and there is no %s: using them unconverted "
                         "(world_normals=keep); the model expects camera-space normals", folder,
                         self.convention.name, cv.CAMERA_FILE)

@@ -38,7 +38,8 @@ from ...model_zoo.errors import AlayaError
 from ..engine.cpu import use_stream_threads
 from ..gbuffer import DEFAULT_DEPTH_NEAR, GBufferFrame, frame_to_teacher
 from .engine import MAX_INFLIGHT, LivePipeline, recent_fps
-from .wire import FORM_UINT8, MAX_PIXELS, MAX_SIDE, VERSION, FrameError, GBufferMessage, pack_frame
+from .wire import (FORM_UINT8, MAX_PIXELS, MAX_SIDE, VERSION, FrameError, GBufferMessage, float_pass_problem,
+                   pack_frame)
 
 log = logging.getLogger(__name__)
 
@@ -188,16 +189,16 @@ class EngineSession:
             self.prompt = text
 
     def _teacher(self, item: _Item) -> np.ndarray | None:
-        """The frame in teacher form, or None (answered with an error) when its float passes hold NaN."""
+        """The frame in teacher form, or None (answered with an error) when its float passes hold NaN,
+        a depth below 0 or another infinite value (wire.float_pass_problem)."""
         m = item.message
         if m.form == FORM_UINT8:
             return m.teacher_u8()
         passes = m.float_passes()
-        for name, arr in passes.items():
-            if np.isnan(arr).any():
-                self.emit("frame_error", json.dumps({"type": "error", "frame": m.number,
-                                                     "message": f"frame {m.number}: {name} holds NaN"}))
-                return None
+        problem = float_pass_problem(m.number, passes)
+        if problem:
+            self.emit("frame_error", json.dumps({"type": "error", "frame": m.number, "message": problem}))
+            return None
         frame = GBufferFrame(index=m.number, timestamp=0.0, **passes)
         return frame_to_teacher(frame, m.depth_near or DEFAULT_DEPTH_NEAR)
 

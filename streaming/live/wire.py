@@ -23,7 +23,8 @@ little-endian, then the passes.
       form 2: float32 little-endian planes in MODALITIES order, canonical units
               (streaming/gbuffer.py): albedo (H, W, 3) linear RGB in [0, 1], depth (H, W)
               view depth in scene units > 0 (+inf: background), metallic (H, W) in [0, 1],
-              normal (H, W, 3) camera space, OpenGL axes, roughness (H, W) in [0, 1]; no NaN
+              normal (H, W, 3) camera space, OpenGL axes, roughness (H, W) in [0, 1]; no NaN,
+              no depth below 0 (-inf included), no other pass infinite
 
 Server -> client, binary: a frame message, the same for page viewers and engines: a 4-byte
 big-endian header length, a JSON header, then the pixels. Viewers get a JPEG; engines get raw
@@ -91,6 +92,24 @@ class GBufferMessage:
             out[name] = arr.reshape(self.height, self.width, c) if c > 1 else arr.reshape(self.height, self.width)
             at += hw * c
         return out
+
+
+def float_pass_problem(number: int, passes) -> str | None:
+    """What is wrong with form 2's values, or None: NaN anywhere; depth below 0 (-inf included; +inf
+    is background), any other pass infinite. Names the pass, the count and the first pixel."""
+    for name, _ in FLOAT_PASSES:
+        arr = np.asarray(passes[name])
+        bad = np.isnan(arr) | (arr < 0) if name == "depth" else ~np.isfinite(arr)
+        if bad.ndim == 3:
+            bad = bad.any(-1)
+        if bad.any():
+            y, x = (int(v) for v in np.argwhere(bad)[0])
+            value = arr[y, x] if arr.ndim == 2 else arr[y, x].tolist()
+            rule = ("depth is a distance along the view axis, >= 0 (+inf: background)" if name == "depth"
+                    else "NaN or infinite")
+            return (f"frame {number}: {name} has {int(bad.sum())} bad pixel(s), first at (x={x}, y={y}), "
+                    f"value {value}: {rule}")
+    return None
 
 
 def check_size(width: int, height: int, where: str = "frame") -> None:
@@ -168,9 +187,10 @@ def pack_gbuffers(number: int, sent: float, gbuffers, depth_near: float = 0.0) -
             want = (height, width, c) if c > 1 else (height, width)
             if arr.shape != want and not (c == 1 and arr.shape == (height, width, 1)):
                 raise ValueError(f"frame {number}: {name} has shape {arr.shape}, expected {want}")
-            if np.isnan(arr).any():
-                raise ValueError(f"frame {number}: {name} holds NaN")
             body.append(np.ascontiguousarray(arr))
+        problem = float_pass_problem(number, dict(zip((n for n, _ in FLOAT_PASSES), body)))
+        if problem:
+            raise ValueError(problem)
     if not 0 <= number < MAX_FRAME_NUMBER:
         raise ValueError(f"frame number {number} must be in 0..2**53-1")
     try:

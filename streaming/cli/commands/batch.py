@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import glob
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from ..args import SEED, bounded
 HELP = "render many shots through a workflow on a pool of workers (Ray), with a manifest and resume"
 LIST_SUFFIXES = (".txt", ".json", ".jsonl")
 LIST_KEYS = ("input", "name", "prompt", "seed", "set")
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2  # 2: MP4s encoded without x264's macroblock tree (deterministic bytes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preroll", type=bounded(int, 0, 10_000), default=48, metavar="FRAMES",
                         help="with --split: frames each part renders before its range to warm up the stream, "
                              "then drops")
+    parser.add_argument("--allow-outside", action="store_true",
+                        help="let an input list's 'set' send a Save node's output outside the --out folder")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
 
 
@@ -126,7 +129,10 @@ def _read_list(path: Path) -> list[dict]:
             if key in entry and (not isinstance(entry[key], kinds) or isinstance(entry[key], bool)):
                 raise AlayaError(f"{where}: {key!r} must be {'an integer' if key == 'seed' else 'a list of NODE.INPUT=VALUE' if key == 'set' else 'a string'}")
         if "seed" in entry:
-            SEED(str(entry["seed"]))
+            try:
+                SEED(str(entry["seed"]))
+            except argparse.ArgumentTypeError as err:  # an error of the list's line, not of a flag
+                raise AlayaError(f"{where}: 'seed' {err}") from None
         if "name" in entry and (not entry["name"] or "/" in entry["name"] or entry["name"] in (".", "..")):
             raise AlayaError(f"{where}: name {entry['name']!r} must be a non-empty file name without '/'")
         entry = dict(entry, where=where)
@@ -146,7 +152,7 @@ def plan(args, settings: dict, digests) -> list:
     """One Shot per input: its workflow (input, per-shot prompt/seed/overrides, absolute output paths),
     outputs, fingerprint, and why it cannot run when validation refuses it."""
     from ....model_zoo.errors import AlayaError
-    from ...engine.batch import Shot, fingerprint, json_ready
+    from ...engine.batch import Shot, default_manifest, fingerprint, json_ready
     from ...engine.runner import StreamRunner
     from ...engine.workflow import apply_overrides, parse_workflow
     from .. import shot_parts
@@ -166,6 +172,9 @@ def plan(args, settings: dict, digests) -> list:
                              "put {name} in each one's filename with --set NODE.filename=... instead")
         wf.nodes[saves[0]].inputs["filename"] = args.out
     source = source_node(wf, args.input_node)
+    # where outputs may go: the output template's folder above any {name} (an input list's 'set' that
+    # writes elsewhere, `Save.filename=/etc/x`, is refused without --allow-outside)
+    root = Path(os.path.abspath(default_manifest(wf.nodes[saves[0]].inputs["filename"]).parent))
     entries = read_inputs(args.inputs)
     shots, planned = [], []
     for entry in entries:
@@ -184,6 +193,10 @@ def plan(args, settings: dict, digests) -> list:
             node["filename"] = str(output_of(one, n).absolute())
             node["overwrite"] = True  # replaced only once the new render is complete (atomic outputs)
         outs = [str(p) for p in outputs(one)]
+        outside = [o for o in outs if not args.allow_outside and not _inside(o, root)]
+        if outside:
+            raise AlayaError(f"{where}: its output {outside[0]} is outside {root}, where --out puts this batch's "
+                             "outputs; pass --allow-outside to let the list choose")
         planned.append((entry["input"], outs))
         invalid, parts, shot_settings = None, [], settings
         try:
@@ -211,6 +224,11 @@ def plan(args, settings: dict, digests) -> list:
             shot.fingerprint = fingerprint(json_ready(fingerprint_parts(one, source, Path(shot.input), digests.of,
                                                                         shot_settings)))
     return shots
+
+
+def _inside(path: str, root: Path) -> bool:
+    """Whether path lies in root, links resolved (a '..' or a link out of the folder is outside)."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
 
 
 def _set_all(wf, class_types: list[str], name: str, value, where: str) -> None:
@@ -288,9 +306,8 @@ def run(args) -> int:
     import torch
 
     from ....model_zoo.errors import AlayaError
-    from ...engine.batch import Digests, LocalPool, Manifest, default_manifest, run_shots, summarize
+    from ...engine.batch import Digests, ManifestLock, default_manifest
     from ...engine import ray_pool
-    from ..shots import ShotWorker
 
     use_ray = args.engine == "ray" or (args.engine == "auto" and ray_pool.available())
     if use_ray and not ray_pool.available():
@@ -319,7 +336,17 @@ def run(args) -> int:
             template = next((wf.nodes[n].inputs["filename"] for n in save_nodes(wf)), "out/x")
         manifest_path = default_manifest(template)
     digests = Digests(manifest_path.with_name(f".{manifest_path.name}.digests.json"))
-    shots = plan(args, settings, digests)
+    shots = plan(args, settings, digests)  # checks everything; writes nothing
+    with ManifestLock(manifest_path):  # one batch at a time per manifest, from its first write
+        return _render(args, manifest_path, shots, digests, use_ray, gpu, gpus)
+
+
+def _render(args, manifest_path: Path, shots: list, digests, use_ray: bool, gpu: bool, gpus: float | None) -> int:
+    from ....model_zoo.errors import AlayaError
+    from ...engine.batch import LocalPool, Manifest, run_shots, summarize
+    from ...engine import ray_pool
+    from ..shots import ShotWorker
+
     manifest = Manifest(manifest_path)
     invalid = [s for s in shots if s.invalid]
     if len(invalid) == len(shots):
@@ -341,7 +368,8 @@ def run(args) -> int:
         with contextlib.redirect_stdout(sys.stderr):
             if use_ray:
                 pool = ray_pool.RayPool(ShotWorker, {"threads": args.threads, "cpu_only": not gpu}, workers=args.workers,
-                                        cpus=args.threads, gpus=gpus, address=args.address, most=len(todo),
+                                        cpus=args.threads, gpus=gpus, address=args.address,
+                                        most=sum(len(s.jobs()) for s in todo),  # a split shot's parts run side by side
                                         debug=args.debug)
             else:
                 pool = LocalPool(ShotWorker(args.threads))

@@ -87,6 +87,9 @@ def run(args) -> int:
     from ....model_zoo.errors import AlayaError
     from .run import execute, load
 
+    if args.format == "mp4" and args.out.is_dir():  # it wrote OUT.mp4 beside the folder, and said nothing
+        raise AlayaError(f"{args.out}: is a folder, and an mp4 is a file: name the file (e.g. {args.out / 'render.mp4'}), "
+                         "or pass --format png, exr or npy to write frames into a folder")
     if args.out.exists() and not args.overwrite:
         raise AlayaError(f"{args.out}: already exists; pass --overwrite to replace it")
     teacher = _is_teacher(args.model)
