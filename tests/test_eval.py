@@ -286,6 +286,9 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
                      heldout_clips=1, heldout_seed=1000, world="pathtrace", scenes=("street",),
                      presets=("bright_sunny", "night_lamps"), spp=2, heldout_passes=2).validate()
     build_dataset(cfg)
+    with np.load(next((tmp_path / "data").glob("**/*.npz"))) as clip:  # each frame's light, as the prior reads it
+        assert clip["light"].shape[:2] == (2, 5) and clip["up"].shape == (5, 3)
+        assert np.allclose(np.linalg.norm(clip["up"], axis=1), 1.0, atol=1e-5)
     rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
                "--runtime-size", "32", "--runtime-frames", "5", "--long-frames", "10", "--long-block", "5",
                "--long-size", "32", "--json"])

@@ -106,3 +106,24 @@ def test_sun_side_script_scores_the_blend_and_the_wrong_side(capsys):
     (report,) = json.loads(capsys.readouterr().out)
     assert report["blend"]["psnr_sunny_db"] > report["turned"]["psnr_sunny_db"]
     assert report["turned"]["nearest_sunny"] is False and report["turned"]["margin_db"] < 0
+
+
+def test_a_clip_records_the_light_its_truth_was_shaded_with(tmp_path):
+    """The stored per-frame light and up vector, through the shading prior, give back the clip's truth:
+    the physics world's truth is the prior's shading model (without shadows here, as data.json renders)."""
+    import torch
+
+    from alaya_flash.model_zoo.light import PACKED
+    from alaya_flash.model_zoo.shading_prior import ShadingPrior
+    from alaya_flash.streaming import metrics
+    from alaya_flash.training.data import DataConfig, render_clip
+
+    cfg = DataConfig(out=str(tmp_path / "d"), width=32, height=32, frames=5, presets=("bright_sunny", "sunset_dramatic"),
+                     train_clips=1, heldout_clips=1).validate()
+    clip = render_clip(cfg, 7)
+    assert clip["light"].shape == (2, 5, PACKED) and clip["up"].shape == (5, 3)
+    for p in range(2):
+        out = ShadingPrior()(torch.from_numpy(clip["gbuffers"]), torch.from_numpy(clip["light"][p]),
+                             up=torch.from_numpy(clip["up"]), sun_visibility=torch.ones(5, 32, 32), ao=False)
+        truth = torch.from_numpy(clip["rgb"][p]).permute(0, 3, 1, 2).float() / 255
+        assert metrics.psnr(out[:, :3], truth) >= 45.0

@@ -8,6 +8,10 @@ exact G-buffers, PBR ground truth) and stores each clip as one compressed .npz:
     presets   str (P,)                preset names, PRESETS order (streaming/world/shading.py)
     rgb_turned uint8 (P, T, H, W, 3)  only with sun_turns > 1: the ground truth averaged over the
                                       world turned by 360 / sun_turns degrees steps (below)
+    light     float32 (P, T, 30)      each preset's light per frame as the shading prior reads it
+                                      (model_zoo/light.py, packed; the sun relative to the camera's heading)
+    up        float32 (T, 3)          the camera's up vector in camera space per frame
+                                      (clips made before 2026-12-07 have neither)
 
 The courtyard is square and the G-buffers' normals are in camera space, so a new scene's input
 does not say which of its walls face the sun: the world turned by 90 degrees gives the same
@@ -159,10 +163,11 @@ def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dic
     world = TracedWorld(config)
     names = config.presets
     ground_ids = np.array(world.desc.ground_objects)
-    gbuffers, rgb, vis, ground, noise = [], [], [], [], []
+    gbuffers, rgb, vis, ground, noise, lights = [], [], [], [], [], []
     suffix = (lambda n: f"_{n}") if len(names) > 1 else (lambda n: "")
-    for frame, _ in world.frames(range(config.num_frames)):
+    for frame, camera in world.frames(range(config.num_frames)):
         gbuffers.append(frame_to_teacher(frame))
+        lights.append(frame_lights(world.lighting, camera))
         rgb.append([frame.extras["rgb" + suffix(n)] for n in names])
         if passes > 1:
             noise.append([frame.extras["truth_noise_mse" + suffix(n)] for n in names])
@@ -171,7 +176,7 @@ def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dic
     clip = {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
             "presets": np.array(names), "captions": np.array([world.captions[n] for n in names]),
             "sun_visibility": np.stack(vis).transpose(1, 0, 2, 3).copy(), "ground": np.stack(ground),
-            "passes": np.array(passes)}
+            "passes": np.array(passes), **_stack_lights(lights)}
     if noise:
         clip["truth_noise_mse"] = np.array(noise, dtype=np.float32).T.copy()
     renderer = world.metadata()["renderer"]
@@ -179,6 +184,21 @@ def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dic
     info = {"scene": config.scene, "camera": config.camera, "sun_side": world.side, "renderer": renderer,
             "passes": passes, "captions": dict(world.captions)}
     return clip, info
+
+
+def frame_lights(lightings, camera) -> tuple[np.ndarray, np.ndarray]:
+    """Each preset's light as the shading prior reads it for this camera (packed, camera-relative: the sun's
+    azimuth from the camera's heading) and the camera's up vector: what each frame was lit by."""
+    from ..model_zoo.light import pack
+    from ..streaming.world.shading import heading, light_of
+
+    facing = heading(camera)
+    return pack([light_of(p, facing) for p in lightings]).numpy(), (camera.rotation @ np.array([0.0, 0.0, 1.0])).astype(np.float32)
+
+
+def _stack_lights(lights: list) -> dict[str, np.ndarray]:
+    """'light' (P, T, PACKED) float32 and 'up' (T, 3) float32 from frame_lights per frame."""
+    return {"light": np.stack([lt for lt, _ in lights], 1), "up": np.stack([up for _, up in lights])}
 
 
 def render_clip(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
@@ -195,16 +215,17 @@ def render_clip(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
                         num_objects=cfg.objects, camera=CAMERAS[seed % len(CAMERAS)], presets=names,
                         shadows=cfg.shadows, backend=cfg.backend)
     turns = [[turned(get_preset(n), 360 * k / cfg.sun_turns) for k in range(cfg.sun_turns)] for n in names]
-    gbuffers, rgb, mean = [], [], []
+    gbuffers, rgb, mean, lights = [], [], [], []
     for frame, camera in WorldSource(world).frames_with_cameras():
         gbuffers.append(frame_to_teacher(frame))
+        lights.append(frame_lights([get_preset(n) for n in names], camera))
         rgb.append([frame.extras[f"rgb_{n}"] if len(names) > 1 else frame.extras["rgb"] for n in names])
         if cfg.sun_turns > 1:  # an average of sRGB values: the metrics' space
             passes = frame.passes()
             mean.append([np.rint(np.mean([shade(passes, camera, p).astype(np.float32) for p in ps], 0)).astype(np.uint8)
                          for ps in turns])
     clip = {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
-            "presets": np.array(names)}
+            "presets": np.array(names), **_stack_lights(lights)}
     if mean:
         clip["rgb_turned"] = np.stack(mean).transpose(1, 0, 2, 3, 4).copy()
     return clip
