@@ -62,3 +62,11 @@ def mixed(runs):
     from training_helpers import build_mixed
 
     return build_mixed(runs)
+
+
+def pytest_collection_modifyitems(config, items):
+    # With pytest-xdist (`make test` runs two workers), the tests that share the session's tiny
+    # training runs go to one worker, which builds them once (--dist loadgroup).
+    for item in items:
+        if {"runs", "mixed"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("training-runs"))
