@@ -62,3 +62,7 @@ def mixed(runs):
     from training_helpers import build_mixed
 
     return build_mixed(runs)
+
+# The networks run on torch in the tests unless a test asks for another runtime (tests/test_runtime.py
+# compiles with OpenVINO explicitly, into its own temporary cache).
+os.environ.setdefault("ALAYA_FLASH_BACKEND", "torch")
