@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..model_zoo.runtime import BACKENDS
 from ..model_zoo.styles import ORIGINAL, STYLES
 from . import comfy
 from .base import refuse
@@ -159,6 +160,10 @@ class LoadFlashModel:
             "model": (_flash_choices(), {"tooltip": "A Flash model folder, or random:tiny / random:small (random weights, for trying things out)."}),
             "decoder": ([FROM_MODEL] + comfy.list_entries("vae_approx"), {"default": FROM_MODEL, "tooltip": "A TAEHV-style tiny decoder (e.g. taew2_1.safetensors) from vae_approx, or the model's own."}),
             **_common_inputs(),
+        }, "optional": {
+            "backend": (list(BACKENDS), {"default": "auto", "tooltip": "Runtime of the networks: openvino (compiled for "
+                        "the CPU, cached on disk; needs the openvino package), torch, or auto (openvino where "
+                        "installed and on the CPU, else torch)."}),
         }}
 
     @classmethod
@@ -173,8 +178,8 @@ class LoadFlashModel:
         return [_check_entry("vae_approx", decoder, "decoder", (FROM_MODEL,)),
                 _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
 
-    def load(self, model, decoder, device, precision, text_encoder):
-        from ..model_zoo import bundle, folders
+    def load(self, model, decoder, device, precision, text_encoder, backend="auto"):
+        from ..model_zoo import bundle, folders, runtime
 
         refuse("Load Flash Model", self.check_values(decoder, text_encoder))
         dev = comfy.torch_device(device)
@@ -193,6 +198,7 @@ class LoadFlashModel:
             flash.decoder = load_tiny_decoder(comfy.resolve("vae_approx", decoder), dev, dtype)
             flash.refiner = None
         _text_override(flash, text_encoder, dev)
+        flash = runtime.accelerate(flash, backend)
         return (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash),
                 RefinerHandle(flash.refiner))
 

@@ -63,6 +63,9 @@ def mixed(runs):
 
     return build_mixed(runs)
 
+# The networks run on torch in the tests unless a test asks for another runtime (tests/test_runtime.py
+# compiles with OpenVINO explicitly, into its own temporary cache).
+os.environ.setdefault("ALAYA_FLASH_BACKEND", "torch")
 
 def pytest_collection_modifyitems(config, items):
     # With pytest-xdist (`make test` runs two workers), the tests that share the session's tiny

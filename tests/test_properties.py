@@ -152,7 +152,7 @@ def _config_keys():
 def test_any_value_in_any_model_config_field_loads_in_range_or_is_one_line(tiny_flash, key, value, tmp_path_factory):
     """Every field of config.json: the model loads with settings inside the table's ranges, or one
     CheckpointError names the file and the field (never a ZeroDivisionError, a hang or a NaN render)."""
-    from alaya_flash.model_zoo import bundle, config_fields
+    from alaya_flash.model_zoo import config_fields, folders
 
     folder = tmp_path_factory.mktemp("cfg") / "m"
     shutil.copytree(tiny_flash, folder)
@@ -165,7 +165,7 @@ def test_any_value_in_any_model_config_field_loads_in_range_or_is_one_line(tiny_
         cfg["trained_size"] = value
     (folder / "config.json").write_text(json.dumps(cfg))
     try:
-        model = bundle.load_flash(folder)
+        model = folders.load_flash(folder)
     except AlayaError as err:
         assert "\n" not in str(err) and "config.json" in str(err) or ".safetensors" in str(err)
         return

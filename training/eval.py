@@ -149,7 +149,7 @@ def lighting_summary(records: list[dict]) -> dict:
 def evaluate(args) -> dict:
     import torch
 
-    from ..model_zoo import bundle, folders
+    from ..model_zoo import bundle, folders, runtime
     from ..streaming import metrics
     from ..streaming.engine.pipelines import FlashPipeline, PromptSchedule, TeacherPipeline, latent_start_pixel
     from ..streaming.world.traced.presets import TRACED_PRESETS
@@ -157,7 +157,7 @@ def evaluate(args) -> dict:
     if not args.no_long_stream:
         check_long_stream(args.long_frames, args.long_block, args.long_size)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    flash = folders.load_flash(args.model, dtype=dtype)
+    flash = runtime.accelerate(folders.load_flash(args.model, dtype=dtype))  # the process's --backend
     teacher = None
     if not args.no_teacher:
         tdir = args.teacher or (flash.path / "teacher" if flash.path else None)

@@ -129,6 +129,10 @@ class GBufferEncoder(nn.Module):
             stacks.append(stack)
         return stacks
 
+    def new_stream(self) -> "GBufferEncoderStream":
+        """A stream over this encoder (a compiled encoder, model_zoo/runtime, offers the same method)."""
+        return GBufferEncoderStream(self)
+
     def encode(self, images: Tensor) -> Tensor:
         """Teacher-form G-buffers of a clip (T frames) -> (B, 80, (T - 1) // 4 + 1, H/8, W/8)."""
         stream = GBufferEncoderStream(self)

@@ -343,6 +343,10 @@ class TinyCodec(nn.Module):
                 f"tiny codec {what}: expected a 5-D tensor with {channels} channels on dim {dim}, got {tuple(x.shape)}"
             )
 
+    def new_stream(self) -> "TinyStream":
+        """A stream over this codec (a compiled decoder, model_zoo/runtime, offers the same method)."""
+        return TinyStream(self)
+
     def encode(self, frames: Tensor, chunk: int | None = None) -> Tensor:
         """frames (N, T, 3, H, W) in [0, 1], H and W multiples of 8 -> latents (N, 16, ceil(T/4), H/8, W/8)."""
         self._check(frames, "encode input (NTCHW frames)", 2, self.config.image_channels)

@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..engine.cpu import configure
 
         configure(args.threads, pipeline=not args.no_pipeline)
+    if hasattr(args, "backend"):  # every model this process loads runs there (nodes, pipelines: "auto")
+        from ...model_zoo import runtime
+
+        runtime.configure(args.backend)
     previous: dict = {}
     code = 1  # until the command returns
     try:

@@ -73,9 +73,19 @@ def model_path(text: str) -> Path:
     return shipped_models().get(text, path)  # not a shipped name either: the command says what is missing
 
 
+def add_backend_argument(parser) -> None:
+    """--backend: which runtime runs the networks (applied by cli.main: model_zoo/runtime.configure)."""
+    from ...model_zoo.runtime import BACKENDS
+
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="runtime of the networks: openvino (compiled for the CPU, cached on disk; the "
+                             "'openvino' extra), torch, or auto: openvino where installed and on the CPU")
+
+
 def add_cpu_arguments(parser) -> None:
-    """--threads / --no-pipeline for commands that render in this process (applied by cli.main)."""
+    """--threads / --no-pipeline / --backend for commands that render in this process (applied by cli.main)."""
     group = parser.add_argument_group("CPU")
+    add_backend_argument(group)
     group.add_argument("--threads", type=bounded(int, 1, 1024), metavar="N",
                        help="CPU threads in all (default: the CPUs this process may use)")
     group.add_argument("--no-pipeline", action="store_true",

@@ -211,9 +211,7 @@ class GBufferEncode:
     """Streaming G-buffer encoder with Wan alignment and end padding (see module docstring)."""
 
     def __init__(self, encoder, fps: float = 16.0):
-        from ...model_zoo.codecs.gbuffer_encoder import GBufferEncoderStream
-
-        self.stream = GBufferEncoderStream(encoder)
+        self.stream = encoder.new_stream()  # torch or a compiled runtime (model_zoo/runtime)
         self.frames = 0
         self.last: torch.Tensor | None = None
         self.fps = fps
@@ -350,9 +348,7 @@ class TinyDecoder:
     name = "tiny"
 
     def __init__(self, codec):
-        from ...model_zoo.codecs.tiny import TinyStream
-
-        self.stream = TinyStream(codec)
+        self.stream = codec.new_stream()  # torch or a compiled runtime (model_zoo/runtime)
 
     def reset(self) -> None:
         self.stream.reset()

@@ -86,15 +86,15 @@ class FlashLive:
 
 def load_flash_model(model: Path | None, random_model: bool, device: str):
     """The Flash model the page renders with: --random-model, a folder, or the embedded default."""
-    from ...model_zoo import bundle, folders
+    from ...model_zoo import bundle, folders, runtime
 
     if random_model:
         log.warning("live: rendering with tiny RANDOM weights (the pictures are noise; the plumbing is real)")
-        return bundle.make_random_flash(seed=0, device=device)
+        return runtime.accelerate(bundle.make_random_flash(seed=0, device=device))
     if model is None and not bundle.has_default_flash():
         raise AlayaError("no default Flash model is installed yet; pass --model FOLDER, or --random-model to try "
                          "the page with tiny random weights")
-    return folders.load_flash(model, device=device)
+    return runtime.accelerate(folders.load_flash(model, device=device))  # the process's --backend
 
 
 class FairLock:

@@ -207,7 +207,7 @@ def run(args) -> int:
 
     import torch
 
-    from ....model_zoo import bundle, folders, precision
+    from ....model_zoo import bundle, folders, precision, runtime
     from ....model_zoo.errors import AlayaError
     from ...engine import pipelines
     from ...engine.cpu import cpu_plan
@@ -232,11 +232,13 @@ def run(args) -> int:
     else:
         flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype,
                                          refiner=None if args.refiner == "none" else args.refiner)
+    flash = runtime.accelerate(flash, args.backend)  # (the weights' networks, compiled where chosen)
     plan = cpu_plan(args.threads, pipeline=not args.no_pipeline and dev.type == "cpu")
     plan.apply()  # (cli.main configured the same plan; this one also knows the device chosen)
     result = {"size": [w, h], "frames": args.frames, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
               "weights": str(args.model) if args.model else f"RANDOM ({args.dit}, {args.encoder}, {args.decoder}, {args.refiner})",
-              "torch_threads": plan.threads, "cpu": plan.describe(), "busy_neighbour": args.busy_neighbour}
+              "torch_threads": plan.threads, "cpu": plan.describe(), "busy_neighbour": args.busy_neighbour,
+              "backend": runtime.backend_of(flash)}
     sync = torch.cuda.synchronize if dev.type == "cuda" else None
     with tempfile.TemporaryDirectory(prefix="alaya-bench-") as tmp, busy_neighbour(args.busy_neighbour):
         tmp = Path(tmp)

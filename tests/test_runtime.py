@@ -1,0 +1,119 @@
+"""The OpenVINO backend renders the torch path's frames: the same clip both ways (PSNR), chunked =
+whole on the new backend, the on-disk cache of compiled models, and the backend choice."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from alaya_flash import model_zoo
+from alaya_flash.model_zoo import bundle, folders, runtime
+from alaya_flash.model_zoo.errors import AlayaError
+from alaya_flash.streaming.engine import pipelines as pl
+from alaya_flash.streaming.engine.driver import Lanes, StageGraph, ticks
+from alaya_flash.streaming.files.synthetic import synthetic_stream
+
+ov = pytest.importorskip("openvino")
+DEFAULT = Path(model_zoo.__file__).parent / "default"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALAYA_FLASH_CACHE", str(tmp_path / "cache"))
+
+
+def _render(flash, chunks, lanes=None) -> torch.Tensor:
+    prompts = pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
+    graph = StageGraph(["gbuffers"], pl.flash_steps(flash, prompts, seed=3))
+    outs = []
+    for values, _, _ in ticks(graph, {"gbuffers": ((c,) for c in chunks)}, lanes=lanes):
+        out = values[graph.steps[-1].name]
+        if out is not None and out[0] is not None:
+            outs.append(out[0])
+    return torch.cat(outs)
+
+
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(10 * torch.log10(1 / ((a - b) ** 2).mean()))
+
+
+def _clip(size: int, frames: int, length: int = 4) -> list[pl.GBuffers]:
+    return list(pl.gbuffer_chunks(synthetic_stream(size, size, frames), length))
+
+
+@pytest.mark.parametrize("dtype, floor", [(torch.float32, 60.0), (torch.bfloat16, 40.0)])
+def test_default_model_renders_the_same_frames_on_openvino(dtype, floor):
+    """The shipped model, 15 frames at 64x64 (the stream's padding included), torch against OpenVINO
+    at the same precision, on a 2-lane pipeline as the CLI runs it."""
+    flash = folders.load_flash(DEFAULT, torch.device("cpu"), dtype)
+    chunks = _clip(64, 15)
+    torch_frames = _render(flash, chunks)
+    fast = runtime.accelerate(flash, "openvino")
+    assert runtime.backend_of(fast) == "openvino" and runtime.backend_of(flash) == "torch"
+    ov_frames = _render(fast, chunks, Lanes(threads=(1, 1)))
+    assert ov_frames.shape == torch_frames.shape == (15, 64, 64, 3)
+    assert _psnr(ov_frames, torch_frames) >= floor
+
+
+def test_chunked_equals_whole_on_openvino():
+    """One frame at a time, chunks of 4 and of 7, and the whole clip at once give the same frames
+    (every network sees the same groups, whatever the cut); a random model with a prompt-reading refiner,
+    a longer KV window (the cache fills over several chunks) and a 5-token prompt."""
+    flash = runtime.accelerate(bundle.make_random_flash(seed=2, dtype=torch.float32, dit="dit-tiny",
+                                                        refiner="gbuffer-refiner-16-prompt"), "openvino")
+    chunks = _clip(32, 18, 18)
+    whole = torch.cat([c.images for c in chunks])
+    emb = torch.randn(1, 5, flash.text_dim)
+    prompts = pl.PromptSchedule.constant(emb)
+
+    def render(pieces):
+        pipe = pl.FlashPipeline(flash, prompts, seed=1, chunk_frames=2, window_frames=4, sink_frames=1)
+        outs = [pipe.step(pl.GBuffers(p)) for p in pieces] + [pipe.flush()]
+        return torch.cat([o for o in outs if o is not None])
+
+    reference = render([whole])
+    assert reference.shape == (18, 32, 32, 3)
+    for n in (1, 4, 7):
+        assert torch.equal(render(list(whole.split(n))), reference), f"chunks of {n}"
+
+
+def test_compiled_models_are_cached_on_disk_by_weights(tmp_path):
+    """A second load of the same weights converts nothing (the IR is read back); other weights get
+    their own entry."""
+    flash = bundle.make_random_flash(seed=2, dtype=torch.float32, dit="dit-tiny")
+    chunks = _clip(32, 5, 5)
+    first = _render(runtime.accelerate(flash, "openvino"), chunks)
+    root = Path(tmp_path / "cache" / "openvino")
+    entries = sorted(p.name for p in root.iterdir())
+    assert entries and all((root / e / "model.xml").exists() for e in entries)
+    stamps = {e: (root / e / "model.xml").stat().st_mtime_ns for e in entries}
+    again = _render(runtime.accelerate(flash, "openvino"), chunks)
+    assert torch.equal(first, again)
+    assert {e: (root / e / "model.xml").stat().st_mtime_ns for e in entries} == stamps
+    other = bundle.make_random_flash(seed=3, dtype=torch.float32, dit="dit-tiny")
+    _render(runtime.accelerate(other, "openvino"), chunks)
+    assert len(list(root.iterdir())) == 2 * len(entries)
+
+
+def test_backend_choice(monkeypatch):
+    monkeypatch.delenv(runtime.ENV, raising=False)
+    runtime.configure(None)
+    assert runtime.choose("auto", "cpu") == "openvino"  # installed here
+    assert runtime.choose("torch", "cpu") == "torch"
+    with pytest.raises(AlayaError, match="runs on the CPU"):
+        runtime.choose("openvino", "cuda")
+    with pytest.raises(AlayaError, match="not one of"):
+        runtime.choose("tensorrt", "cpu")
+    monkeypatch.setenv(runtime.ENV, "torch")
+    assert runtime.choose("auto", "cpu") == "torch"
+    runtime.configure("openvino")
+    try:
+        assert runtime.choose("auto", "cpu") == "openvino"  # the CLI's --backend before the environment
+    finally:
+        runtime.configure(None)
+    monkeypatch.setattr(runtime, "openvino_version", lambda: None)
+    monkeypatch.delenv(runtime.ENV)
+    assert runtime.choose("auto", "cpu") == "torch"
+    with pytest.raises(AlayaError, match="not installed"):
+        runtime.choose("openvino", "cpu")
