@@ -1,6 +1,6 @@
 """The AlayaRenderer-Flash release: diffusers' HeliosTransformer3DModel plus the release's own files.
 
-The published release (docs/models.md, "The Flash release") is a folder:
+The published release (docs/model.md, "The Flash release") is a folder:
 
     RELEASE/
       transformer/                          diffusers layout: config.json + weights (one file or shards + index)
@@ -329,7 +329,7 @@ class ReleaseTransformer:
 
 def load_transformer(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                      window: int = 256 << 20) -> ReleaseTransformer:
-    """transformer/ with transformer_partial.safetensors on top, strictly and lazily (docs/models.md)."""
+    """transformer/ with transformer_partial.safetensors on top, strictly and lazily (docs/model.md)."""
     folder = Path(folder)
     dtype = dtype or preferred_dtype(device)
     plan = plan_transformer(folder, dtype)
