@@ -186,3 +186,82 @@ def test_signalling_order_and_unusable_answers_are_refused():
     assert got[3].startswith("answer: the SDP could not be used (") and "\n" not in got[3]
     assert got[4] == "(offer)"
     assert got[5] == "(pong)"
+
+
+def test_candidate_addresses_are_read_from_every_candidate_line():
+    sdp = ("v=0\r\na=candidate:1 1 udp 2130706431 127.0.0.1 5000 typ host\r\n"
+           "a=candidate:2 1 udp 2130706431 203.0.113.5 5001 typ host\r\na=candidate:3 1 udp\r\n")
+    assert webrtc.candidate_addresses(sdp) == ["127.0.0.1", "203.0.113.5", "a=candidate:3 1 udp"]
+
+
+@needs_aiortc
+def test_a_loopback_server_refuses_an_answer_that_names_an_outside_address():
+    """An answer whose ICE candidate names an address off this machine is refused in one line before
+    anything is sent to it (the peer closes; the page hears why)."""
+    from aiortc import RTCPeerConnection, RTCSessionDescription
+
+    async def run(url, outside: bool):
+        async with aiohttp.ClientSession() as session, session.ws_connect(url + "ws") as ws:
+            await ws.send_str(json.dumps({"type": "webrtc", "on": True}))
+            while True:
+                got = await ws.receive(timeout=30)
+                data = json.loads(got.data) if got.type == aiohttp.WSMsgType.TEXT else {}
+                if data.get("type") == "offer":
+                    break
+            pc = RTCPeerConnection()
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=data["sdp"], type="offer"))
+            await pc.setLocalDescription(await pc.createAnswer())
+            sdp = pc.localDescription.sdp
+            if outside:
+                sdp = "\r\n".join(l.replace(" 127.0.0.1 ", " 203.0.113.5 ") if l.startswith("a=candidate:") else l
+                                  for l in sdp.split("\r\n"))
+            await ws.send_str(json.dumps({"type": "answer", "sdp": sdp}))
+            try:
+                while True:
+                    got = await ws.receive(timeout=30)
+                    if got.type != aiohttp.WSMsgType.TEXT:
+                        continue
+                    data = json.loads(got.data)
+                    if data.get("type") == "error" or data.get("type") == "webrtc" and data.get("state") == "connected":
+                        return data
+            finally:
+                await pc.close()
+
+    server = start_server()
+    try:
+        refused = asyncio.run(run(server.url, outside=True))
+        assert refused["type"] == "error" and "203.0.113.5 is not a loopback address" in refused["message"]
+        assert "\n" not in refused["message"]
+    finally:
+        server.stop()
+
+
+def test_a_failed_connection_tells_the_page_why():
+    """ICE that finds no pair (an answer whose candidates cannot be reached) ends in one error line and
+    the viewer back on JPEG, not a silent close."""
+    from alaya_flash.streaming.live.server import LiveServer
+    from alaya_flash.streaming.live.transport import Client
+
+    class Peer:
+        state = "failed"
+
+        async def close(self):
+            self.state = "closed"
+
+    async def run():
+        async def nothing(_):
+            return None
+
+        server = LiveServer.__new__(LiveServer)
+        server._rtc_tasks = set()
+        client, peer = Client(nothing, nothing), Peer()
+        client.rtc = peer
+        server._rtc_state(client, peer)
+        await asyncio.gather(*server._rtc_tasks)
+        return client, peer
+
+    client, peer = asyncio.run(run())
+    replies = [json.loads(r) for r in client.replies]
+    assert replies[0]["type"] == "error" and "no usable ICE candidate" in replies[0]["message"]
+    assert replies[-1] == {"type": "webrtc", "state": "failed"}
+    assert client.rtc is None and "rgb" in client.wants and peer.state == "closed"

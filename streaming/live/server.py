@@ -302,7 +302,9 @@ class LiveServer:
             client.wants.discard("video")
             client.wants.add("rgb")
             client.rtc = None
-            if peer.state == "failed":
+            if peer.state == "failed":  # ICE found no pair: the answer's candidates were unusable
+                client.reply(json.dumps({"type": "error", "message": "webrtc: the connection failed (no usable ICE "
+                                         "candidate in the answer); video stays JPEG over WebSocket"}))
                 self._rtc_task(peer.close())
         client.reply(json.dumps({"type": "webrtc", "state": peer.state}))
 

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 CLOCK_HZ = 90000  # RTP video clock: pts units per second
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1")
 _patched = False
 
 
@@ -45,6 +46,17 @@ def unavailable() -> str | None:
     if not callable(getattr(aioice.ice, "get_host_addresses", None)):  # fail closed: we could not pin ICE to loopback
         return "this aioice version cannot be limited to loopback addresses"
     return None
+
+
+def candidate_addresses(sdp: str) -> list[str]:
+    """The connection address of every ICE candidate line ('a=candidate:F C TRANSPORT PRIORITY ADDRESS PORT
+    typ ...') in an SDP; a line too short to name one yields its text, which no address equals."""
+    out = []
+    for line in sdp.splitlines():
+        if line.startswith("a=candidate:"):
+            fields = line.split()
+            out.append(fields[4] if len(fields) > 5 else line)
+    return out
 
 
 def _loopback_only() -> None:
@@ -114,7 +126,7 @@ class RtcPeer:
 
         if loopback:
             _loopback_only()
-        self.client, self.on_state, self.state = client, on_state, "new"
+        self.client, self.on_state, self.state, self.loopback = client, on_state, "new", loopback
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.channel = self.pc.createDataChannel("frames", ordered=True)
         self.track = _track_class()(client, self._send_meta)
@@ -147,6 +159,11 @@ class RtcPeer:
     async def answer(self, sdp: str) -> None:
         from aiortc import RTCSessionDescription
 
+        if self.loopback:  # a loopback server reaches out to no other address (serve --host allows others)
+            for address in candidate_addresses(sdp):
+                if address not in LOOPBACK_ADDRESSES:
+                    raise ValueError(f"ICE candidate address {address} is not a loopback address; this server "
+                                     "listens on loopback only (serve --host allows others)")
         self._set("answered")
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
 
