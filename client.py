@@ -78,7 +78,8 @@ def engine_url(url: str) -> str:
     if scheme is None or not parts.netloc:
         raise ClientError(f"{url!r} is not a server address (http://HOST:PORT/ as `alaya-flash serve` prints it)")
     path = parts.path if parts.path.rstrip("/").endswith("/engine") else parts.path.rstrip("/") + "/engine"
-    return urlunsplit((scheme, parts.netloc, path, "", ""))
+    token = [q for q in parts.query.split("&") if q.startswith("token=")]  # a server's ?token= travels along
+    return urlunsplit((scheme, parts.netloc, path, token[0] if token else "", ""))
 
 
 class AsyncClient:

@@ -40,11 +40,12 @@ class TintPipeline:
         return out[:-1]
 
 
-def start_server(pipeline=TintPipeline, max_sessions: int = 4, use_webrtc: bool = True, **config) -> LiveServer:
+def start_server(pipeline=TintPipeline, max_sessions: int = 4, use_webrtc: bool = True, token: str | None = None,
+                 **config) -> LiveServer:
     """A server on a free 127.0.0.1 port; engine sessions (/engine) render with the same pipeline factory."""
     cfg = LiveConfig(**{"width": 64, "height": 64, "fps": 30.0, **config})
     server = LiveServer(lambda hub: LiveEngine(pipeline, cfg, hub), host="127.0.0.1", port=0,
-                        make_pipeline=pipeline, max_sessions=max_sessions, use_webrtc=use_webrtc)
+                        make_pipeline=pipeline, max_sessions=max_sessions, use_webrtc=use_webrtc, token=token)
     server.start_background()
     return server
 

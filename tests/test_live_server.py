@@ -489,3 +489,49 @@ def test_a_recording_sweeps_what_a_killed_server_left(tmp_path):
     r = Recorder(rec / "live-20260102-000000", fps=30)
     r.abort()
     assert sorted(p.name for p in rec.iterdir()) == sorted([alive.name, mine.name])
+
+
+def test_a_token_guards_the_page_the_websocket_and_engine_sessions():
+    """With a token every request needs it: ?token= once, then the cookie the page gets; an engine
+    client given the printed address carries it to /engine. Without it: 401, one line."""
+    from alaya_flash.client import Client, ClientError
+
+    token = "s3cret-token-value"
+    server = start_server(token=token)
+
+    async def probe():
+        async with aiohttp.ClientSession() as bare:
+            async with bare.get(server.url) as r:
+                refused = (r.status, await r.text())
+            with pytest.raises(aiohttp.WSServerHandshakeError):
+                await bare.ws_connect(server.url + "ws")
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as page:  # as a browser: IP hosts too
+            async with page.get(server.url + f"?token={token}") as r:
+                page_status = r.status
+            async with page.get(server.url + "static/app.js") as r:  # the cookie carries it on
+                static_status = r.status
+            ws = await page.ws_connect(server.url + "ws")
+            await ws.close()
+        return refused, page_status, static_status
+
+    try:
+        (status, text), page_status, static_status = asyncio.run(probe())
+        assert status == 401 and text.startswith("unauthorized: this server needs its token") and text.count("\n") == 1
+        assert page_status == 200 and static_status == 200
+        with pytest.raises(ClientError):
+            Client(server.url, timeout=10)
+        with Client(server.url + f"?token={token}", timeout=30) as engine:
+            assert engine.hello["type"] == "hello"
+    finally:
+        server.stop()
+
+
+def test_serve_generates_a_token_beyond_loopback_and_checks_a_given_one():
+    from alaya_flash.streaming.cli.commands.serve import serve_token
+
+    assert serve_token("127.0.0.1", None) is None and serve_token("localhost", None) is None
+    made = serve_token("0.0.0.0", None)
+    assert made and len(made) >= 16 and made != serve_token("0.0.0.0", None)
+    assert serve_token("127.0.0.1", "abcdefgh12") == "abcdefgh12"
+    with pytest.raises(AlayaError, match="--token: use at least 8"):
+        serve_token("0.0.0.0", "short")

@@ -22,6 +22,7 @@ connects its JPEG frames stop; when it fails or closes they resume.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import ipaddress
 import json
 import logging
@@ -61,6 +62,7 @@ SECURITY_HEADERS = {
 
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+TOKEN_COOKIE = "alaya_flash_token"
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
@@ -96,11 +98,13 @@ class LiveServer:
     """Owns the event loop, the hub of clients and the engine (made on startup by engine_factory(hub))."""
 
     def __init__(self, engine_factory: Callable[[Hub], LiveEngine], host: str = "127.0.0.1", port: int = 8765,
-                 make_pipeline: Callable | None = None, max_sessions: int = MAX_SESSIONS, use_webrtc: bool = True):
+                 make_pipeline: Callable | None = None, max_sessions: int = MAX_SESSIONS, use_webrtc: bool = True,
+                 token: str | None = None):
         """make_pipeline: what engine sessions render with (the engine's own factory, so the weights are
         shared); None refuses /engine. max_sessions counts the page's stream as one. use_webrtc=False:
-        JPEG over WebSocket only (WebRTC also needs aiortc)."""
-        self.engine_factory, self.host, self.port = engine_factory, host, port
+        JPEG over WebSocket only (WebRTC also needs aiortc). token: every request (the page, the
+        WebSocket, /engine) must carry it, as ?token= or the cookie the page gets with it."""
+        self.engine_factory, self.host, self.port, self.token = engine_factory, host, port, token
         self.make_pipeline, self.max_sessions = make_pipeline, max_sessions
         self.sessions: dict[int, tuple[EngineSession, Outbox]] = {}  # engine sessions by id
         self._session_ids = 0
@@ -152,6 +156,19 @@ class LiveServer:
             return web.Response(status=403, text="forbidden: the Host header does not name this server\n",
                                 headers=SECURITY_HEADERS)
         return await handler(request)
+
+    @web.middleware
+    async def _check_token(self, request: web.Request, handler):
+        if self.token is None:
+            return await handler(request)
+        given = request.query.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            return web.Response(status=401, text="unauthorized: this server needs its token (open the address "
+                                "`alaya-flash serve` printed, with ?token=...)\n", headers=SECURITY_HEADERS)
+        response = await handler(request)
+        if "token" in request.query and isinstance(response, web.Response):  # the page's own requests carry it on
+            response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="Strict", path="/")
+        return response
 
     def _origin_ok(self, request: web.Request) -> bool:
         origin = request.headers.get("Origin")
@@ -431,7 +448,7 @@ class LiveServer:
     # ---- lifecycle --------------------------------------------------------------------------
 
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._check_host])
+        app = web.Application(middlewares=[self._check_host, self._check_token])
         app.router.add_get("/", self._index)
         app.router.add_get("/static/{name}", self._static)
         app.router.add_get("/ws", self._ws)

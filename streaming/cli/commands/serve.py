@@ -25,6 +25,20 @@ from ..args import parse_size
 HELP = "serve the live preview page (playable physics world or a looped G-buffer file)"
 
 
+def serve_token(host: str, token: str | None) -> str | None:
+    """--token, or a fresh one when the page is served beyond this machine (--host not loopback)."""
+    import secrets
+
+    from ....model_zoo.errors import AlayaError
+    from ...live.server import LOOPBACK_NAMES
+
+    if token is not None:
+        if len(token) < 8 or not token.isprintable() or any(c in token for c in " &#?%"):
+            raise AlayaError("--token: use at least 8 printable characters, none of space & # ? %")
+        return token
+    return None if host.strip("[]").lower() in LOOPBACK_NAMES else secrets.token_urlsafe(16)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ...world.shading import PRESETS
 
@@ -32,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to bind; anything but 127.0.0.1 exposes the page to your network. "
                         "Requests must name the server in their Host header (localhost, an IP address, this "
                         "value, or with 0.0.0.0 this machine's name): others get 403 (DNS rebinding)")
+    parser.add_argument("--token", help="a secret every request must carry (?token=... in the printed address); "
+                        "with a --host other than loopback one is generated when not given")
     parser.add_argument("--port", type=args_.bounded(int, 0, 65535), default=8765, help="TCP port (0: any free port)")
     parser.add_argument("--source", choices=("world", "file"), default="world",
                         help="initial source: the playable physics world or the --gbuffers file stream")
@@ -100,13 +116,15 @@ def run(args: argparse.Namespace) -> int:
                                      seed=args.seed, fps=args.fps, device=args.device,
                                      chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes,
                                      refine=not args.no_refiner)
+    token = serve_token(args.host, args.token)
     server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port,
                         make_pipeline=make_pipeline, max_sessions=args.max_sessions or MAX_SESSIONS,
-                        use_webrtc=not args.no_webrtc)
+                        use_webrtc=not args.no_webrtc, token=token)
 
     def ready(url: str) -> None:
         video = "WebRTC or JPEG" if server.webrtc_reason is None else f"JPEG (no WebRTC: {server.webrtc_reason})"
-        print(f"alaya-flash live: {url}  video: {video}  (Ctrl-C stops)", file=sys.stderr, flush=True)
+        address = f"{url}?token={token}" if token else url
+        print(f"alaya-flash live: {address}  video: {video}  (Ctrl-C stops)", file=sys.stderr, flush=True)
 
     server.serve_forever(on_ready=ready)
     return 0
