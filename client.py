@@ -98,6 +98,7 @@ class AsyncClient:
         self.errors: deque[str] = deque(maxlen=MAX_ERRORS)  # refusals of frames or messages
         self._inbox: deque[Frame] = deque()
         self._sent = self._back = 0  # frames sent; frames back (arrived or refused)
+        self._refused = 0  # frames the server answered with an error (no chunk holds them)
         self._failure: str | None = None
         self._http = self._ws = self._reader = None
         self._cond: asyncio.Condition | None = None
@@ -147,12 +148,27 @@ class AsyncClient:
         self._sent += 1
 
     async def receive(self, timeout: float | None = None) -> Frame:
-        """The next rendered frame, in send order (waits for it)."""
+        """The next rendered frame, in send order (waits for it). Refused at once when every frame that
+        can come back has: the server renders whole chunks, so the rest wait for their chunk's last frame."""
+        if not self._inbox and not self._failure and self._back >= self.renderable():
+            raise ClientError(f"no frame can come back yet: {self._sent - self._back} sent frame(s) wait for the "
+                              f"rest of their chunk (the server renders {self.hello.get('chunk_frames')} frames at a "
+                              f"time after the first {self.hello.get('first_chunk_frames')}); send more frames first")
         await self._wait(lambda: self._inbox or self._failure, self.timeout if timeout is None else timeout,
                          "a rendered frame")
         if not self._inbox:
             self._check()
         return self._take()
+
+    def renderable(self) -> int:
+        """How many of the frames sent so far can come back: those of completed chunks (the hello's
+        first_chunk_frames, then chunk_frames each) less the held_frames a pipeline returns with the next
+        chunk, plus every refused frame (its error comes back)."""
+        first = int(self.hello.get("first_chunk_frames", self.hello.get("chunk_frames", 1)))
+        steady = max(1, int(self.hello.get("chunk_frames", 1)))
+        valid = self._sent - self._refused
+        whole = 0 if valid < first else first + (valid - first) // steady * steady
+        return max(0, whole - int(self.hello.get("held_frames", 0))) + self._refused
 
     def poll(self) -> list[Frame]:
         """Every frame that has arrived, in order; [] when none (never waits)."""
@@ -239,6 +255,7 @@ class AsyncClient:
                 return
             if "frame" in msg:  # that frame will not come back
                 self._back += 1
+                self._refused += 1
             self.errors.append(msg["message"])
             log.warning("alaya-flash server: %s", msg["message"])
 
@@ -294,6 +311,16 @@ class Client:
     def receive(self, timeout: float | None = None) -> Frame:
         """The next rendered frame, in send order (waits for it)."""
         return self._call(self._async.receive(timeout))
+
+    def renderable(self) -> int:
+        """How many of the frames sent so far can come back: those of completed chunks (the hello's
+        first_chunk_frames, then chunk_frames each) less the held_frames a pipeline returns with the next
+        chunk, plus every refused frame (its error comes back)."""
+        first = int(self.hello.get("first_chunk_frames", self.hello.get("chunk_frames", 1)))
+        steady = max(1, int(self.hello.get("chunk_frames", 1)))
+        valid = self._sent - self._refused
+        whole = 0 if valid < first else first + (valid - first) // steady * steady
+        return max(0, whole - int(self.hello.get("held_frames", 0))) + self._refused
 
     def poll(self) -> list[Frame]:
         """Every frame that has arrived, in order; [] when none (never waits)."""

@@ -21,6 +21,7 @@ class TintPipeline:
     """
 
     chunk_frames = 4
+    held_frames = 1  # returned with the next chunk (the hello says so)
 
     def __init__(self):
         self.tint = np.zeros(3, np.uint16)

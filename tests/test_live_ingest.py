@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import aiohttp
@@ -455,3 +456,24 @@ def test_the_engine_socket_keeps_the_host_and_origin_checks():
         asyncio.run(main())
     finally:
         server.stop()
+
+
+def test_the_client_never_waits_for_frames_that_cannot_come(flash_server):
+    """The hello says the chunk schedule (the first frame alone, then 4): after 3 frames only the first
+    can come back, so a second receive() is refused at once in one line instead of hanging until the
+    timeout; a fourth and fifth frame complete the chunk and it comes back."""
+    from alaya_flash.client import ClientError
+
+    frames = _teacher(7, 5)
+    with Client(flash_server.url) as client:
+        assert (client.hello["first_chunk_frames"], client.hello["chunk_frames"], client.hello["held_frames"]) == (1, 4, 0)
+        for n in range(3):
+            client.send(n, frames[n])
+        assert client.receive(timeout=120).number == 0
+        t0 = time.perf_counter()
+        with pytest.raises(ClientError, match="no frame can come back yet: 2 sent frame"):
+            client.receive(timeout=120)
+        assert time.perf_counter() - t0 < 5
+        for n in range(3, 5):
+            client.send(n, frames[n])
+        assert [client.receive(timeout=120).number for _ in range(4)] == [1, 2, 3, 4]

@@ -138,8 +138,11 @@ class EngineSession:
             self.pipeline.set_prompt(self.prompt)
             self.max_inflight = max(MIN_INFLIGHT, 3 * self.pipeline.chunk_frames)
             self.ready.set()
+            first = self.pipeline.chunk_frames  # before any frame: the first chunk's size
+            steady = getattr(self.pipeline, "steady_chunk_frames", first)
             self.emit("hello", json.dumps({
-                "type": "hello", "version": VERSION, "session": self.id, "chunk_frames": self.pipeline.chunk_frames,
+                "type": "hello", "version": VERSION, "session": self.id, "first_chunk_frames": first,
+                "chunk_frames": steady, "held_frames": getattr(self.pipeline, "held_frames", 0),
                 "max_inflight": self.max_inflight, "max_side": MAX_SIDE, "max_pixels": MAX_PIXELS,
                 "prompt": self.prompt}))
             self._loop()

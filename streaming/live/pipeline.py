@@ -53,6 +53,11 @@ class FlashLive:
         c = self.chunk_latents
         return TIME_COMPRESSION * c - (TIME_COMPRESSION - 1 if self._frames == 0 else 0)
 
+    @property
+    def steady_chunk_frames(self) -> int:
+        """Pixel frames of every chunk after the first (what an engine's hello says)."""
+        return TIME_COMPRESSION * self.chunk_latents
+
     def reset(self) -> None:
         from ..engine.pipelines import FlashPipeline, PromptSchedule
 
@@ -130,6 +135,14 @@ class TakingTurns:
     @property
     def chunk_frames(self) -> int:
         return self.pipeline.chunk_frames
+
+    @property
+    def steady_chunk_frames(self) -> int:
+        return getattr(self.pipeline, "steady_chunk_frames", self.pipeline.chunk_frames)
+
+    @property
+    def held_frames(self) -> int:
+        return getattr(self.pipeline, "held_frames", 0)
 
     def reset(self) -> None:
         with self.lock:
@@ -237,6 +250,10 @@ class WorkflowLive:
     @property
     def chunk_frames(self) -> int:
         return 1 if self._frames == 0 else TIME_COMPRESSION  # Wan: one frame, then one latent's four
+
+    @property
+    def steady_chunk_frames(self) -> int:
+        return TIME_COMPRESSION
 
     def reset(self) -> None:
         self.runner.run_static()  # cached: only nodes whose inputs changed (the prompt) run again
