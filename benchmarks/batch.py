@@ -54,7 +54,7 @@ def main(argv=None) -> int:
             with contextlib.redirect_stdout(stdout):
                 code = cli(["--quiet", "batch", str(ROOT / "graphs" / "render-gbuffer-sequence.api.json"),
                             "--inputs", str(tmp / "clips" / "*"), "--out", f"{out}/{{name}}.mp4",
-                            "--set", f"2.model={args.model}", "--threads", str(args.threads), "--force", "--json", *extra])
+                            "--set", f"Load Flash Model.model={args.model}", "--threads", str(args.threads), "--force", "--json", *extra])
             wall = time.perf_counter() - start
             if code != 0:
                 print(f"{label}: exit status {code}")

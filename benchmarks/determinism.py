@@ -59,8 +59,8 @@ def main(argv=None) -> int:
             out = tmp / label.replace(" ", "").replace(",", "")
             subprocess.run([*CLI, "--quiet", "batch", str(ROOT / "graphs" / "render-gbuffer-sequence.api.json"),
                             "--inputs", str(tmp / "shot"), "--out", f"{out}/{{name}}", "--engine", "local",
-                            "--set", f"2.model={args.model}", "--set", f"2.precision={args.precision}",
-                            "--set", f"3.text={args.prompt}", "--set", "Save.format=exr", "--threads", str(threads)], cwd=ROOT, check=True,
+                            "--set", f"Load Flash Model.model={args.model}", "--set", f"Load Flash Model.precision={args.precision}",
+                            "--set", f"Encode Prompt.text={args.prompt}", "--set", "Save.format=exr", "--threads", str(threads)], cwd=ROOT, check=True,
                            env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
             runs[label] = frames(out / "shot")
         base = runs["1 thread"]

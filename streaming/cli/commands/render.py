@@ -99,23 +99,28 @@ def run(args) -> int:
     if teacher_flags and not teacher:
         raise AlayaError(f"--{teacher_flags[0].replace('_', '-')} applies to a teacher; --model names a Flash model")
     h, w = args.size or (0, 0)
-    sets = [f"1.path={args.gbuffers.resolve()}", f"1.frames={args.frames}", f"1.width={w}", f"1.height={h}",
-            f"3.text={args.prompt}", f"3.style={args.style}", f"5.seed={args.seed}", f"5.steps={args.steps or -1}",
-            f"Save.filename={args.out.resolve()}", f"Save.format={args.format}", f"Save.fps={args.fps}",
-            f"Save.overwrite={args.overwrite}", f"1.conventions={args.conventions}",
-            f"1.depth_range={args.depth_range}"]
+    # the workflow's nodes by role (their class: each render workflow has one of each), never by number
+    g, prompt, save = "AlayaFlash_LoadGBuffers", "AlayaFlash_EncodePrompt", "Save"
+    model_node = "AlayaFlash_LoadTeacherModel" if teacher else "AlayaFlash_LoadFlashModel"
+    sampler = "AlayaFlash_TeacherSampler" if teacher else "AlayaFlash_FlashSampler"
+    sets = [f"{g}.path={args.gbuffers.resolve()}", f"{g}.frames={args.frames}", f"{g}.width={w}", f"{g}.height={h}",
+            f"{g}.conventions={args.conventions}", f"{g}.depth_range={args.depth_range}",
+            f"{prompt}.text={args.prompt}", f"{prompt}.style={args.style}",
+            f"{sampler}.seed={args.seed}", f"{sampler}.steps={args.steps or -1}",
+            f"{save}.filename={args.out.resolve()}", f"{save}.format={args.format}", f"{save}.fps={args.fps}",
+            f"{save}.overwrite={args.overwrite}"]
+    sets += [f"{model_node}.text_encoder={args.text_encoder.resolve()}"] if args.text_encoder else []
     if teacher:
-        sets += [f"2.model={args.model.resolve()}", f"2.window_frames={args.window_frames or -1}", f"5.cfg={args.cfg or -1.0}"]
-        sets += [f"2.vae={args.vae.resolve()}"] if args.vae else []
-        sets += [f"2.text_encoder={args.text_encoder.resolve()}"] if args.text_encoder else []
-        sets += [f"5.negative_prompt={args.negative_prompt}"] if args.negative_prompt is not None else []
+        sets += [f"{model_node}.model={args.model.resolve()}", f"{model_node}.window_frames={args.window_frames or -1}",
+                 f"{sampler}.cfg={args.cfg or -1.0}"]
+        sets += [f"{model_node}.vae={args.vae.resolve()}"] if args.vae else []
+        sets += [f"{sampler}.negative_prompt={args.negative_prompt}"] if args.negative_prompt is not None else []
         wf, classes = load(TEACHER_WORKFLOW, sets)
     else:
         model, warning = model_choice(args.model)
         if warning:
             print(f"alaya-flash: warning: {warning}", file=sys.stderr)
-        sets += [f"2.text_encoder={args.text_encoder.resolve()}"] if args.text_encoder else []
-        wf, classes = load(WORKFLOW, sets + [f"2.model={model}"])
+        wf, classes = load(WORKFLOW, sets + [f"{model_node}.model={model}"])
     from ..shots import outputs
 
     (written,) = outputs(wf)  # what Save writes: an mp4 gets its .mp4 suffix
