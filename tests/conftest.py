@@ -66,10 +66,3 @@ def mixed(runs):
 # The networks run on torch in the tests unless a test asks for another runtime (tests/test_runtime.py
 # compiles with OpenVINO explicitly, into its own temporary cache).
 os.environ.setdefault("ALAYA_FLASH_BACKEND", "torch")
-
-def pytest_collection_modifyitems(config, items):
-    # With pytest-xdist (`make test` runs two workers), the tests that share the session's tiny
-    # training runs go to one worker, which builds them once (--dist loadgroup).
-    for item in items:
-        if {"runs", "mixed"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("training-runs"))
