@@ -303,3 +303,19 @@ def test_a_cluster_that_refuses_the_driver_is_one_line_with_the_token_hint(monke
     assert "\n" not in text and text.startswith("--address head:6379: could not join the Ray cluster (ConnectionError: "
                                                 "Failed to connect to GCS: UNAUTHENTICATED")
     assert "RAY_AUTH_MODE=token" in text and "RAY_AUTH_TOKEN" in text
+
+
+def test_the_runtime_is_part_of_a_shots_fingerprint(clips, tmp_path, capsys, monkeypatch):
+    """A shot rendered by OpenVINO is not the torch render's: the manifest tells them apart."""
+    from alaya_flash.model_zoo import runtime
+
+    if runtime.openvino_version() is None:
+        pytest.skip("needs openvino (the openvino extra)")
+    monkeypatch.setenv(runtime.ENV, "torch")  # restored afterwards: --backend openvino puts its choice there
+    args = ["--inputs", str(clips[0]), "--set", "Save.format=png", "--set", "1.frames=5"]
+    assert batch(*args, "--out", f"{tmp_path}/t/{{name}}", *LOCAL, capsys=capsys)[0] == 0
+    code, s = batch(*args, "--out", f"{tmp_path}/o/{{name}}", "--backend", "openvino", *LOCAL, capsys=capsys)
+    assert code == 0 and s["rendered"] == 1
+    torch_print, openvino_print = (manifest(tmp_path / d / "manifest.jsonl")["c0"]["fingerprint"] for d in "to")
+    assert torch_print != openvino_print
+    runtime.configure(None)

@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import args as args_
 from ..args import SEED, bounded
 
 HELP = "render many shots through a workflow on a pool of workers (Ray), with a manifest and resume"
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=bounded(int, 1, 1024), default=1,
                         help="torch threads per worker (also the CPUs each Ray worker reserves); part of the "
                              "fingerprint, since on a CPU the frames' last bits depend on it")
+    args_.add_backend_argument(parser)
     parser.add_argument("--gpus-per-worker", type=bounded(float, 0.0, 64.0),
                         help="GPUs each Ray worker reserves (0.25: four share one; 0: CPU only); unset: 1 where "
                              "the machine (or the cluster, with --address) has GPUs, else 0")
@@ -325,8 +327,12 @@ def run(args) -> int:
             gpus = 1.0 if torch.cuda.is_available() else 0.0
     gpu = gpus > 0 if use_ray else torch.cuda.is_available()
     # What besides the workflow and the files decides the bits (docs/runner.md, "Determinism").
+    from ....model_zoo import runtime
+
+    backend = runtime.choose(args.backend, "cuda" if gpu else "cpu")  # its kernels decide the frames' last bits too
     settings = {"version": FINGERPRINT_VERSION, "threads": args.threads, "torch": torch.__version__,
-                "accelerator": "cuda" if gpu else "cpu"}
+                "accelerator": "cuda" if gpu else "cpu", "backend": backend,
+                **({"openvino": runtime.openvino_version()} if backend == "openvino" else {})}
     if manifest_path is None:
         if template is None:
             from .run import load
