@@ -9,10 +9,10 @@
    chunk_frames, window_frames, sink_frames; Teacher Sampler steps, cfg, shift; Load Teacher Model
    window_frames) at -1, the loaded model's trained value; devices and precisions "auto"; decoders,
    VAEs and text encoders "(from model)".
-3. templates: GET /api/workflow_templates lists the pack's example_workflows/, each once, and nothing else.
+3. templates: GET /api/workflow_templates lists the pack's workflows/*.json, each once, and nothing else.
 4. validation: a render workflow whose Load G-Buffers path does not exist is refused by POST /prompt
    with exactly one error, on that node's `path` input, saying the G-buffer path was not found.
-5. workflows: each graphs/*.api.json is queued as shipped (the bundled samples/courtyard clip, the
+5. workflows: each workflows/api/*.json is queued as shipped (the bundled samples/courtyard clip, the
    embedded default models; the physics world shrunk to 64x64 and 24 frames; outputs under
    output/alaya-flash-check/) while listening on ComfyUI's websocket as the canvas does. Every pack
    node that runs (not from ComfyUI's cache), the loaders and Encode Prompt aside, must move its
@@ -279,7 +279,7 @@ def check_defaults(info: dict, classes: dict) -> tuple[bool, str]:
 
 async def check_validation(http, server: str) -> tuple[bool, str]:
     """A missing G-buffer path: exactly one error, on Load G-Buffers' path, in words an artist reads."""
-    api = json.loads((ROOT / "graphs" / "render-gbuffer-sequence.api.json").read_text())
+    api = json.loads((ROOT / "workflows" / "api" / "render-gbuffer-sequence.json").read_text())
     load = next(k for k, n in api.items() if n["class_type"] == "AlayaFlash_LoadGBuffers")
     api[load]["inputs"]["path"] = "shots/no-such-shot"
     status, reply = await queue_prompt(http, server, small("validation", api))
@@ -340,7 +340,7 @@ async def check_cancel(http, server: str, api: dict, kinds: list[str], after: fl
 def cancel_graph(frames: int) -> dict:
     """live-preview with a Save beside the Stream Preview: `frames` frames of the physics world at 256x256
     (the default model's size)."""
-    api = json.loads((ROOT / "graphs" / "live-preview.api.json").read_text())
+    api = json.loads((ROOT / "workflows" / "api" / "live-preview.json").read_text())
     refine = next(k for k, n in api.items() if n["class_type"] == "AlayaFlash_Refine")
     api["90"] = {"class_type": "AlayaFlash_Save", "_meta": {"title": "Save"},
                  "inputs": {"images": [refine, 0], "filename": "alaya-flash-check/cancel.mp4", "format": "mp4",
@@ -386,19 +386,19 @@ async def main_async(args) -> int:
         async with http.get(f"{server}/api/workflow_templates") as r:
             templates = await r.json()
         listed = [name for k, v in templates.items() if "alaya" in k.lower() for name in v]
-        want = sorted(p.stem for p in (ROOT / "example_workflows").glob("*.json"))
+        want = sorted(p.stem for p in (ROOT / "workflows").glob("*.json"))
         say(sorted(listed) == want, f"templates: /api/workflow_templates lists {sorted(listed)} (want {want})")
         say(*(lambda g, d: (g, f"validation: {d}"))(*await check_validation(http, server)))
         runs: dict = {}
-        for path in sorted((ROOT / "graphs").glob("*.api.json")):
-            name = path.name[: -len(".api.json")]
+        for path in sorted((ROOT / "workflows" / "api").glob("*.json")):
+            name = path.stem
             if args.only and name not in args.only:
                 continue
             good, detail = await check_workflow(http, server, args.comfyui, name, small(name, json.loads(path.read_text())),
                                                 args.timeout, runs)
             say(good, f"{name}: {detail}")
         if args.release:  # a Flash release folder in models/diffusion_models/ (docs/model.md, "The Flash release")
-            api = small("release", json.loads((ROOT / "graphs" / "render-gbuffer-sequence.api.json").read_text()))
+            api = small("release", json.loads((ROOT / "workflows" / "api" / "render-gbuffer-sequence.json").read_text()))
             loader = next(k for k, n in api.items() if n["class_type"] == "AlayaFlash_LoadFlashModel")
             api[loader]["inputs"]["model"] = args.release
             listed = args.release in info["AlayaFlash_LoadFlashModel"]["input"]["required"]["model"][0]
@@ -408,7 +408,7 @@ async def main_async(args) -> int:
             return 0 if ok else 1
         api = cancel_graph(args.cancel_frames)
         results = await check_cancel(http, server, api, CANCEL_ORDER, args.interrupt_after, args.timeout)
-        teacher = small("render-teacher", json.loads((ROOT / "graphs" / "render-teacher.api.json").read_text()))
+        teacher = small("render-teacher", json.loads((ROOT / "workflows" / "api" / "render-teacher.json").read_text()))
         kinds = ["AlayaFlash_EncodeGBuffers", "AlayaFlash_TeacherSampler", "AlayaFlash_Decode", "AlayaFlash_Save"]
         results += await check_cancel(http, server, teacher, kinds, args.interrupt_after, args.timeout,
                                       timing=runs.get("render-teacher"))
@@ -422,7 +422,7 @@ def main(argv=None) -> int:
     p.add_argument("--server", default="http://127.0.0.1:8188", help="ComfyUI server URL")
     p.add_argument("--comfyui", type=Path, default=Path("/work/comfyui"), help="ComfyUI folder (for its output/)")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for each prompt")
-    p.add_argument("--only", nargs="*", help="run only these workflows (names in graphs/)")
+    p.add_argument("--only", nargs="*", help="run only these workflows (names in workflows/)")
     p.add_argument("--release", help="also render with this Flash release folder (its name under models/diffusion_models/)")
     p.add_argument("--no-cancel", action="store_true", help="skip the cancel checks")
     p.add_argument("--cancel-frames", type=int, default=96, help="physics-world frames of the cancel render (256x256)")

@@ -1,6 +1,7 @@
-"""Write the saved workflows in graphs/: each in ComfyUI's UI format and its API twin.
+"""Write the saved workflows in workflows/: each in ComfyUI's UI format (workflows/NAME.json, the pack's
+templates) and its API twin (workflows/api/NAME.json).
 
-    .venv/bin/python scripts/make_workflows.py        # rewrites graphs/*.json and example_workflows/*.json
+    .venv/bin/python scripts/make_workflows.py        # rewrites workflows/*.json and workflows/api/*.json
 
 The graphs are defined once here (API form); the UI form is laid out left to right by graph
 depth, with widget values in the canvas's positional order (a control value after seeds) and
@@ -164,15 +165,13 @@ def main() -> int:
     import conftest  # noqa: F401  (registers the checkout as alaya_flash)
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS
 
-    out, templates = ROOT / "graphs", ROOT / "example_workflows"
-    out.mkdir(exist_ok=True)
-    templates.mkdir(exist_ok=True)
+    # ComfyUI lists workflows/*.json (not its subfolders) as the pack's templates
+    out, api = ROOT / "workflows", ROOT / "workflows" / "api"
+    api.mkdir(parents=True, exist_ok=True)
     for name, graph in WORKFLOWS.items():
-        ui = json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n"
-        (out / f"{name}.json").write_text(ui)
-        (templates / f"{name}.json").write_text(ui)  # ComfyUI lists example_workflows/ as the pack's templates
-        (out / f"{name}.api.json").write_text(json.dumps(to_api(graph), indent=1) + "\n")
-        print(f"wrote graphs/{name}.json, graphs/{name}.api.json and example_workflows/{name}.json")
+        (out / f"{name}.json").write_text(json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n")
+        (api / f"{name}.json").write_text(json.dumps(to_api(graph), indent=1) + "\n")
+        print(f"wrote workflows/{name}.json and workflows/api/{name}.json")
     return 0
 
 

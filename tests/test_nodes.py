@@ -20,7 +20,7 @@ from alaya_flash.streaming.files.synthetic import synthetic_stream
 from stream_helpers import Collect
 
 ROOT = Path(__file__).resolve().parents[1]
-RENDER = ROOT / "graphs" / "render-gbuffer-sequence.api.json"
+RENDER = ROOT / "workflows" / "api" / "render-gbuffer-sequence.json"
 
 
 @pytest.fixture(scope="module")
