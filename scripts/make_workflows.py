@@ -1,7 +1,12 @@
 """Write the saved workflows in workflows/: each in ComfyUI's UI format (workflows/NAME.json, the pack's
 templates) and its API twin (workflows/api/NAME.json).
 
-    .venv/bin/python scripts/make_workflows.py        # rewrites workflows/*.json and workflows/api/*.json
+    .venv/bin/python scripts/make_workflows.py                  # rewrites workflows/*.json and workflows/api/*.json
+    .venv/bin/python scripts/make_workflows.py --thumbnails     # also renders workflows/NAME.jpg
+
+Each template's thumbnail (NAME.jpg beside NAME.json, where ComfyUI's template browser looks for it) is
+the last frame of its own output, rendered with the workflow as shipped (the physics world cut to
+THUMB_FRAMES frames), side by side when it has two outputs.
 
 The graphs are defined once here (API form); the UI form is laid out left to right by graph
 depth, with widget values in the canvas's positional order (a control value after seeds) and
@@ -160,7 +165,47 @@ def to_ui(graph: dict, classes: dict) -> dict:
             "extra": {"ds": {"scale": 0.8, "offset": [0, 0]}}, "version": 0.4}
 
 
+THUMB_FRAMES = 32  # physics-world frames rendered for a thumbnail
+THUMB_HEIGHT = 160  # pixels
+
+
+def thumbnail(api: dict, work: Path):
+    """The last frame of each output of `api` (run with `alaya-flash run`), side by side, as a PIL image."""
+    from PIL import Image
+
+    from alaya_flash.streaming.cli import main as cli
+
+    api, frames = json.loads(json.dumps(api)), []
+    for nid, node in sorted(api.items(), key=lambda kv: int(kv[0])):
+        inputs = node["inputs"]
+        if node["class_type"] == "AlayaFlash_PhysicsWorld":
+            inputs["frames"] = min(inputs["frames"], THUMB_FRAMES)
+        elif node["class_type"] == "AlayaFlash_Save":
+            inputs.update(filename=str(work / nid), format="png", overwrite=True)
+            frames.append(lambda folder=work / nid: max(folder.glob("*.png")))
+        elif node["class_type"] == "AlayaFlash_StreamPreview":
+            inputs["filename"] = str(work / f"{nid}.jpg")
+            frames.append(lambda path=work / f"{nid}.jpg": path)
+    (work / "graph.json").write_text(json.dumps(api))
+    if cli(["--quiet", "run", str(work / "graph.json")]) != 0:
+        raise SystemExit("the workflow did not run")
+    images = [Image.open(find()).convert("RGB") for find in frames]
+    images = [im.resize((round(im.width * THUMB_HEIGHT / im.height), THUMB_HEIGHT), Image.LANCZOS) for im in images]
+    sheet = Image.new("RGB", (sum(im.width for im in images) + 4 * (len(images) - 1), THUMB_HEIGHT), "white")
+    x = 0
+    for im in images:
+        sheet.paste(im, (x, 0))
+        x += im.width + 4
+    return sheet
+
+
 def main() -> int:
+    import argparse
+    import tempfile
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--thumbnails", action="store_true", help="also render each template's thumbnail, workflows/NAME.jpg")
+    args = p.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     import conftest  # noqa: F401  (registers the checkout as alaya_flash)
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS
@@ -172,6 +217,10 @@ def main() -> int:
         (out / f"{name}.json").write_text(json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n")
         (api / f"{name}.json").write_text(json.dumps(to_api(graph), indent=1) + "\n")
         print(f"wrote workflows/{name}.json and workflows/api/{name}.json")
+        if args.thumbnails:
+            with tempfile.TemporaryDirectory() as work:
+                thumbnail(to_api(graph), Path(work)).save(out / f"{name}.jpg", quality=85, optimize=True)
+            print(f"wrote workflows/{name}.jpg ({(out / f'{name}.jpg').stat().st_size // 1024} KB)")
     return 0
 
 

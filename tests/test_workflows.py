@@ -49,6 +49,19 @@ def test_no_stray_workflow_files():
         assert not (WORKFLOWS.parent / folder).exists(), f"{folder}/ would be a second copy or template folder"
 
 
+def test_every_template_has_its_thumbnail():
+    """ComfyUI's template browser shows workflows/NAME.jpg beside each NAME.json (a 404 is a blank card):
+    a small JPEG, rendered from the workflow itself by scripts/make_workflows.py --thumbnails."""
+    from PIL import Image
+
+    assert {p.stem for p in WORKFLOWS.glob("*.jpg")} == {p.stem for p in WORKFLOWS.glob("*.json")}
+    for path in WORKFLOWS.glob("*.jpg"):
+        with Image.open(path) as im:
+            assert im.format == "JPEG" and im.mode == "RGB" and im.height == 160 and 160 <= im.width <= 640, path
+            assert max(im.getextrema()[0]) - min(im.getextrema()[0]) > 50, f"{path} is blank"  # a picture, not a fill
+        assert path.stat().st_size < 64 * 1024, path
+
+
 def test_node_pack_conventions():
     for node_id, cls in NODES.items():
         assert node_id.startswith("AlayaFlash_") and node_id in NAMES
