@@ -289,30 +289,44 @@ def test_comfy_progress_and_interruption_hooks(monkeypatch):
     assert record2["checks"] == 1
 
 
+def test_piece_clock_sizes_pieces_by_measured_time():
+    """Pieces are sized by time, not by frames: one frame first, then what fits in PIECE_SECONDS at the
+    measured rate (growing at most twofold), shrinking at once when the machine gets busy."""
+    clock = comfy.PieceClock(most=16, target=0.25)
+    sizes = [clock.size]
+    for seconds_per_frame in (0.01, 0.01, 0.01, 0.01, 0.01, 0.1, 0.3, 0.02):
+        clock.took(clock.size, clock.size * seconds_per_frame)
+        sizes.append(clock.size)
+    assert sizes == [1, 2, 4, 8, 16, 16, 2, 1, 2]
+
+
 def test_every_long_node_checks_cancel_and_moves_its_bar_every_piece(monkeypatch):
-    """Inside ComfyUI each node runs once over the whole sequence; encode, decode, refine and save cut it
-    into pieces (8 frames, 3 latents, 8 frames, 16 frames), check for cancel and update a progress bar
-    (with a preview frame) between pieces, so cancel lands within a piece, not at the end of a 66 s node."""
+    """Inside ComfyUI each node runs once over the whole sequence; encode, refine and save cut it into
+    pieces sized by time (here PIECE_SECONDS is huge, so they double: 1, 2, 4, 8, 16 frames; decode keeps
+    3 latents a piece), check for cancel and update a progress bar (with a preview frame) between pieces."""
     from alaya_flash.nodes.models import DecoderHandle, EncoderHandle, RefinerHandle
 
+    monkeypatch.setattr(comfy, "PIECE_SECONDS", 1e9)
     flash = bundle.make_random_flash(refiner="gbuffer-refiner-16-prompt")
     gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (33, 5, 16, 16, 3), dtype=np.uint8)))
     record = fake_comfy(monkeypatch)
     (cond,) = NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
-    assert record["checks"] >= 5 and [u[1:] for u in record["updates"]] == [(i, 5, "JPEG") for i in range(1, 6)]
+    assert [u[1:] for u in record["updates"]] == [(n, 33, "JPEG") for n in (1, 3, 7, 15, 31, 33)]
+    assert record["checks"] >= 6
     prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
-    (latents,) = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=-1,
-                                                       chunk_frames=-1, window_frames=-1, sink_frames=-1)
+    sampled = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=-1,
+                                                     chunk_frames=-1, window_frames=-1, sink_frames=-1)
+    (latents,) = sampled["result"]
     record = fake_comfy(monkeypatch)
     (frames,) = NODES["AlayaFlash_Decode"]().run(decoder=DecoderHandle("tiny", flash.decoder), latents=latents)
     assert len(frames) == 33 and len(record["updates"]) == 3 and all(u[3] == "JPEG" for u in record["updates"])
     record = fake_comfy(monkeypatch)
     (refined,) = NODES["AlayaFlash_Refine"]().run(refiner=RefinerHandle(flash.refiner), images=frames, gbuffers=gb,
                                                   prompt=prompt)
-    assert refined.shape == frames.shape and record["checks"] >= 5 and len(record["updates"]) == 5
+    assert refined.shape == frames.shape and record["checks"] >= 6 and len(record["updates"]) == 6
 
     # a piece is checked before it runs and again by its bar update: cancel at the 3rd check stops the
-    # encoder before its second piece, with 8 of the 33 frames read
+    # encoder before its second piece, with 1 of the 33 frames read
     record = fake_comfy(monkeypatch, cancel_at=3)
     node = NODES["AlayaFlash_EncodeGBuffers"]()
     started = []
@@ -320,7 +334,20 @@ def test_every_long_node_checks_cancel_and_moves_its_bar_every_piece(monkeypatch
     monkeypatch.setattr(node, "start_stream", lambda **kw: started.append(original(**kw)) or started[-1])
     with pytest.raises(Interrupted):
         node.run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
-    assert started[0].inner.inner.frames == 8
+    assert started[0].inner.inner.frames == 1
+
+
+def test_a_slow_machine_gets_one_frame_pieces(monkeypatch):
+    """Where a frame takes longer than PIECE_SECONDS (a busy machine), every piece is one frame, so the
+    frames between two cancel checks never grow with the piece count of an idle machine."""
+    from alaya_flash.nodes.models import EncoderHandle
+
+    monkeypatch.setattr(comfy, "PIECE_SECONDS", 1e-9)
+    flash = bundle.make_random_flash()
+    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (9, 5, 16, 16, 3), dtype=np.uint8)))
+    record = fake_comfy(monkeypatch)
+    NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
+    assert [u[1] for u in record["updates"]] == list(range(1, 10))
 
 
 def test_cancelled_save_leaves_nothing(monkeypatch, tmp_path):
@@ -333,20 +360,108 @@ def test_cancelled_save_leaves_nothing(monkeypatch, tmp_path):
     assert record["checks"] == 2 and list(tmp_path.iterdir()) == []
 
 
-def test_sources_check_cancel_and_move_their_bar_every_chunk(clip, monkeypatch):
-    """Load G-Buffers and Physics World also run once over the whole sequence inside ComfyUI: after each
-    chunk they check for cancel and move a bar (out of the frames the source announces) with the newest
-    albedo, so a long physics world stops within a chunk; the frames are those of the runner."""
+def inside_comfyui(monkeypatch, cancel_at: int | None = None):
+    """fake_comfy, plus a stand-in for ComfyUI's folder_paths, so the pack believes it runs inside ComfyUI."""
+    import sys
+    import types
+
+    record = fake_comfy(monkeypatch, cancel_at)
+    monkeypatch.setitem(sys.modules, "folder_paths", types.SimpleNamespace(get_folder_paths=lambda kind: []))
+    return record
+
+
+def test_cancel_lands_inside_a_frame(monkeypatch):
+    """Inside ComfyUI a node's run checks for cancel before every torch module's forward (throttled to
+    HOOK_SECONDS, here 0), so a frame slower than a piece (a busy machine) still stops within it: the
+    refiner is stopped in its first frame, before any progress update; the hook is gone afterwards."""
+    from alaya_flash.nodes.models import RefinerHandle
+
+    monkeypatch.setattr(comfy, "HOOK_SECONDS", 0.0)
+    flash = bundle.make_random_flash(refiner="gbuffer-refiner-16-prompt")
+    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (4, 5, 16, 16, 3), dtype=np.uint8)))
+    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    hooks = dict(torch.nn.modules.module._global_forward_pre_hooks)
+    record = inside_comfyui(monkeypatch, cancel_at=3)  # the piece's own check, then two module forwards
+    with pytest.raises(Interrupted):
+        NODES["AlayaFlash_Refine"]().run(refiner=RefinerHandle(flash.refiner), images=torch.rand(4, 16, 16, 3),
+                                         gbuffers=gb, prompt=prompt)
+    assert record["checks"] == 3 and record["updates"] == []
+    assert dict(torch.nn.modules.module._global_forward_pre_hooks) == hooks
+    # outside ComfyUI no hook is installed: the same run makes only the pieces' checks
+    import sys
+
+    monkeypatch.delitem(sys.modules, "folder_paths")
+    record = fake_comfy(monkeypatch)
+    NODES["AlayaFlash_Refine"]().run(refiner=RefinerHandle(flash.refiner), images=torch.rand(4, 16, 16, 3), gbuffers=gb,
+                                     prompt=prompt)
+    assert record["checks"] <= 2 * 4
+
+
+def test_interruptible_work_stops_waiting_at_a_cancel(monkeypatch):
+    """Work with no loop to check in (importing transformers, reading a model) runs on the pack's worker
+    thread inside ComfyUI, while the node's thread checks for cancel: a cancel ends the node while the
+    work is still going; the work finishes in the background; outside ComfyUI it is a plain call."""
+    import threading
+
+    release, finished = threading.Event(), threading.Event()
+
+    def slow_load():
+        release.wait(30)
+        finished.set()
+        return "model"
+
+    record = inside_comfyui(monkeypatch, cancel_at=3)
+    with pytest.raises(Interrupted):
+        comfy.interruptible(slow_load)
+    assert record["checks"] == 3 and not finished.is_set()  # stopped waiting, the load still running
+    release.set()
+    assert finished.wait(30)
+    fake_comfy(monkeypatch)
+    assert comfy.interruptible(lambda: "plain") == "plain"
+
+
+def test_samplers_show_the_settings_they_ran_with():
+    """A -1 widget takes the model's trained value; after a run the node shows which values it used
+    (ComfyUI's ui text), the model's marked with *."""
+    from alaya_flash.nodes.base import settings_line
+    from alaya_flash.nodes.models import EncoderHandle
+
+    flash = bundle.make_random_flash()
+    s = flash.settings
+    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (5, 5, 16, 16, 3), dtype=np.uint8)))
+    (cond,) = NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
+    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    out = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=2, chunk_frames=-1,
+                                                 window_frames=-1, sink_frames=-1)
+    assert out["ui"]["text"] == [f"steps 2 · chunk {s.chunk_frames}* · window {s.window_frames}* · sink {s.sink_frames}*"
+                                 "  (*: the model's)"]
+    assert out["result"][0].tensor.shape[2] == cond.tensor.shape[2]
+    assert settings_line({"steps": 50, "CFG": 3.0, "shift": 5.0}, {"steps": 8, "CFG": 3.0, "shift": 2.5}) == \
+        "steps 50 · CFG 3 · shift 5"
+    teacher = NODES["AlayaFlash_LoadTeacherModel"]().load("random:tiny", "(from model)", -1, "cpu", "fp32", "(from model)")
+    assert teacher["ui"]["text"] == [f"window {teacher['result'][0].settings.window_frames}*  (*: the model's)"]
+
+
+def test_sources_check_cancel_every_frame_and_move_their_bar_by_time(clip, monkeypatch):
+    """Load G-Buffers and Physics World also run once over the whole sequence inside ComfyUI: they read a
+    frame at a time (whatever their chunk), check for cancel after each and move a bar (out of the frames
+    the source announces) with the newest albedo at once and then every PIECE_SECONDS; the frames are
+    those of the runner."""
     load = NODES["AlayaFlash_LoadGBuffers"]
     inputs = dict(path=str(clip), layout="auto", start=0, frames=40, stride=1, resize="stretch", width=0, height=0,
                   chunk=16)
     plain, count = load().run(**inputs)
+    monkeypatch.setattr(comfy, "PIECE_SECONDS", 1e9)
     record = fake_comfy(monkeypatch)
     gbuffers, count2 = load().run(**inputs)
     assert count == count2 == 40 and torch.equal(gbuffers.images, plain.images)
-    assert record["updates"] == [(1, n, 40, "JPEG") for n in (1, 17, 33, 40)]  # the first frame comes alone
-    assert record["checks"] == 4
-    record = fake_comfy(monkeypatch, cancel_at=2)
+    assert record["updates"] == [(1, 1, 40, "JPEG"), (1, 40, 40, "JPEG")]  # the first frame at once, then the rest
+    assert record["checks"] == 40 + 2  # after every frame, and in each bar update
+    monkeypatch.setattr(comfy, "PIECE_SECONDS", 0.0)
+    record = fake_comfy(monkeypatch)
+    load().run(**inputs)
+    assert [u[1] for u in record["updates"]] == list(range(1, 41))
+    record = fake_comfy(monkeypatch, cancel_at=3)
     with pytest.raises(Interrupted):
         load().run(**inputs)
     assert len(record["updates"]) == 1
