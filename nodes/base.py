@@ -47,7 +47,7 @@ class SourceNode:
             inputs = {**inputs, "chunk": 1}
         read = shown = 0
         due = 0.0  # when the bar moves next (time.monotonic()): the first frame shows at once
-        with comfy.cancel_points():
+        with comfy.node_run():
             for chunk in self.open_stream(**inputs):
                 chunks.append(chunk)
                 read += len(chunk[0])
@@ -82,7 +82,7 @@ class StageNode:
         from . import comfy
 
         self.status = None
-        with comfy.cancel_points():
+        with comfy.node_run():
             out = run_stage_whole(self, **inputs)
         if self.status and not isinstance(out, dict):
             return {"ui": {"text": [self.status]}, "result": out}

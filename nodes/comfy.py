@@ -234,6 +234,41 @@ def _forward_check(_module, _args) -> None:
         check_interrupted()
 
 
+COMFY_THREADS = "ALAYA_FLASH_COMFY_THREADS"  # torch threads of a pack node's work inside ComfyUI on a CPU (0: ComfyUI's)
+
+
+@contextmanager
+def node_run():
+    """How a pack node's work runs inside ComfyUI (a no-op outside): cancel points in every module
+    forward (cancel_points) and, on a CPU, one torch thread (ALAYA_FLASH_COMFY_THREADS to change it),
+    restored afterwards. Operations split over all cores collapse when another busy process holds one:
+    OpenMP's threads wait at every barrier for the busy core (docs/benchmarks.md, "On the CPU"), which
+    made a refiner frame seconds long and a cancel wait for it."""
+    threads = _node_threads()
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        with cancel_points():
+            yield
+    finally:
+        if threads:
+            torch.set_num_threads(before)
+
+
+def _node_threads() -> int:
+    """Torch threads for a pack node inside ComfyUI on a CPU; 0: leave ComfyUI's."""
+    import os
+
+    if not in_comfyui() or torch_device("auto").type != "cpu":
+        return 0
+    try:
+        return max(0, int(os.environ.get(COMFY_THREADS, "1")))
+    except ValueError:
+        log.warning("%s=%r is not a number of threads; using 1", COMFY_THREADS, os.environ[COMFY_THREADS])
+        return 1
+
+
 @contextmanager
 def cancel_points():
     """Inside ComfyUI, for the block: a cancel check before every torch module's forward (at most every

@@ -13,7 +13,7 @@ from . import comfy
 from .base import MODEL, Piecewise, StageNode, refuse, settings_line
 
 CATEGORY = "alaya-flash/render"
-MOST_FRAMES = 16  # at most this many frames a piece inside one ComfyUI call (pieces are sized by time: base.Piecewise)
+MOST_FRAMES = 8  # at most this many frames a piece inside one ComfyUI call (pieces are sized by time: base.Piecewise)
 DECODE_PIECE = 3  # latent frames a decoded piece (bounded memory; fixed: the decoders' frames depend on it)
 LATENTS = "ALAYA_LATENTS"
 
@@ -142,12 +142,17 @@ class FlashSampler(_SamplerNode):
 
         inner = FlashSample(model, prompt, seed=seed, steps=_own(steps), chunk_frames=_own(chunk_frames),
                             window_frames=_own(window_frames), sink_frames=_own(sink_frames))
-        s = model.settings
-        ran = {"steps": _own(steps) or s.steps, "chunk": inner.chunk_frames}
-        if getattr(model.dit, "session_kind", "kv-cache") != "history":  # a release keeps a compressed history instead
-            ran.update(window=_own(window_frames) or s.window_frames, sink=s.sink_frames if sink_frames == MODEL else sink_frames)
-        self.status = settings_line(ran, dict(steps=steps, chunk=chunk_frames, window=window_frames, sink=sink_frames))
+        self.status = flash_settings(model, inner, steps, chunk_frames, window_frames, sink_frames)
         return _Sampling(inner, lambda cond: math.ceil(len(cond) / inner.chunk_frames), preview_decoder=model.decoder)
+
+
+def flash_settings(model, sample, steps, chunk_frames, window_frames, sink_frames) -> str:
+    """The settings a Flash sampling stage runs with (the widgets' -1 resolved), for the node's text."""
+    s = model.settings
+    ran = {"steps": _own(steps) or s.steps, "chunk": sample.chunk_frames}
+    if getattr(model.dit, "session_kind", "kv-cache") != "history":  # a release keeps a compressed history instead
+        ran.update(window=_own(window_frames) or s.window_frames, sink=s.sink_frames if sink_frames == MODEL else sink_frames)
+    return settings_line(ran, dict(steps=steps, chunk=chunk_frames, window=window_frames, sink=sink_frames))
 
 
 class _Sampling:

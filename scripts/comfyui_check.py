@@ -33,6 +33,9 @@
    seconds until ComfyUI reports the prompt interrupted, in that node, are printed, their median
    against the target (1 s). A node whose whole run is under 0.2 s is not timed. --busy-neighbour
    keeps one core busy (a spinning process) meanwhile, as a user's machine often is.
+7. long clip (--long-clip PATH): the clip at each of --long-frames lengths (200 and 2,000) at 128x128 through
+   Render G-Buffer Stream and through the render workflow's separate nodes, with the server's peak
+   resident memory (VmHWM of its process, reset before each run); the stream node's must stay flat.
 Prints one line per check, exits 1 if any failed. Not part of CI (ComfyUI is not installed there).
 """
 from __future__ import annotations
@@ -56,13 +59,15 @@ LONG = 1.0  # seconds: a single-step node (a loader) running longer is reported
 MIN_CANCEL = 0.2  # seconds: a node's whole run shorter than this is not interrupted to time cancel
 # pack nodes whose progress bar carries a preview frame (docs/comfyui.md); every other long node
 # (Teacher Sampler, Save, ...) moves its bar without one; the loaders are single steps
-PREVIEWS = {"AlayaFlash_PhysicsWorld", "AlayaFlash_LoadGBuffers", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler",
+PREVIEWS = {"AlayaFlash_PhysicsWorld", "AlayaFlash_LoadGBuffers", "AlayaFlash_LoadGBufferVideos",
+            "AlayaFlash_RenderGBufferStream", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler",
             "AlayaFlash_Decode", "AlayaFlash_Refine", "AlayaFlash_StreamPreview"}
 SINGLE_STEP = {"AlayaFlash_LoadFlashModel", "AlayaFlash_LoadTeacherModel", "AlayaFlash_EncodePrompt"}
 CANCEL_ORDER = ["AlayaFlash_PhysicsWorld", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler", "AlayaFlash_Decode",
                 "AlayaFlash_Refine", "AlayaFlash_Save", "AlayaFlash_StreamPreview"]
 # the settings each node shows after a run, -1 resolved (its ui text: "steps 4* · chunk 1* ...")
 SHOWN_SETTINGS = {"AlayaFlash_FlashSampler": ("steps", "chunk", "window", "sink"),
+                  "AlayaFlash_RenderGBufferStream": ("steps", "chunk", "window", "sink"),
                   "AlayaFlash_TeacherSampler": ("steps", "CFG", "shift"), "AlayaFlash_LoadTeacherModel": ("window",)}
 MODEL_WIDGETS = {"AlayaFlash_FlashSampler": ("steps", "chunk_frames", "window_frames", "sink_frames"),
                  "AlayaFlash_TeacherSampler": ("steps", "cfg", "shift"),
@@ -87,7 +92,7 @@ class Run:
     previews: Counter = field(default_factory=Counter)  # node id -> preview images
     preview_kind: dict = field(default_factory=dict)  # node id -> "image/jpeg 64x64" of its last preview
     interrupt_sent: bool = False
-    cancel_latency: float | None = None  # seconds from POST /interrupt to execution_interrupted
+    cancel_latency: float | None = None  # seconds from POST /interrupt to the prompt's end (interrupted, or done)
     wall: float = 0.0
     prompt_id: str = ""
 
@@ -176,8 +181,8 @@ async def run_prompt(http, server: str, api: dict, timeout: float, interrupt: tu
                 elif kind in ("execution_success", "execution_error", "execution_interrupted"):
                     run.status = kind.removeprefix("execution_")
                     run.error = data if kind != "execution_success" else {}
-                    if kind == "execution_interrupted" and sent is not None:
-                        run.cancel_latency = at - sent
+                    if sent is not None:  # the queue is free again: interrupted, or the prompt's last node had
+                        run.cancel_latency = at - sent  # finished its work (ComfyUI checks only before a node)
                     break
             run.wall = time.monotonic() - t0
         finally:
@@ -191,7 +196,7 @@ def small(name: str, api: dict) -> dict:
         inputs, kind = node["inputs"], node["class_type"]
         if kind == "AlayaFlash_PhysicsWorld":
             inputs.update(width=64, height=64, frames=FRAMES, objects=4)
-        if kind == "AlayaFlash_Save":
+        if kind in ("AlayaFlash_Save", "AlayaFlash_RenderGBufferStream"):
             stem = Path(inputs["filename"]).stem
             inputs.update(filename=f"alaya-flash-check/{name}-{stem}.mp4", overwrite=True)
         if kind == "AlayaFlash_StreamPreview":
@@ -279,14 +284,14 @@ async def check_workflow(http, server: str, comfy: Path, name: str, api: dict, t
     problems += settings_problems
     notes += settings_notes
     for nid, node in api.items():
-        if node["class_type"] not in ("AlayaFlash_Save", "AlayaFlash_StreamPreview"):
+        if node["class_type"] not in ("AlayaFlash_Save", "AlayaFlash_StreamPreview", "AlayaFlash_RenderGBufferStream"):
             continue
         path = comfy / "output" / node["inputs"]["filename"]
         if not path.is_file():
             problems.append(f"{path} missing")
             continue
         shown = (hist.get("outputs") or {}).get(nid, {})
-        if node["class_type"] == "AlayaFlash_Save":
+        if node["class_type"] in ("AlayaFlash_Save", "AlayaFlash_RenderGBufferStream"):
             want = {"filename": path.name, "subfolder": path.parent.relative_to(comfy / "output").as_posix(), "type": "output"}
             if shown.get("images") != [want] or shown.get("animated") != [True]:
                 problems.append(f"{title(node)} {nid}: /history shows {json.dumps(shown)[:200]}, not the video {want}")
@@ -347,7 +352,8 @@ def rechunk(api: dict, chunk: int) -> dict:
     """The same workflow with another source chunk size: the same frames, but none of ComfyUI's cached outputs."""
     api = json.loads(json.dumps(api))
     for node in api.values():
-        if node["class_type"] in ("AlayaFlash_PhysicsWorld", "AlayaFlash_LoadGBuffers"):
+        if node["class_type"] in ("AlayaFlash_PhysicsWorld", "AlayaFlash_LoadGBuffers", "AlayaFlash_LoadGBufferVideos",
+                                  "AlayaFlash_RenderGBufferStream"):
             node["inputs"]["chunk"] = chunk
     return api
 
@@ -373,9 +379,11 @@ async def check_cancel(http, server: str, api: dict, kinds: list[str], after: fl
             chunk = chunk - 1 if chunk > 2 else 14  # another chunk size: the same frames, nothing cached
             run = await run_prompt(http, server, rechunk(api, chunk), timeout, interrupt=(nid, min(after, full / 2)))
             where = str(run.error.get("node_id"))
-            if run.status == "interrupted" and run.cancel_latency is not None:
+            if run.status in ("interrupted", "success") and run.cancel_latency is not None:
                 latencies.append(run.cancel_latency)
-                if where != nid:
+                if run.status == "success":
+                    notes.append(f"the prompt ended {run.cancel_latency:.2f} s after POST /interrupt (its last node)")
+                elif where != nid:
                     notes.append(f"stopped in {title(api[where]) if where in api else where}")
             elif run.status == "success" and not run.interrupt_sent:
                 notes.append(f"ran {run.seconds.get(nid, 0):.2f} s, done before the interrupt")
@@ -395,21 +403,87 @@ async def check_cancel(http, server: str, api: dict, kinds: list[str], after: fl
 
 
 async def check_first_cancel(http, server: str, timeout: float) -> list[tuple[bool, str]]:
-    """On a freshly started server: interrupt the first render in Load Flash Model, then in Encode Prompt
-    (reading the model, importing the text encoder: seconds with no loop), 0.5 s into each."""
+    """On a freshly started server: interrupt the first render 0.5 s into Encode Prompt (its first run
+    imports and reads the text encoder: seconds with no loop), then a render with Load Flash Model at
+    another precision (not cached) 0.5 s into the loader."""
     api = small("first", json.loads((ROOT / "workflows" / "api" / "render-gbuffer-sequence.json").read_text()))
     out = []
-    for kind in ("AlayaFlash_LoadFlashModel", "AlayaFlash_EncodePrompt"):
+    for kind in ("AlayaFlash_EncodePrompt", "AlayaFlash_LoadFlashModel"):
         nid = next(k for k, n in api.items() if n["class_type"] == kind)
+        if kind == "AlayaFlash_LoadFlashModel":
+            api[nid]["inputs"]["precision"] = "fp32"
         run = await run_prompt(http, server, api, timeout, interrupt=(nid, 0.5))
         if run.status == "interrupted" and run.cancel_latency is not None:
             out.append((run.cancel_latency <= 1.0, f"{title(api[nid])} (first run): stopped {run.cancel_latency:.2f} s "
                         "after POST /interrupt"))
         elif run.status == "success" and not run.interrupt_sent:
-            out.append((True, f"{title(api[nid])} (first run): ran {run.seconds.get(nid, 0):.2f} s, under 0.5 s "
-                        "(not a fresh server?)"))
+            out.append((True, f"{title(api[nid])} (first run): ran {run.seconds.get(nid, 0):.2f} s, under 0.5 s"
+                        + ("" if nid in run.order else " (from ComfyUI's cache: not a fresh server)")))
         else:
             out.append((False, f"{title(api[nid])} (first run): {run.status} {json.dumps(run.error)[:200]}"))
+    return out
+
+
+def server_pid(server: str) -> int | None:
+    """The ComfyUI process serving `server` on this machine (its main.py command line names the port)."""
+    port = server.rsplit(":", 1)[-1].strip("/")
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"main.py") for a in args) and port.encode() in args:
+            return int(proc.name)
+    return None
+
+
+def peak_rss(pid: int, reset: bool = False) -> float:
+    """The process's peak resident memory (VmHWM) in MiB; reset: start a new peak from now (clear_refs 5)."""
+    if reset:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) / 1024
+
+
+def long_graphs(clip: Path, frames: int, size: int) -> dict[str, dict]:
+    """The long clip through Render G-Buffer Stream (one node, chunk by chunk) and through the render
+    workflow's separate nodes (each once over the whole clip), at size x size, writing mp4s."""
+    out = {}
+    for name, node in (("render-long-clip", "AlayaFlash_RenderGBufferStream"),
+                       ("render-gbuffer-sequence", "AlayaFlash_LoadGBuffers")):
+        api = small(f"long-{frames}", json.loads((ROOT / "workflows" / "api" / f"{name}.json").read_text()))
+        src = next(n for n in api.values() if n["class_type"] == node)
+        src["inputs"].update(path=str(clip.resolve()), frames=frames, width=size, height=size)
+        out[name] = api
+    return out
+
+
+async def check_long_clip(http, server: str, comfy: Path, clip: Path, lengths: list[int], size: int,
+                          timeout: float) -> list[tuple[bool, str]]:
+    """The server's peak memory while a long clip renders, at each length, through Render G-Buffer Stream
+    (it must stay flat: the longest clip's peak within 15 % of the shortest's) and through the render
+    workflow's separate nodes (which hold the whole clip: their peak grows with it)."""
+    pid = server_pid(server)
+    if pid is None:
+        return [(False, f"long clip: no ComfyUI process serving {server} on this machine (peak memory unreadable)")]
+    peaks: dict[str, list[float]] = {}
+    out = []
+    for frames in lengths:
+        for name, api in long_graphs(clip, frames, size).items():
+            start = peak_rss(pid, reset=True)
+            run = await run_prompt(http, server, api, timeout)
+            peak = peak_rss(pid)
+            saved = next(comfy / "output" / n["inputs"]["filename"] for n in api.values()
+                         if n["class_type"] in ("AlayaFlash_Save", "AlayaFlash_RenderGBufferStream"))
+            count = frames_in(saved) if run.status == "success" else 0
+            peaks.setdefault(name, []).append(peak)
+            out.append((run.status == "success" and count == frames,
+                        f"long clip: {name} over {frames} frames at {size}x{size}: {run.status} in {run.wall:.0f} s, "
+                        f"{count} frames written, server peak RSS {peak:.0f} MiB (from {start:.0f} MiB)"))
+    flat = peaks.get("render-long-clip", [])
+    if len(flat) > 1:
+        out.append((flat[-1] <= 1.15 * flat[0], f"long clip: Render G-Buffer Stream's peak at {lengths[-1]} frames is "
+                    f"{flat[-1] / flat[0]:.2f}x its peak at {lengths[0]} ({flat[0]:.0f} -> {flat[-1]:.0f} MiB)"))
     return out
 
 
@@ -518,8 +592,17 @@ async def checks_after_start(http, server: str, args, info: dict, say) -> None:
         listed = args.release in info["AlayaFlash_LoadFlashModel"]["input"]["required"]["model"][0]
         good, detail = await check_workflow(http, server, args.comfyui, "release", api, args.timeout, runs)
         say(listed and good, f"release {args.release!r} (listed by Load Flash Model: {listed}): {detail}")
+    if args.long_clip:
+        for good, detail in await check_long_clip(http, server, args.comfyui, args.long_clip, args.long_frames,
+                                                  args.long_size, args.timeout):
+            say(good, detail)
     if args.no_cancel:
         return
+    if args.long_clip:  # the stream node's cancel, 1 s into a long clip
+        api = long_graphs(args.long_clip, args.long_frames[0], args.long_size)["render-long-clip"]
+        for good, detail in await check_cancel(http, server, api, ["AlayaFlash_RenderGBufferStream"],
+                                               args.interrupt_after, args.timeout, runs=args.cancel_runs):
+            say(good, f"cancel: {detail}")
     api = cancel_graph(args.cancel_frames)
     for good, detail in await check_cancel(http, server, api, CANCEL_ORDER, args.interrupt_after, args.timeout,
                                            runs=args.cancel_runs):
@@ -546,6 +629,10 @@ def main(argv=None) -> int:
     p.add_argument("--cancel-runs", type=int, default=3, help="interrupted runs per node (their median is checked)")
     p.add_argument("--no-teacher", action="store_true", help="skip the teacher render's cancel checks")
     p.add_argument("--no-workflows", action="store_true", help="skip running the saved workflows")
+    p.add_argument("--long-clip", type=Path, help="a G-buffer clip of at least the longest --long-frames frames: "
+                   "the server's peak memory while it renders through Render G-Buffer Stream and the separate nodes")
+    p.add_argument("--long-frames", type=int, nargs="+", default=[200, 2000], help="clip lengths for --long-clip")
+    p.add_argument("--long-size", type=int, default=128, help="frame side for --long-clip")
     p.add_argument("--busy-neighbour", action="store_true",
                    help="keep one core busy (a spinning process) during the runs, as a user's machine often is")
     return asyncio.run(main_async(p.parse_args(argv)))

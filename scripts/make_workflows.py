@@ -2,7 +2,7 @@
 templates) and its API twin (workflows/api/NAME.json).
 
     .venv/bin/python scripts/make_workflows.py                  # rewrites workflows/*.json and workflows/api/*.json
-    .venv/bin/python scripts/make_workflows.py --thumbnails     # also renders workflows/NAME.jpg
+    .venv/bin/python scripts/make_workflows.py --thumbnails [NAME ...]  # also renders workflows/NAME.jpg
 
 Each template's thumbnail (NAME.jpg beside NAME.json, where ComfyUI's template browser looks for it) is
 the last frame of its own output, rendered with the workflow as shipped (the physics world cut to
@@ -70,7 +70,8 @@ def teacher_branch(source: str, first: int, prompt: str, negative: str, save) ->
 
 # nodes that show a frame on the canvas during or after a run (progress previews, Save's video): room
 # for it under their widgets, so that the node does not grow over the node below it in its column
-SHOWS_IMAGE = {"AlayaFlash_LoadGBuffers", "AlayaFlash_PhysicsWorld", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler",
+SHOWS_IMAGE = {"AlayaFlash_LoadGBuffers", "AlayaFlash_LoadGBufferVideos", "AlayaFlash_RenderGBufferStream",
+               "AlayaFlash_PhysicsWorld", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler",
                "AlayaFlash_Decode", "AlayaFlash_Refine", "AlayaFlash_Save", "AlayaFlash_StreamPreview"}
 IMAGE_ROOM = 240
 
@@ -94,6 +95,18 @@ WORKFLOWS = {
         **flash_branch("1", 2, "a sunny city street, photorealistic", _save("alaya-flash/flash.mp4", title="Save Flash")),
         **teacher_branch("1", 9, "a sunny city street, photorealistic", "blurry, distorted",
                          _save("alaya-flash/teacher.mp4", title="Save Teacher")),
+    },
+    "render-gbuffer-videos": {
+        "1": ("AlayaFlash_LoadGBufferVideos", "Load G-Buffer Videos", {"clip": "samples/courtyard", "start": 0, "frames": 0,
+                                                                       "width": 0, "height": 0, "chunk": 16}),
+        **flash_branch("1", 2, "a sunny city street, photorealistic", _save("alaya-flash/videos.mp4")),
+    },
+    "render-long-clip": {
+        "1": ("AlayaFlash_LoadFlashModel", "Load Flash Model", dict(MODEL)),
+        "2": ("AlayaFlash_EncodePrompt", "Encode Prompt", {"text_encoder": L("1", 3), "text": "a sunny city street, photorealistic"}),
+        "3": ("AlayaFlash_RenderGBufferStream", "Render G-Buffer Stream", {
+            "model": L("1"), "prompt": L("2"), "path": "samples/courtyard", "start": 0, "frames": 0, "width": 0, "height": 0,
+            "chunk": 16, **SAMPLER, "filename": "alaya-flash/long-clip.mp4", "format": "mp4", "fps": 16.0, "overwrite": True}),
     },
     "live-preview": {
         "1": ("AlayaFlash_PhysicsWorld", "Physics World", {"seed": 0, "width": 128, "height": 128, "frames": 1000,
@@ -180,7 +193,7 @@ def thumbnail(api: dict, work: Path):
         inputs = node["inputs"]
         if node["class_type"] == "AlayaFlash_PhysicsWorld":
             inputs["frames"] = min(inputs["frames"], THUMB_FRAMES)
-        elif node["class_type"] == "AlayaFlash_Save":
+        elif node["class_type"] in ("AlayaFlash_Save", "AlayaFlash_RenderGBufferStream"):
             inputs.update(filename=str(work / nid), format="png", overwrite=True)
             frames.append(lambda folder=work / nid: max(folder.glob("*.png")))
         elif node["class_type"] == "AlayaFlash_StreamPreview":
@@ -204,7 +217,8 @@ def main() -> int:
     import tempfile
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--thumbnails", action="store_true", help="also render each template's thumbnail, workflows/NAME.jpg")
+    p.add_argument("--thumbnails", nargs="*", metavar="NAME",
+                   help="also render the thumbnails workflows/NAME.jpg (of these workflows; all when none is named)")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     import conftest  # noqa: F401  (registers the checkout as alaya_flash)
@@ -217,7 +231,7 @@ def main() -> int:
         (out / f"{name}.json").write_text(json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n")
         (api / f"{name}.json").write_text(json.dumps(to_api(graph), indent=1) + "\n")
         print(f"wrote workflows/{name}.json and workflows/api/{name}.json")
-        if args.thumbnails:
+        if args.thumbnails is not None and (not args.thumbnails or name in args.thumbnails):
             with tempfile.TemporaryDirectory() as work:
                 thumbnail(to_api(graph), Path(work)).save(out / f"{name}.jpg", quality=85, optimize=True)
             print(f"wrote workflows/{name}.jpg ({(out / f'{name}.jpg').stat().st_size // 1024} KB)")

@@ -11,7 +11,8 @@ from alaya_flash.streaming.engine import workflow as wfm
 
 WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
 API = WORKFLOWS / "api"
-NAMES_REQUIRED = ("render-gbuffer-sequence", "render-teacher", "physics-world-demo", "teacher-vs-flash", "live-preview")
+NAMES_REQUIRED = ("render-gbuffer-sequence", "render-teacher", "physics-world-demo", "teacher-vs-flash", "live-preview",
+                  "render-gbuffer-videos", "render-long-clip")
 
 
 @pytest.fixture(autouse=True)
