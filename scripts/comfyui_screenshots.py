@@ -3,8 +3,8 @@
     cd /path/to/ComfyUI && python main.py --cpu --listen 127.0.0.1 --port 8188 --disable-auto-launch &
     .venv/bin/python scripts/comfyui_screenshots.py --out docs/images
 
-Opens the server's own frontend in Debian's headless Chromium (selenium), loads render-gbuffer-sequence
-and live-preview from workflows/ as the templates browser does (app.loadGraphData), cuts
+Opens the server's own frontend in Debian's headless Chromium (selenium), loads render-gbuffer-videos,
+render-long-clip and live-preview from workflows/ as the templates browser does (app.loadGraphData), cuts
 the physics world to 48 frames, queues each from the page (app.queuePrompt, as the Run button), waits for ComfyUI's
 execution_success and saves a PNG of the canvas: docs/images/comfyui-NAME.png (Save's video and the
 Stream Preview node's last frame on their nodes). Also one of the validation error a missing G-buffer
@@ -25,7 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = {  # workflow -> widget values to set first (node type -> {widget: value})
-    "render-gbuffer-sequence": {},
+    "render-gbuffer-videos": {},
+    "render-long-clip": {},
     "live-preview": {"AlayaFlash_PhysicsWorld": {"frames": 48}},
 }
 
