@@ -73,21 +73,20 @@ class RenderGBufferStream:
         steps_ = flash_steps(model, prompt, seed, steps=_own(steps), chunk_frames=_own(chunk_frames),
                              window_frames=_own(window_frames), sink_frames=_own(sink_frames))
         saving = _Saving(destination(filename, format), format, fps, overwrite)
-        steps_.append(Step("save", saving, {"images": (steps_[-1].name, 0), **({"gbuffers": ("gbuffers", 0)} if format == "npy" else {})},
-                           outputs=0))
+        wiring = {"images": (steps_[-1].name, 0)} | ({"gbuffers": ("gbuffers", 0)} if format == "npy" else {})
+        steps_.append(Step("save", saving, wiring, outputs=0))
         graph = StageGraph(["gbuffers"], steps_)
         status = flash_settings(model, graph["sample"].stage, steps, chunk_frames, window_frames, sink_frames)
-        bar, total = comfy.Progress(frames or 1), []
+        bar = comfy.Progress(frames or 1)
 
         def chunks():
             for i, (gbuffers, count) in enumerate(source):
-                if i == 0 and count:
+                if i == 0 and count:  # Load G-Buffers says how many frames the clip has with its first chunk
                     bar.total = count
-                total.append(len(gbuffers))
                 yield (gbuffers,)
 
         def progress(stats):
-            bar.total = max(bar.total, sum(total))
+            bar.total = max(bar.total, stats.frames)
             bar.update(stats.frames - bar.done, preview=saving.last if bar.bar is not None else None)
 
         # inside ComfyUI on a CPU the stages run as the CLI's 2-lane pipeline (one thread each: node_run), the
