@@ -468,8 +468,9 @@ async def check_long_clip(http, server: str, comfy: Path, clip: Path, lengths: l
         return [(False, f"long clip: no ComfyUI process serving {server} on this machine (peak memory unreadable)")]
     peaks: dict[str, list[float]] = {}
     out = []
-    for frames in lengths:
-        for name, api in long_graphs(clip, frames, size).items():
+    for name in ("render-long-clip", "render-gbuffer-sequence"):  # the stream node's runs first, from one baseline
+        for frames in lengths:
+            api = long_graphs(clip, frames, size)[name]
             start = peak_rss(pid, reset=True)
             run = await run_prompt(http, server, api, timeout)
             peak = peak_rss(pid)
@@ -479,7 +480,8 @@ async def check_long_clip(http, server: str, comfy: Path, clip: Path, lengths: l
             peaks.setdefault(name, []).append(peak)
             out.append((run.status == "success" and count == frames,
                         f"long clip: {name} over {frames} frames at {size}x{size}: {run.status} in {run.wall:.0f} s, "
-                        f"{count} frames written, server peak RSS {peak:.0f} MiB (from {start:.0f} MiB)"))
+                        f"{count} frames written, server peak RSS {peak:.0f} MiB ({peak - start:+.0f} MiB over its "
+                        f"{start:.0f} MiB at the start)"))
     flat = peaks.get("render-long-clip", [])
     if len(flat) > 1:
         out.append((flat[-1] <= 1.15 * flat[0], f"long clip: Render G-Buffer Stream's peak at {lengths[-1]} frames is "
