@@ -379,7 +379,9 @@ async def check_cancel(http, server: str, api: dict, kinds: list[str], after: fl
             chunk = chunk - 1 if chunk > 2 else 14  # another chunk size: the same frames, nothing cached
             run = await run_prompt(http, server, rechunk(api, chunk), timeout, interrupt=(nid, min(after, full / 2)))
             where = str(run.error.get("node_id"))
-            if run.status in ("interrupted", "success") and run.cancel_latency is not None:
+            if run.status == "success" and run.cancel_latency is not None and run.cancel_latency <= 0:
+                notes.append(f"ran {run.seconds.get(nid, 0):.2f} s, done before the interrupt landed")
+            elif run.status in ("interrupted", "success") and run.cancel_latency is not None:
                 latencies.append(run.cancel_latency)
                 if run.status == "success":
                     notes.append(f"the prompt ended {run.cancel_latency:.2f} s after POST /interrupt (its last node)")
