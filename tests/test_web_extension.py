@@ -36,7 +36,8 @@ window.app = app;
 API_STUB = "export const api = new EventTarget(); window.api = api;"
 PAGE = """<!doctype html><meta charset="utf-8"><body><script type="module">
 import "/scripts/app.js"; import "/scripts/api.js"; import "/extensions/alaya-flash/stream_preview.js";
-import "/extensions/alaya-flash/node_status.js";
+import * as nodeStatus from "/extensions/alaya-flash/node_status.js";
+window.nodeStatus = nodeStatus;
 window.ready = true;
 </script></body>"""
 SEND = """
@@ -117,6 +118,16 @@ def test_pack_nodes_show_their_text_result(site, tmp_path):
         drawn = driver.execute_script(STATUS, "alaya-flash.node-status", "AlayaFlash_FlashSampler")
         assert drawn == [["steps 4* · chunk 1*  (*: the model's)", 200 - 21 + 3]]
         assert driver.execute_script(STATUS, "alaya-flash.node-status", "KSampler") == []
+        # a line wider than the node is cut in the middle to fit (Save's "wrote N frames to /a/long/path.mp4")
+        cut = driver.execute_script("""
+            const {fit} = window.nodeStatus;
+            const ctx = document.createElement("canvas").getContext("2d");
+            ctx.font = "12px sans-serif";
+            const line = "wrote 17 frames to /work/comfyui/output/alaya-flash/a/very/long/folder/long-clip.mp4";
+            const cut = fit(ctx, line, 200);
+            return [cut, ctx.measureText(cut).width, fit(ctx, "short", 200)];""")
+        assert cut[0].startswith("wrote 17 frames") and cut[0].endswith("long-clip.mp4") and "…" in cut[0]
+        assert cut[1] <= 200 and cut[2] == "short"
         waiting = driver.execute_script(STATUS.replace("const drawn", "node.alayaWaiting = true;\nconst drawn"),
                                         "alaya-flash.stream-preview", "AlayaFlash_StreamPreview")
         assert waiting == [["waiting for the first rendered frame", 200 - 21 + 3]]

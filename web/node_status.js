@@ -13,6 +13,18 @@ export function statusLines(output) {
   return Array.isArray(text) ? text.map(String).filter((line) => line.length) : [];
 }
 
+// `line` cut in the middle ("wrote 17 frames to /work/…/long-clip.mp4") to fit `width` pixels.
+export function fit(ctx, line, width) {
+  if (!ctx.measureText || ctx.measureText(line).width <= width) return line;
+  let keep = line.length - 1;
+  while (keep > 8) {
+    const head = Math.ceil(keep / 2), cut = line.slice(0, head) + "…" + line.slice(line.length - (keep - head));
+    if (ctx.measureText(cut).width <= width) return cut;
+    keep -= 1;
+  }
+  return line.slice(0, 8) + "…";
+}
+
 // Draw `lines` in a dark strip along the bottom of the node (node-local coordinates).
 export function drawStrip(node, ctx, lines, color = "#ddd") {
   if (!lines?.length || node.flags?.collapsed) return;
@@ -25,7 +37,7 @@ export function drawStrip(node, ctx, lines, color = "#ddd") {
   ctx.font = "12px sans-serif";
   ctx.textBaseline = "top";
   ctx.textAlign = "left";
-  lines.forEach((line, i) => ctx.fillText(line, 6, top + 3 + i * LINE, node.size[0] - 12));
+  lines.forEach((line, i) => ctx.fillText(fit(ctx, line, node.size[0] - 12), 6, top + 3 + i * LINE));
   ctx.restore();
 }
 
