@@ -37,7 +37,9 @@ export function drawStrip(node, ctx, lines, color = "#ddd") {
   ctx.font = "12px sans-serif";
   ctx.textBaseline = "top";
   ctx.textAlign = "left";
-  lines.forEach((line, i) => ctx.fillText(fit(ctx, line, node.size[0] - 12), 6, top + 3 + i * LINE));
+  // a little too wide: squeezed by fillText; far too wide: cut in the middle first
+  const width = node.size[0] - 12;
+  lines.forEach((line, i) => ctx.fillText(fit(ctx, line, 1.25 * width), 6, top + 3 + i * LINE, width));
   ctx.restore();
 }
 
