@@ -52,7 +52,7 @@ def main(argv=None) -> int:
             stdout = io.StringIO()
             start = time.perf_counter()
             with contextlib.redirect_stdout(stdout):
-                code = cli(["--quiet", "batch", str(ROOT / "graphs" / "render-gbuffer-sequence.api.json"),
+                code = cli(["--quiet", "batch", str(ROOT / "workflows" / "api" / "render-gbuffer-sequence.json"),
                             "--inputs", str(tmp / "clips" / "*"), "--out", f"{out}/{{name}}.mp4",
                             "--set", f"Load Flash Model.model={args.model}", "--threads", str(args.threads), "--force", "--json", *extra])
             wall = time.perf_counter() - start

@@ -36,7 +36,7 @@ def frames(folder: Path) -> np.ndarray:
 
 
 def render(tmp: Path, out: str, clip: Path, args, extra: list[str]) -> np.ndarray:
-    subprocess.run([*CLI, "--quiet", "batch", str(ROOT / "graphs" / "render-gbuffer-sequence.api.json"),
+    subprocess.run([*CLI, "--quiet", "batch", str(ROOT / "workflows" / "api" / "render-gbuffer-sequence.json"),
                     "--inputs", str(clip), "--out", f"{tmp / out}/{{name}}", "--engine", "local", "--threads", "1",
                     "--set", f"Load Flash Model.model={args.model}", "--set", f"Encode Prompt.text={args.prompt}", "--set", "Save.format=png",
                     *extra], cwd=ROOT, check=True)

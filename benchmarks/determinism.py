@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         runs = {}
         for label, threads in (("1 thread", 1), ("1 thread, another process", 1), ("2 threads", 2)):
             out = tmp / label.replace(" ", "").replace(",", "")
-            subprocess.run([*CLI, "--quiet", "batch", str(ROOT / "graphs" / "render-gbuffer-sequence.api.json"),
+            subprocess.run([*CLI, "--quiet", "batch", str(ROOT / "workflows" / "api" / "render-gbuffer-sequence.json"),
                             "--inputs", str(tmp / "shot"), "--out", f"{out}/{{name}}", "--engine", "local",
                             "--set", f"Load Flash Model.model={args.model}", "--set", f"Load Flash Model.precision={args.precision}",
                             "--set", f"Encode Prompt.text={args.prompt}", "--set", "Save.format=exr", "--threads", str(threads)], cwd=ROOT, check=True,

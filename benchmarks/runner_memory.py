@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/runner_memory.py --frames 1000 --size 64
 
 Generates a G-buffer clip (npy windows, synthetic scene), then runs
-graphs/render-gbuffer-sequence.api.json through StreamRunner with the tiny random Flash model
+workflows/api/render-gbuffer-sequence.json through StreamRunner with the tiny random Flash model
 (fp32), writing an MP4 as frames come. RSS is sampled after every tick; it prints RSS after the
 warm-up ticks, at the end, the growth between them, the peak, and FPS. Flat memory means the
 growth stays near zero however long the stream. Figures only (they go to docs/benchmarks.md).
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         write_stream(synthetic_stream(args.size, args.size, args.frames), NpyWindowSink(tmp / "clip", window=256))
         print(f"generated {args.frames} frames in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        g = json.loads((ROOT / "graphs" / "render-gbuffer-sequence.api.json").read_text())
+        g = json.loads((ROOT / "workflows" / "api" / "render-gbuffer-sequence.json").read_text())
         g["1"]["inputs"].update(path=str(tmp / "clip"), chunk=args.chunk)
         g["2"]["inputs"].update(model="random:tiny", precision="fp32", device="cpu")
         (save,) = [n for n in g.values() if n["class_type"] == "AlayaFlash_Save"]

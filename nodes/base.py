@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from ..streaming.engine.runner import run_stage_whole
 
+MODEL = -1  # a sampler widget at -1 takes the loaded model's trained value (config.json "session")
+
 
 def refuse(node: str, problems) -> None:
     """One error naming the node for the problems found (None entries: no problem); checks a node runs
@@ -16,24 +18,49 @@ def refuse(node: str, problems) -> None:
         raise AlayaError(f"{node}: {'; '.join(found)}")
 
 
+def settings_line(ran: dict, widgets: dict) -> str:
+    """The settings a sampler ran with, -1 resolved, for the node's canvas text: 'steps 4* · chunk 1* ·
+    window 1* · sink 1*  (*: the model's)'; a value whose widget was -1 (or absent) is marked the model's."""
+    def shown(v):
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    marks = {name: widgets.get(name, MODEL) == MODEL for name in ran}
+    line = " · ".join(f"{name} {shown(v)}{'*' if marks[name] else ''}" for name, v in ran.items())
+    return line + ("  (*: the model's)" if any(marks.values()) else "")
+
+
 class SourceNode:
     STREAM = "source"
     FUNCTION = "run"
 
     def run(self, **inputs):
-        """Every chunk of open_stream, joined per output (as run_source_whole); inside ComfyUI, after each
-        chunk, a cancel check and the progress bar with the newest frame's albedo (no-ops outside)."""
+        """Every chunk of open_stream, joined per output (as run_source_whole). Inside ComfyUI the stream
+        is read a frame at a time (a source's frames do not depend on its chunk), with a cancel check after
+        each frame and the progress bar, with the newest frame's albedo, every PIECE_SECONDS (no-ops outside)."""
+        import time
+
         from ..streaming.engine.driver import concat_chunks
         from . import comfy
 
         chunks, bar = [], comfy.Progress(inputs.get("frames") or 1)
-        for chunk in self.open_stream(**inputs):
-            chunks.append(chunk)
-            if len(chunks) == 1:  # a source that knows its length says so with its first chunk (Load G-Buffers)
-                bar.total = next((v for v in chunk[1:] if isinstance(v, int) and v > 0), bar.total)
-            gbuffers = chunk[0]
-            bar.total = max(bar.total, bar.done + len(gbuffers))
-            bar.update(len(gbuffers), preview=_newest_albedo(gbuffers) if bar.bar is not None else None)
+        if bar.bar is not None and "chunk" in inputs:
+            inputs = {**inputs, "chunk": 1}
+        read = shown = 0
+        due = 0.0  # when the bar moves next (time.monotonic()): the first frame shows at once
+        with comfy.node_run():
+            for chunk in self.open_stream(**inputs):
+                chunks.append(chunk)
+                read += len(chunk[0])
+                if len(chunks) == 1:  # a source that knows its length says so with its first chunk (Load G-Buffers)
+                    bar.total = next((v for v in chunk[1:] if isinstance(v, int) and v > 0), bar.total)
+                comfy.check_interrupted()
+                if time.monotonic() >= due or bar.bar is None:
+                    bar.total = max(bar.total, read)
+                    bar.update(read - shown, preview=_newest_albedo(chunk[0]) if bar.bar is not None else None)
+                    shown, due = read, time.monotonic() + comfy.PIECE_SECONDS
+            if read > shown:
+                bar.total = max(bar.total, read)
+                bar.update(read - shown, preview=_newest_albedo(chunks[-1][0]))
         return tuple(concat_chunks([c[i] for c in chunks]) for i in range(len(type(self).RETURN_TYPES)))
 
 
@@ -44,11 +71,22 @@ def _newest_albedo(gbuffers):
 
 
 class StageNode:
+    """start_stream may set `self.status`, a line the node shows on the canvas after it runs (ComfyUI's
+    ui text, drawn by web/node_status.js): the samplers' settings with -1 resolved."""
+
     STREAM = "stage"
     FUNCTION = "run"
+    status: str | None = None
 
     def run(self, **inputs):
-        return run_stage_whole(self, **inputs)
+        from . import comfy
+
+        self.status = None
+        with comfy.node_run():
+            out = run_stage_whole(self, **inputs)
+        if self.status and not isinstance(out, dict):
+            return {"ui": {"text": [self.status]}, "result": out}
+        return out
 
 
 def pieces(value, n: int) -> list:
@@ -60,27 +98,41 @@ def pieces(value, n: int) -> list:
 
 class Piecewise:
     """A stage stepped piece by piece within one call, so that ComfyUI's single call over a whole
-    sequence checks for cancel and moves its progress bar every `piece` frames (the stages buffer
-    internally, so the frames do not depend on the cut). preview(outputs, inputs) -> an IMAGE frame
-    for the bar, or None. Outside ComfyUI the pieces cost nothing but a loop."""
+    sequence checks for cancel and moves its progress bar after every piece. Pieces are sized by measured
+    time (comfy.PieceClock: one frame first, then what fits in PIECE_SECONDS, at most `most` frames), so a
+    cancel lands as soon on a busy machine as on an idle one; the stages buffer internally, so the frames do
+    not depend on the cut. preview(outputs, inputs) -> an IMAGE frame for the bar, or None. Outside
+    ComfyUI the pieces cost nothing but a loop."""
 
-    def __init__(self, inner, piece: int, preview=None):
-        self.inner, self.piece, self.preview = inner, piece, preview
+    def __init__(self, inner, most: int | None = None, preview=None, fixed: bool = False):
+        # fixed: always `most` frames a piece, for a stage whose frames depend in their last bits on how
+        # many frames one call takes (Decode: the decoders batch over time), so that ComfyUI's frames stay
+        # those of the runner; a cancel still lands inside a piece (comfy.cancel_points)
+        self.inner, self.most, self.preview, self.fixed = inner, most, preview, fixed
 
     def step(self, **inputs):
+        import time
+
         from ..streaming.engine.driver import concat_chunks
         from . import comfy
 
-        cut = {k: pieces(v, self.piece) for k, v in inputs.items() if v is not None}
-        count = max((len(p) for p in cut.values()), default=0)
-        bar = comfy.Progress(count)
-        outs = []
-        for i in range(count):
+        frames = {k: pieces(v, 1) for k, v in inputs.items() if v is not None}
+        count = max((len(p) for p in frames.values()), default=0)
+        bar, clock = comfy.Progress(count), comfy.PieceClock(self.most)
+        if self.fixed:
+            clock.size = clock.most = self.most
+        outs, a = [], 0
+        while a < count:
             comfy.check_interrupted()
-            part = {k: (cut[k][i] if k in cut and i < len(cut[k]) else None) for k in inputs}
+            b = min(count, a + clock.size)
+            part = {k: _join(frames[k][a:b]) if k in frames else None for k in inputs}
+            started = time.monotonic()
             out = self.inner.step(**part)
+            if not self.fixed:
+                clock.took(b - a, time.monotonic() - started)
             outs.append(out)
-            bar.update(1, preview=self.preview(out, part) if self.preview and bar.bar is not None else None)
+            bar.update(b - a, preview=self.preview(out, part) if self.preview and bar.bar is not None else None)
+            a = b
         outs = [o for o in outs if o is not None]
         if not outs:
             return None
@@ -92,3 +144,10 @@ class Piecewise:
     def abort(self):
         if hasattr(self.inner, "abort"):
             self.inner.abort()
+
+
+def _join(frames: list):
+    """Consecutive one-frame pieces of one input joined again; None past that input's end."""
+    from ..streaming.engine.driver import concat_chunks
+
+    return concat_chunks(frames) if frames else None

@@ -6,6 +6,11 @@ plain behaviour (no progress bar, never interrupted, the project's own model fol
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -152,6 +157,9 @@ def torch_dtype(choice: str, device: torch.device) -> torch.dtype:
     return choose_dtype(choice, device)
 
 
+PREVIEW_SIDE = 512  # pixels: a larger preview frame is scaled down to fit
+
+
 class Progress:
     """ComfyUI's progress bar for one node run, with an optional preview frame; a no-op outside.
 
@@ -179,7 +187,10 @@ class Progress:
 
             from ..streaming.files.sinks import to_uint8
 
-            image = ("JPEG", Image.fromarray(to_uint8(preview)), 512)
+            frame = Image.fromarray(to_uint8(preview))
+            # ComfyUI scales a preview to fit its max size, up as well as down: None keeps a small frame at
+            # its own size (a 128x128 render was shown, and labelled, 512 x 512)
+            image = ("JPEG", frame, PREVIEW_SIDE if max(frame.size) > PREVIEW_SIDE else None)
         self.bar.update_absolute(self.done, self.total, image)
 
 
@@ -190,6 +201,116 @@ def check_interrupted() -> None:
     except ImportError:
         return
     mm.throw_exception_if_processing_interrupted()
+
+
+PIECE_SECONDS = 0.25  # a node's loop checks for cancel at least this often (pieces sized by measured time)
+HOOK_SECONDS = 0.02  # inside a model's forward pass: a cancel check at most this often
+
+
+class PieceClock:
+    """Sizes a loop's pieces by measured time, not by a count of frames: the first piece is one unit, each
+    next one as many units as the last ones' rate fits in PIECE_SECONDS (at most twice the last, at most
+    `most`), so the cancel checks between pieces come about that often on a fast machine or a busy one."""
+
+    def __init__(self, most: int | None = None, target: float | None = None):
+        self.size, self.most = 1, most
+        self.target = PIECE_SECONDS if target is None else target
+
+    def took(self, units: int, seconds: float) -> None:
+        fits = int(self.target * max(units, 1) / seconds) if seconds > 0 else 2 * self.size
+        self.size = max(1, min(fits, 2 * self.size, self.most or fits))
+
+
+_hook_users = 0
+_hook_handle = None
+_hook_last = 0.0
+
+
+def _forward_check(_module, _args) -> None:
+    global _hook_last
+    now = time.monotonic()
+    if now - _hook_last >= HOOK_SECONDS:
+        _hook_last = now
+        check_interrupted()
+
+
+COMFY_THREADS = "ALAYA_FLASH_COMFY_THREADS"  # torch threads of a pack node's work inside ComfyUI on a CPU (0: ComfyUI's)
+
+
+@contextmanager
+def node_run():
+    """How a pack node's work runs inside ComfyUI (a no-op outside): cancel points in every module
+    forward (cancel_points) and, on a CPU, one torch thread (ALAYA_FLASH_COMFY_THREADS to change it),
+    restored afterwards. Operations split over all cores collapse when another busy process holds one:
+    OpenMP's threads wait at every barrier for the busy core (docs/benchmarks.md, "On the CPU"), which
+    made a refiner frame seconds long and a cancel wait for it."""
+    threads = _node_threads()
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        with cancel_points():
+            yield
+    finally:
+        if threads:
+            torch.set_num_threads(before)
+
+
+def _node_threads() -> int:
+    """Torch threads for a pack node inside ComfyUI on a CPU; 0: leave ComfyUI's."""
+    import os
+
+    if not in_comfyui() or torch_device("auto").type != "cpu":
+        return 0
+    try:
+        return max(0, int(os.environ.get(COMFY_THREADS, "1")))
+    except ValueError:
+        log.warning("%s=%r is not a number of threads; using 1", COMFY_THREADS, os.environ[COMFY_THREADS])
+        return 1
+
+
+@contextmanager
+def cancel_points():
+    """Inside ComfyUI, for the block: a cancel check before every torch module's forward (at most every
+    HOOK_SECONDS), so a cancel lands inside one frame's work too, however slow a busy machine makes it.
+    The stages keep their state (KV caches, codec memories) outside the modules and are discarded when a
+    prompt is interrupted, so stopping mid-forward leaves nothing half-changed. A no-op outside ComfyUI."""
+    global _hook_users, _hook_handle
+    if not in_comfyui():
+        yield
+        return
+    with _hook_lock:
+        _hook_users += 1
+        if _hook_handle is None:
+            _hook_handle = torch.nn.modules.module.register_module_forward_pre_hook(_forward_check)
+    try:
+        yield
+    finally:
+        with _hook_lock:
+            _hook_users -= 1
+            if not _hook_users and _hook_handle is not None:
+                _hook_handle.remove()
+                _hook_handle = None
+
+
+_hook_lock = threading.Lock()
+_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alaya-flash")
+
+
+def interruptible(fn, *args, **kwargs):
+    """fn(*args, **kwargs), and inside ComfyUI a cancel that lands while it runs: fn runs on the pack's
+    worker thread while this thread checks for cancel every 20 ms. For work with no loop to check in
+    (importing transformers, reading a model's files: seconds on a busy machine). A cancelled call goes on
+    to its end in the background (its result, a loaded model, is dropped); calls run one at a time."""
+    if not in_comfyui():
+        return fn(*args, **kwargs)
+    with cancel_points():
+        job = _worker.submit(fn, *args, **kwargs)
+        while True:
+            try:
+                return job.result(timeout=0.02)
+            except FuturesTimeout:
+                check_interrupted()
 
 
 def intermediate(t: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""G-buffer nodes: Load G-Buffers, Physics World (sources), G-Buffers From / To Images (stages).
+"""G-buffer nodes: Load G-Buffers, Load G-Buffer Videos, Physics World (sources), G-Buffers From / To
+Images (stages).
 
 The G-buffer stream type is ALAYA_GBUFFERS: streaming.engine.pipelines.GBuffers, teacher-form uint8
 (T, 5, H, W, 3) in MODALITIES order (albedo sRGB, inverse depth, metallic, normal, roughness).
@@ -96,6 +97,60 @@ class LoadGBuffers(SourceNode):
         count = stream.info.num_frames or 0
         for i, g in enumerate(gbuffer_chunks(stream, chunk)):
             yield g, (count if i == 0 else None)
+
+
+class LoadGBufferVideos(SourceNode):
+    DESCRIPTION = ("Read one G-buffer clip as artists export it: five videos in one folder, albedo.mp4, depth.mp4, "
+                   "metallic.mp4, normal.mp4 and roughness.mp4 (AlayaRenderer's clip layout), or CLIP_albedo.mp4 ... "
+                   "for several clips side by side. The list holds the clips in ComfyUI's input folder and the pack's "
+                   "bundled sample; the passes in the teacher's 8-bit encoding (docs/gbuffers.md).")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = (GBUFFERS, "INT")
+    RETURN_NAMES = ("gbuffers", "frame_count")
+    OUTPUT_TOOLTIPS = ("G-buffer frames (teacher form)", "Frames in the selected range")
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "clip": (video_clips(), {"default": BUNDLED_CLIP, "tooltip": "A folder of the five pass videos, or FOLDER/CLIP for the CLIP_{pass}.mp4 videos of a folder holding several clips; relative to ComfyUI's input folder. Press R on the canvas to list new clips."}),
+            "start": ("INT", {"default": 0, "min": 0, "max": MAX_FRAMES, "tooltip": "First frame to read."}),
+            "frames": ("INT", {"default": 0, "min": 0, "max": MAX_FRAMES, "tooltip": "Frames to read after start; 0 reads to the end."}),
+            "width": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 8, "tooltip": "Output width in pixels, a multiple of 8; 0 keeps the videos'."}),
+            "height": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 8, "tooltip": "Output height in pixels, a multiple of 8; 0 keeps the videos'."}),
+            "chunk": _chunk_input(),
+        }}
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, clip):
+        # takes `clip` (so ComfyUI leaves its list check to this: a path typed in an API prompt works too)
+        from ..streaming.files.readers import clip_files
+
+        p = comfy.input_path(clip)
+        if p.is_dir() or (p.parent.is_dir() and clip_files(p.parent, p.name)):  # a folder's videos are checked when read
+            return True
+        return (f"G-buffer videos {clip!r} not found (looked for {p}/albedo.mp4 ... and {p}_albedo.mp4 ...: "
+                "the five passes albedo, depth, metallic, normal, roughness)")
+
+    @classmethod
+    def IS_CHANGED(cls, clip, **_):
+        p = comfy.input_path(clip)
+        files = sorted(p.glob("*.mp4")) if p.is_dir() else sorted(p.parent.glob(f"{p.name}_*.mp4"))
+        return tuple(f.stat().st_mtime for f in files)
+
+    def open_stream(self, clip, start, frames, width, height, chunk):
+        yield from LoadGBuffers().open_stream(clip, "teacher-mp4", start, frames, 1, "stretch", width, height, chunk)
+
+
+BUNDLED_CLIP = "samples/courtyard"
+
+
+def video_clips() -> list[str]:
+    """The G-buffer video clips Load G-Buffer Videos lists: those in ComfyUI's input folder (inside
+    ComfyUI), then the pack's bundled sample."""
+    from ..streaming.files.readers import find_video_clips
+
+    found = find_video_clips(comfy.input_path(".")) if comfy.in_comfyui() else []
+    return list(dict.fromkeys(found + [BUNDLED_CLIP]))
 
 
 class PhysicsWorld(SourceNode):
@@ -216,6 +271,7 @@ class _ToImages:
 
 NODES = {
     "AlayaFlash_LoadGBuffers": (LoadGBuffers, "Load G-Buffers (Alaya Flash)"),
+    "AlayaFlash_LoadGBufferVideos": (LoadGBufferVideos, "Load G-Buffer Videos (Alaya Flash)"),
     "AlayaFlash_PhysicsWorld": (PhysicsWorld, "Physics World (Alaya Flash)"),
     "AlayaFlash_GBuffersFromImages": (GBuffersFromImages, "G-Buffers From Images (Alaya Flash)"),
     "AlayaFlash_GBuffersToImages": (GBuffersToImages, "G-Buffers To Images (Alaya Flash)"),

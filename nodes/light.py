@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .base import Piecewise, StageNode, refuse
 from .gbuffers import GBUFFERS
-from .render import PIECE_FRAMES, _last_frame, _Single
+from .render import MOST_FRAMES, _last_frame, _Single
 
 CATEGORY = "alaya-flash/light"
 LIGHT = "ALAYA_LIGHT"
@@ -114,7 +114,7 @@ class ShadeGBuffers(StageNode):
 
         refuse("Shade G-Buffers", [None if isinstance(light, LightSchedule)
                                    else f"light must come from a Light node, got {type(light).__name__}"])
-        return Piecewise(_Single(Shade(light, ShadingPrior(PriorConfig(fov_y=fov))), to_image=True), PIECE_FRAMES,
+        return Piecewise(_Single(Shade(light, ShadingPrior(PriorConfig(fov_y=fov))), to_image=True), MOST_FRAMES,
                          _last_frame)
 
 

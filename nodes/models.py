@@ -15,7 +15,7 @@ from typing import Any
 from ..model_zoo.runtime import BACKENDS
 from ..model_zoo.styles import ORIGINAL, STYLES
 from . import comfy
-from .base import refuse
+from .base import refuse, settings_line
 
 CATEGORY = "alaya-flash/models"
 FROM_MODEL = "(from model)"
@@ -179,6 +179,10 @@ class LoadFlashModel:
                 _check_entry("text_encoders", text_encoder, "text encoder", (FROM_MODEL,))]
 
     def load(self, model, decoder, device, precision, text_encoder, backend="auto"):
+        # reading a model's files has no loop to check for cancel in: a worker thread reads them
+        return comfy.interruptible(self._load, model, decoder, device, precision, text_encoder, backend)
+
+    def _load(self, model, decoder, device, precision, text_encoder, backend="auto"):
         from ..model_zoo import bundle, folders, runtime
 
         refuse("Load Flash Model", self.check_values(decoder, text_encoder))
@@ -260,6 +264,9 @@ class LoadTeacherModel:
         return problems
 
     def load(self, model, vae, window_frames, device, precision, text_encoder):
+        return comfy.interruptible(self._load, model, vae, window_frames, device, precision, text_encoder)
+
+    def _load(self, model, vae, window_frames, device, precision, text_encoder):
         import dataclasses
 
         from ..model_zoo import bundle
@@ -281,9 +288,11 @@ class LoadTeacherModel:
             teacher = load_teacher_files(path, vae_path, device=dev, dtype=dtype)
         if window_frames != -1:
             teacher.settings = dataclasses.replace(teacher.settings, window_frames=window_frames)
-        window_frames = teacher.settings.window_frames
+        widget, window_frames = window_frames, teacher.settings.window_frames
         _text_override(teacher, text_encoder, dev)
-        return (teacher, EncoderHandle("teacher", teacher.vae, window_frames), DecoderHandle("vae", teacher.vae), TextHandle(teacher))
+        return {"ui": {"text": [settings_line({"window": window_frames}, {"window": widget})]},
+                "result": (teacher, EncoderHandle("teacher", teacher.vae, window_frames), DecoderHandle("vae", teacher.vae),
+                           TextHandle(teacher))}
 
 
 class EncodePrompt:
@@ -329,7 +338,9 @@ class EncodePrompt:
                 raise AlayaError(f"Encode Prompt: CONDITIONING is {tuple(emb.shape)} wide, the model's text input is "
                                  f"{text_encoder.text_dim}; use the text widget instead")
             return (PromptSchedule.constant(emb[:1].float(), "(conditioning)"),)
-        return (PromptSchedule.encode(text_encoder, text, style),)
+        # loading the text encoder (importing transformers first) takes seconds with no loop to check
+        # in: it runs on the pack's worker thread while this one checks for cancel
+        return (comfy.interruptible(PromptSchedule.encode, text_encoder, text, style),)
 
 
 NODES = {

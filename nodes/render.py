@@ -11,22 +11,21 @@ import math
 
 from ..model_zoo.config_fields import SESSION
 from . import comfy
-from .base import Piecewise, StageNode, refuse
+from .base import MODEL, Piecewise, StageNode, refuse, settings_line
 
 CATEGORY = "alaya-flash/render"
-PIECE_FRAMES = 8  # frames per piece inside one ComfyUI call: cancel and progress between pieces
-DECODE_PIECE = 3  # latent frames per decoded piece (bounded memory)
+MOST_FRAMES = 8  # at most this many frames a piece inside one ComfyUI call (pieces are sized by time: base.Piecewise)
+DECODE_PIECE = 3  # latent frames a decoded piece (bounded memory; fixed: the decoders' frames depend on it)
 LATENTS = "ALAYA_LATENTS"
-MODEL = -1  # a sampler widget at -1 takes the loaded model's trained value (config.json "session")
 
 
 def _model_int(high: int, tip: str):
-    return ("INT", {"default": MODEL, "min": MODEL, "max": high, "tooltip": f"{tip} -1: the model's trained value."})
+    return ("INT", {"default": MODEL, "min": MODEL, "max": high, "tooltip": f"{tip} -1: the model's trained value (shown on the node after a run)."})
 
 
 def _model_float(high: float, tip: str):
     return ("FLOAT", {"default": float(MODEL), "min": float(MODEL), "max": high, "step": 0.1,
-                      "tooltip": f"{tip} -1: the model's trained value."})
+                      "tooltip": f"{tip} -1: the model's trained value (shown on the node after a run)."})
 
 
 def _outside(bounds: dict[str, tuple[float, float]], values: dict) -> list[str]:
@@ -74,7 +73,7 @@ class EncodeGBuffers(StageNode):
             inner = GBufferEncode(gbuffer_encoder.module)
         else:
             inner = TeacherEncode(gbuffer_encoder.module, gbuffer_encoder.window_frames)
-        return Piecewise(_Single(inner), PIECE_FRAMES, _last_albedo)
+        return Piecewise(_Single(inner), MOST_FRAMES, _last_albedo)
 
 
 class _Single:
@@ -150,7 +149,17 @@ class FlashSampler(_SamplerNode):
 
         inner = FlashSample(model, prompt, seed=seed, steps=_own(steps), chunk_frames=_own(chunk_frames),
                             window_frames=_own(window_frames), sink_frames=_own(sink_frames))
+        self.status = flash_settings(model, inner, steps, chunk_frames, window_frames, sink_frames)
         return _Sampling(inner, lambda cond: math.ceil(len(cond) / inner.chunk_frames), preview_decoder=model.decoder)
+
+
+def flash_settings(model, sample, steps, chunk_frames, window_frames, sink_frames) -> str:
+    """The settings a Flash sampling stage runs with (the widgets' -1 resolved), for the node's text."""
+    s = model.settings
+    ran = {"steps": _own(steps) or s.steps, "chunk": sample.chunk_frames}
+    if getattr(model.dit, "session_kind", "kv-cache") != "history":  # a release keeps a compressed history instead
+        ran.update(window=_own(window_frames) or s.window_frames, sink=s.sink_frames if sink_frames == MODEL else sink_frames)
+    return settings_line(ran, dict(steps=steps, chunk=chunk_frames, window=window_frames, sink=sink_frames))
 
 
 class _Sampling:
@@ -213,15 +222,18 @@ class TeacherSampler(_SamplerNode):
     def start_stream(self, model, prompt, negative_prompt, seed, steps, cfg, shift):
         refuse("Teacher Sampler", self.check_values(steps, cfg, shift))
         s = model.settings
-        cfg = s.cfg if cfg == MODEL else cfg
+        widget_cfg, cfg = cfg, s.cfg if cfg == MODEL else cfg
         negative_prompt = negative_prompt or s.negative_prompt
         from ..streaming.engine.pipelines import TeacherSample
 
         text = model.text_encoder()
-        negative = text([negative_prompt]) if cfg != 1.0 else None
+        # loading umT5 takes long and has no loop to check for cancel in (comfy.interruptible)
+        negative = comfy.interruptible(text, [negative_prompt]) if cfg != 1.0 else None
         if hasattr(text, "release"):  # umT5-XXL holds ~11 GB; every prompt is encoded by now (a later call reloads)
             text.release()
         inner = TeacherSample(model, prompt, negative, seed=seed, steps=_own(steps), cfg=cfg, shift=_own(shift))
+        self.status = settings_line({"steps": inner.steps, "CFG": float(inner.cfg), "shift": float(inner.shift)},
+                                    {"steps": steps, "CFG": widget_cfg, "shift": shift})
         return _Sampling(inner, lambda cond: inner.steps * max(1, len(cond.split())))
 
 
@@ -244,7 +256,7 @@ class Decode(StageNode):
         from ..streaming.engine.pipelines import Decode as DecodeStage, TinyDecoder, VAEDecoder
 
         inner = TinyDecoder(decoder.module) if decoder.kind == "tiny" else VAEDecoder(decoder.module)
-        return Piecewise(_Single(DecodeStage(inner), to_image=True), DECODE_PIECE, _last_frame)
+        return Piecewise(_Single(DecodeStage(inner), to_image=True), DECODE_PIECE, _last_frame, fixed=True)
 
 
 class Refine(StageNode):
@@ -273,11 +285,11 @@ class Refine(StageNode):
         from ..streaming.engine.pipelines import Refine as RefineStage
 
         if refiner.module is None:  # frames pass through, with the bar and preview every node shows
-            return Piecewise(_Refining(None), PIECE_FRAMES, _last_frame)
+            return Piecewise(_Refining(None), MOST_FRAMES, _last_frame)
         if refiner.module.text_dim and prompt is None:
             raise AlayaError("Refine with G-Buffers: this model's refiner reads the prompt; connect the 'prompt' "
                              "input to the Encode Prompt node that feeds the sampler")
-        return Piecewise(_Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None)), PIECE_FRAMES,
+        return Piecewise(_Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None)), MOST_FRAMES,
                          _last_frame)
 
 

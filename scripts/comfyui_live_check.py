@@ -3,7 +3,7 @@
     cd /work/comfyui && .venv/bin/python main.py --cpu --listen 127.0.0.1 --port 8190 --disable-auto-launch
     .venv/bin/python scripts/comfyui_live_check.py --url http://127.0.0.1:8190 --frames 25 --size 64
 
-Queues graphs/live-preview.api.json (with the Physics World source shortened to --frames at
+Queues workflows/api/live-preview.json (with the Physics World source shortened to --frames at
 --size) with a client_id, listens on ComfyUI's /ws as the canvas does, and counts what arrives
 while it runs: `progress` messages per node and binary preview images (event 1 = JPEG/PNG preview,
 what the frontend draws on the executing node). Prints one summary line per node and exits 0 when
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 async def check(url: str, frames: int, size: int, timeout: float) -> int:
     import aiohttp
 
-    wf = json.loads((ROOT / "graphs" / "live-preview.api.json").read_text())
+    wf = json.loads((ROOT / "workflows" / "api" / "live-preview.json").read_text())
     src = next(n for n in wf.values() if n["class_type"] == "AlayaFlash_PhysicsWorld")
     src["inputs"].update(frames=frames, width=size, height=size)
     client_id = uuid.uuid4().hex

@@ -3,8 +3,8 @@
     cd /path/to/ComfyUI && python main.py --cpu --listen 127.0.0.1 --port 8188 --disable-auto-launch &
     .venv/bin/python scripts/comfyui_screenshots.py --out docs/images
 
-Opens the server's own frontend in Debian's headless Chromium (selenium), loads render-gbuffer-sequence
-and live-preview from example_workflows/ as the templates browser does (app.loadGraphData), cuts
+Opens the server's own frontend in Debian's headless Chromium (selenium), loads render-gbuffer-videos,
+render-long-clip and live-preview from workflows/ as the templates browser does (app.loadGraphData), cuts
 the physics world to 48 frames, queues each from the page (app.queuePrompt, as the Run button), waits for ComfyUI's
 execution_success and saves a PNG of the canvas: docs/images/comfyui-NAME.png (Save's video and the
 Stream Preview node's last frame on their nodes). Also one of the validation error a missing G-buffer
@@ -25,7 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = {  # workflow -> widget values to set first (node type -> {widget: value})
-    "render-gbuffer-sequence": {},
+    "render-gbuffer-videos": {},
+    "render-long-clip": {},
     "live-preview": {"AlayaFlash_PhysicsWorld": {"frames": 48}},
 }
 
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
         try:
             open_canvas(driver, args.server.rstrip("/"))
             for name, widgets in SHOTS.items():
-                graph = json.loads((ROOT / "example_workflows" / f"{name}.json").read_text())
+                graph = json.loads((ROOT / "workflows" / f"{name}.json").read_text())
                 load(driver, graph, widgets)
                 frame(driver)
                 driver.execute_script(WATCH_JS)
@@ -188,7 +189,7 @@ def main(argv=None) -> int:
                           f"while other nodes ran (nodes {', '.join(sorted(set(early), key=int))})", flush=True)
                 time.sleep(3)  # the outputs (video, last frame) load on their nodes
                 save_png(driver, args.out / f"comfyui-{name}.png", frame(driver))
-            graph = json.loads((ROOT / "example_workflows" / "render-gbuffer-sequence.json").read_text())
+            graph = json.loads((ROOT / "workflows" / "render-gbuffer-sequence.json").read_text())
             load(driver, graph, {"AlayaFlash_LoadGBuffers": {"path": "shots/no-such-shot"}})
             frame(driver)
             driver.execute_async_script(QUEUE_JS, True)

@@ -1,6 +1,12 @@
-"""Write the saved workflows in graphs/: each in ComfyUI's UI format and its API twin.
+"""Write the saved workflows in workflows/: each in ComfyUI's UI format (workflows/NAME.json, the pack's
+templates) and its API twin (workflows/api/NAME.json).
 
-    .venv/bin/python scripts/make_workflows.py        # rewrites graphs/*.json and example_workflows/*.json
+    .venv/bin/python scripts/make_workflows.py                  # rewrites workflows/*.json and workflows/api/*.json
+    .venv/bin/python scripts/make_workflows.py --thumbnails [NAME ...]  # also renders workflows/NAME.jpg
+
+Each template's thumbnail (NAME.jpg beside NAME.json, where ComfyUI's template browser looks for it) is
+the last frame of its own output, rendered with the workflow as shipped (the physics world cut to
+THUMB_FRAMES frames), side by side when it has two outputs.
 
 The graphs are defined once here (API form); the UI form is laid out left to right by graph
 depth, with widget values in the canvas's positional order (a control value after seeds) and
@@ -64,7 +70,8 @@ def teacher_branch(source: str, first: int, prompt: str, negative: str, save) ->
 
 # nodes that show a frame on the canvas during or after a run (progress previews, Save's video): room
 # for it under their widgets, so that the node does not grow over the node below it in its column
-SHOWS_IMAGE = {"AlayaFlash_LoadGBuffers", "AlayaFlash_PhysicsWorld", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler",
+SHOWS_IMAGE = {"AlayaFlash_LoadGBuffers", "AlayaFlash_LoadGBufferVideos", "AlayaFlash_RenderGBufferStream",
+               "AlayaFlash_PhysicsWorld", "AlayaFlash_EncodeGBuffers", "AlayaFlash_FlashSampler",
                "AlayaFlash_Decode", "AlayaFlash_Refine", "AlayaFlash_Save", "AlayaFlash_StreamPreview"}
 IMAGE_ROOM = 240
 
@@ -89,6 +96,18 @@ WORKFLOWS = {
         **teacher_branch("1", 9, "a sunny city street, photorealistic", "blurry, distorted",
                          _save("alaya-flash/teacher.mp4", title="Save Teacher")),
     },
+    "render-gbuffer-videos": {
+        "1": ("AlayaFlash_LoadGBufferVideos", "Load G-Buffer Videos", {"clip": "samples/courtyard", "start": 0, "frames": 0,
+                                                                       "width": 0, "height": 0, "chunk": 16}),
+        **flash_branch("1", 2, "a sunny city street, photorealistic", _save("alaya-flash/videos.mp4")),
+    },
+    "render-long-clip": {
+        "1": ("AlayaFlash_LoadFlashModel", "Load Flash Model", dict(MODEL)),
+        "2": ("AlayaFlash_EncodePrompt", "Encode Prompt", {"text_encoder": L("1", 3), "text": "a sunny city street, photorealistic"}),
+        "3": ("AlayaFlash_RenderGBufferStream", "Render G-Buffer Stream", {
+            "model": L("1"), "prompt": L("2"), "path": "samples/courtyard", "start": 0, "frames": 0, "width": 0, "height": 0,
+            "chunk": 16, **SAMPLER, "filename": "alaya-flash/long-clip.mp4", "format": "mp4", "fps": 16.0, "overwrite": True}),
+    },
     "live-preview": {
         "1": ("AlayaFlash_PhysicsWorld", "Physics World", {"seed": 0, "width": 128, "height": 128, "frames": 1000,
                                                             "objects": 12, "camera": "orbit", "fps": 16.0, "chunk": 12}),
@@ -98,8 +117,17 @@ WORKFLOWS = {
 }
 
 
-def to_api(graph: dict) -> dict:
-    return {nid: {"class_type": cls, "inputs": inputs, "_meta": {"title": title}} for nid, (cls, title, inputs) in graph.items()}
+def to_api(graph: dict, classes: dict) -> dict:
+    """The API form: each node's inputs, with every widget it does not set at its default (as the canvas has it)."""
+    from alaya_flash.streaming.engine.workflow import widget_inputs
+
+    out = {}
+    for nid, (cls, title, inputs) in graph.items():
+        full = dict(inputs)
+        for name, spec in widget_inputs(classes[cls]):
+            full.setdefault(name, (spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}).get("default"))
+        out[nid] = {"class_type": cls, "inputs": full, "_meta": {"title": title}}
+    return out
 
 
 def to_ui(graph: dict, classes: dict) -> dict:
@@ -159,20 +187,63 @@ def to_ui(graph: dict, classes: dict) -> dict:
             "extra": {"ds": {"scale": 0.8, "offset": [0, 0]}}, "version": 0.4}
 
 
+THUMB_FRAMES = 32  # physics-world frames rendered for a thumbnail
+THUMB_HEIGHT = 160  # pixels
+
+
+def thumbnail(api: dict, work: Path):
+    """The last frame of each output of `api` (run with `alaya-flash run`), side by side, as a PIL image."""
+    from PIL import Image
+
+    from alaya_flash.streaming.cli import main as cli
+
+    api, frames = json.loads(json.dumps(api)), []
+    for nid, node in sorted(api.items(), key=lambda kv: int(kv[0])):
+        inputs = node["inputs"]
+        if node["class_type"] == "AlayaFlash_PhysicsWorld":
+            inputs["frames"] = min(inputs["frames"], THUMB_FRAMES)
+        elif node["class_type"] in ("AlayaFlash_Save", "AlayaFlash_RenderGBufferStream"):
+            inputs.update(filename=str(work / nid), format="png", overwrite=True)
+            frames.append(lambda folder=work / nid: max(folder.glob("*.png")))
+        elif node["class_type"] == "AlayaFlash_StreamPreview":
+            inputs["filename"] = str(work / f"{nid}.jpg")
+            frames.append(lambda path=work / f"{nid}.jpg": path)
+    (work / "graph.json").write_text(json.dumps(api))
+    if cli(["--quiet", "run", str(work / "graph.json")]) != 0:
+        raise SystemExit("the workflow did not run")
+    images = [Image.open(find()).convert("RGB") for find in frames]
+    images = [im.resize((round(im.width * THUMB_HEIGHT / im.height), THUMB_HEIGHT), Image.LANCZOS) for im in images]
+    sheet = Image.new("RGB", (sum(im.width for im in images) + 4 * (len(images) - 1), THUMB_HEIGHT), "white")
+    x = 0
+    for im in images:
+        sheet.paste(im, (x, 0))
+        x += im.width + 4
+    return sheet
+
+
 def main() -> int:
+    import argparse
+    import tempfile
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--thumbnails", nargs="*", metavar="NAME",
+                   help="also render the thumbnails workflows/NAME.jpg (of these workflows; all when none is named)")
+    args = p.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     import conftest  # noqa: F401  (registers the checkout as alaya_flash)
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS
 
-    out, templates = ROOT / "graphs", ROOT / "example_workflows"
-    out.mkdir(exist_ok=True)
-    templates.mkdir(exist_ok=True)
+    # ComfyUI lists workflows/*.json (not its subfolders) as the pack's templates
+    out, api = ROOT / "workflows", ROOT / "workflows" / "api"
+    api.mkdir(parents=True, exist_ok=True)
     for name, graph in WORKFLOWS.items():
-        ui = json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n"
-        (out / f"{name}.json").write_text(ui)
-        (templates / f"{name}.json").write_text(ui)  # ComfyUI lists example_workflows/ as the pack's templates
-        (out / f"{name}.api.json").write_text(json.dumps(to_api(graph), indent=1) + "\n")
-        print(f"wrote graphs/{name}.json, graphs/{name}.api.json and example_workflows/{name}.json")
+        (out / f"{name}.json").write_text(json.dumps(to_ui(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n")
+        (api / f"{name}.json").write_text(json.dumps(to_api(graph, NODE_CLASS_MAPPINGS), indent=1) + "\n")
+        print(f"wrote workflows/{name}.json and workflows/api/{name}.json")
+        if args.thumbnails is not None and (not args.thumbnails or name in args.thumbnails):
+            with tempfile.TemporaryDirectory() as work:
+                thumbnail(to_api(graph, NODE_CLASS_MAPPINGS), Path(work)).save(out / f"{name}.jpg", quality=85, optimize=True)
+            print(f"wrote workflows/{name}.jpg ({(out / f'{name}.jpg').stat().st_size // 1024} KB)")
     return 0
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from alaya_flash.streaming.files.sinks import OUTPUT_MARK
 
 ROOT = Path(__file__).resolve().parents[1]
-RENDER = ROOT / "graphs" / "render-gbuffer-sequence.api.json"
+RENDER = ROOT / "workflows" / "api" / "render-gbuffer-sequence.json"
 # The CLI in a new process, importing this checkout's package (as tests/test_signals.py does).
 CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
        "from alaya_flash.streaming.cli import main; sys.exit(main())"]

@@ -545,7 +545,7 @@ def test_bad_widget_values_in_a_workflow_file_are_named(node, name, value, messa
 
     from alaya_flash.streaming.cli import main
 
-    api = json.loads((ROOT / "graphs" / "render-gbuffer-sequence.api.json").read_text())
+    api = json.loads((ROOT / "workflows" / "api" / "render-gbuffer-sequence.json").read_text())
     api[node]["inputs"][name] = value
     path = tmp_path / "wf.json"
     path.write_text(json.dumps(api))  # json writes the lone surrogate as "\\ud800" and NaN as NaN

@@ -57,7 +57,7 @@ def test_prompt_change_mid_stream_changes_only_later_frames(model):
 
 
 def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
-    """graphs/live-preview.api.json as the live pipeline: the page's frames replace its source."""
+    """workflows/api/live-preview.json as the live pipeline: the page's frames replace its source."""
     import json
     from pathlib import Path
 
@@ -65,7 +65,7 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS
     from alaya_flash.streaming.live.pipeline import WorkflowLive
 
-    path = Path(__file__).resolve().parents[1] / "graphs" / "live-preview.api.json"
+    path = Path(__file__).resolve().parents[1] / "workflows" / "api" / "live-preview.json"
     live = WorkflowLive(path, NODE_CLASS_MAPPINGS, fps=30)
     live.set_prompt("a sunny street")
     frames = _frames(9, seed=2)

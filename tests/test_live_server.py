@@ -270,7 +270,7 @@ def test_file_source_loops_and_serve_cli_refuses_bad_options(tmp_path, capsys):
                         (["serve", "--source", "file", "--random-model"], "--gbuffers"),
                         (["serve", "--gbuffers", str(tmp_path / "none"), "--random-model"], "no such file"),
                         (["serve", "--model", str(tmp_path / "none")], "no such model folder"),
-                        (["serve", "--workflow", "graphs/live-preview.api.json", "--no-refiner"],
+                        (["serve", "--workflow", "workflows/api/live-preview.json", "--no-refiner"],
                          "take its Refine node out")]:
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()

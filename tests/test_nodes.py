@@ -21,7 +21,7 @@ from alaya_flash.streaming.files.synthetic import synthetic_stream
 from stream_helpers import Collect
 
 ROOT = Path(__file__).resolve().parents[1]
-RENDER = ROOT / "graphs" / "render-gbuffer-sequence.api.json"
+RENDER = ROOT / "workflows" / "api" / "render-gbuffer-sequence.json"
 
 
 @pytest.fixture(scope="module")
@@ -264,13 +264,15 @@ def fake_comfy(monkeypatch, cancel_at: int | None = None):
 
     def check():
         record["checks"] += 1
+        record["threads"] = torch.get_num_threads()  # what the node's work runs with
         if cancel_at is not None and record["checks"] >= cancel_at:
             raise Interrupted
 
     comfy_mod = types.ModuleType("comfy")
     comfy_mod.utils = types.SimpleNamespace(ProgressBar=Bar)
     comfy_mod.model_management = types.SimpleNamespace(throw_exception_if_processing_interrupted=check,
-                                                       intermediate_device=lambda: "cpu")
+                                                       intermediate_device=lambda: "cpu",
+                                                       get_torch_device=lambda: torch.device("cpu"))
     monkeypatch.setitem(sys.modules, "comfy", comfy_mod)
     monkeypatch.setitem(sys.modules, "comfy.utils", comfy_mod.utils)
     monkeypatch.setitem(sys.modules, "comfy.model_management", comfy_mod.model_management)
@@ -290,30 +292,44 @@ def test_comfy_progress_and_interruption_hooks(monkeypatch):
     assert record2["checks"] == 1
 
 
+def test_piece_clock_sizes_pieces_by_measured_time():
+    """Pieces are sized by time, not by frames: one frame first, then what fits in PIECE_SECONDS at the
+    measured rate (growing at most twofold), shrinking at once when the machine gets busy."""
+    clock = comfy.PieceClock(most=16, target=0.25)
+    sizes = [clock.size]
+    for seconds_per_frame in (0.01, 0.01, 0.01, 0.01, 0.01, 0.1, 0.3, 0.02):
+        clock.took(clock.size, clock.size * seconds_per_frame)
+        sizes.append(clock.size)
+    assert sizes == [1, 2, 4, 8, 16, 16, 2, 1, 2]
+
+
 def test_every_long_node_checks_cancel_and_moves_its_bar_every_piece(monkeypatch):
-    """Inside ComfyUI each node runs once over the whole sequence; encode, decode, refine and save cut it
-    into pieces (8 frames, 3 latents, 8 frames, 16 frames), check for cancel and update a progress bar
-    (with a preview frame) between pieces, so cancel lands within a piece, not at the end of a 66 s node."""
+    """Inside ComfyUI each node runs once over the whole sequence; encode, refine and save cut it into
+    pieces sized by time (here PIECE_SECONDS is huge, so they double up to the cap: 1, 2, 4, 8, 8 ... frames;
+    decode keeps 3 latents a piece), check for cancel and update a progress bar (with a preview frame) between pieces."""
     from alaya_flash.nodes.models import DecoderHandle, EncoderHandle, RefinerHandle
 
+    monkeypatch.setattr(comfy, "PIECE_SECONDS", 1e9)
     flash = bundle.make_random_flash(refiner="gbuffer-refiner-16-prompt")
     gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (33, 5, 16, 16, 3), dtype=np.uint8)))
     record = fake_comfy(monkeypatch)
     (cond,) = NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
-    assert record["checks"] >= 5 and [u[1:] for u in record["updates"]] == [(i, 5, "JPEG") for i in range(1, 6)]
+    assert [u[1:] for u in record["updates"]] == [(n, 33, "JPEG") for n in (1, 3, 7, 15, 23, 31, 33)]
+    assert record["checks"] >= 7
     prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
-    (latents,) = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=-1,
-                                                       chunk_frames=-1, window_frames=-1, sink_frames=-1)
+    sampled = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=-1,
+                                                     chunk_frames=-1, window_frames=-1, sink_frames=-1)
+    (latents,) = sampled["result"]
     record = fake_comfy(monkeypatch)
     (frames,) = NODES["AlayaFlash_Decode"]().run(decoder=DecoderHandle("tiny", flash.decoder), latents=latents)
     assert len(frames) == 33 and len(record["updates"]) == 3 and all(u[3] == "JPEG" for u in record["updates"])
     record = fake_comfy(monkeypatch)
     (refined,) = NODES["AlayaFlash_Refine"]().run(refiner=RefinerHandle(flash.refiner), images=frames, gbuffers=gb,
                                                   prompt=prompt)
-    assert refined.shape == frames.shape and record["checks"] >= 5 and len(record["updates"]) == 5
+    assert refined.shape == frames.shape and record["checks"] >= 7 and len(record["updates"]) == 7
 
     # a piece is checked before it runs and again by its bar update: cancel at the 3rd check stops the
-    # encoder before its second piece, with 8 of the 33 frames read
+    # encoder before its second piece, with 1 of the 33 frames read
     record = fake_comfy(monkeypatch, cancel_at=3)
     node = NODES["AlayaFlash_EncodeGBuffers"]()
     started = []
@@ -321,7 +337,20 @@ def test_every_long_node_checks_cancel_and_moves_its_bar_every_piece(monkeypatch
     monkeypatch.setattr(node, "start_stream", lambda **kw: started.append(original(**kw)) or started[-1])
     with pytest.raises(Interrupted):
         node.run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
-    assert started[0].inner.inner.frames == 8
+    assert started[0].inner.inner.frames == 1
+
+
+def test_a_slow_machine_gets_one_frame_pieces(monkeypatch):
+    """Where a frame takes longer than PIECE_SECONDS (a busy machine), every piece is one frame, so the
+    frames between two cancel checks never grow with the piece count of an idle machine."""
+    from alaya_flash.nodes.models import EncoderHandle
+
+    monkeypatch.setattr(comfy, "PIECE_SECONDS", 1e-9)
+    flash = bundle.make_random_flash()
+    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (9, 5, 16, 16, 3), dtype=np.uint8)))
+    record = fake_comfy(monkeypatch)
+    NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
+    assert [u[1] for u in record["updates"]] == list(range(1, 10))
 
 
 def test_cancelled_save_leaves_nothing(monkeypatch, tmp_path):
@@ -334,20 +363,116 @@ def test_cancelled_save_leaves_nothing(monkeypatch, tmp_path):
     assert record["checks"] == 2 and list(tmp_path.iterdir()) == []
 
 
-def test_sources_check_cancel_and_move_their_bar_every_chunk(clip, monkeypatch):
-    """Load G-Buffers and Physics World also run once over the whole sequence inside ComfyUI: after each
-    chunk they check for cancel and move a bar (out of the frames the source announces) with the newest
-    albedo, so a long physics world stops within a chunk; the frames are those of the runner."""
+def inside_comfyui(monkeypatch, cancel_at: int | None = None):
+    """fake_comfy, plus a stand-in for ComfyUI's folder_paths, so the pack believes it runs inside ComfyUI."""
+    import sys
+    import types
+
+    record = fake_comfy(monkeypatch, cancel_at)
+    monkeypatch.setitem(sys.modules, "folder_paths", types.SimpleNamespace(get_folder_paths=lambda kind: []))
+    return record
+
+
+def test_cancel_lands_inside_a_frame(monkeypatch):
+    """Inside ComfyUI a node's run checks for cancel before every torch module's forward (throttled to
+    HOOK_SECONDS, here 0), so a frame slower than a piece (a busy machine) still stops within it: the
+    refiner is stopped in its first frame, before any progress update; the hook is gone afterwards."""
+    from alaya_flash.nodes.models import RefinerHandle
+
+    monkeypatch.setattr(comfy, "HOOK_SECONDS", 0.0)
+    flash = bundle.make_random_flash(refiner="gbuffer-refiner-16-prompt")
+    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (4, 5, 16, 16, 3), dtype=np.uint8)))
+    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    hooks = dict(torch.nn.modules.module._global_forward_pre_hooks)
+    before = torch.get_num_threads()
+    record = inside_comfyui(monkeypatch, cancel_at=3)  # the piece's own check, then two module forwards
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(Interrupted):
+            NODES["AlayaFlash_Refine"]().run(refiner=RefinerHandle(flash.refiner), images=torch.rand(4, 16, 16, 3),
+                                             gbuffers=gb, prompt=prompt)
+        threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert record["checks"] == 3 and record["updates"] == []
+    assert dict(torch.nn.modules.module._global_forward_pre_hooks) == hooks
+    # on a CPU the node's work ran on one torch thread (split ops collapse beside a busy process), restored after
+    assert record["threads"] == 1 and threads == 2
+    # outside ComfyUI no hook is installed: the same run makes only the pieces' checks
+    import sys
+
+    monkeypatch.delitem(sys.modules, "folder_paths")
+    record = fake_comfy(monkeypatch)
+    NODES["AlayaFlash_Refine"]().run(refiner=RefinerHandle(flash.refiner), images=torch.rand(4, 16, 16, 3), gbuffers=gb,
+                                     prompt=prompt)
+    assert record["checks"] <= 2 * 4
+
+
+def test_interruptible_work_stops_waiting_at_a_cancel(monkeypatch):
+    """Work with no loop to check in (importing transformers, reading a model) runs on the pack's worker
+    thread inside ComfyUI, while the node's thread checks for cancel: a cancel ends the node while the
+    work is still going; the work finishes in the background; outside ComfyUI it is a plain call."""
+    import threading
+
+    release, finished = threading.Event(), threading.Event()
+
+    def slow_load():
+        release.wait(30)
+        finished.set()
+        return "model"
+
+    record = inside_comfyui(monkeypatch, cancel_at=3)
+    with pytest.raises(Interrupted):
+        comfy.interruptible(slow_load)
+    assert record["checks"] == 3 and not finished.is_set()  # stopped waiting, the load still running
+    release.set()
+    assert finished.wait(30)
+    fake_comfy(monkeypatch)
+    assert comfy.interruptible(lambda: "plain") == "plain"
+
+
+def test_samplers_show_the_settings_they_ran_with():
+    """A -1 widget takes the model's trained value; after a run the node shows which values it used
+    (ComfyUI's ui text), the model's marked with *."""
+    from alaya_flash.nodes.base import settings_line
+    from alaya_flash.nodes.models import EncoderHandle
+
+    flash = bundle.make_random_flash()
+    s = flash.settings
+    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (5, 5, 16, 16, 3), dtype=np.uint8)))
+    (cond,) = NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
+    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    out = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=2, chunk_frames=-1,
+                                                 window_frames=-1, sink_frames=-1)
+    assert out["ui"]["text"] == [f"steps 2 · chunk {s.chunk_frames}* · window {s.window_frames}* · sink {s.sink_frames}*"
+                                 "  (*: the model's)"]
+    assert out["result"][0].tensor.shape[2] == cond.tensor.shape[2]
+    assert settings_line({"steps": 50, "CFG": 3.0, "shift": 5.0}, {"steps": 8, "CFG": 3.0, "shift": 2.5}) == \
+        "steps 50 · CFG 3 · shift 5"
+    teacher = NODES["AlayaFlash_LoadTeacherModel"]().load("random:tiny", "(from model)", -1, "cpu", "fp32", "(from model)")
+    assert teacher["ui"]["text"] == [f"window {teacher['result'][0].settings.window_frames}*  (*: the model's)"]
+
+
+def test_sources_check_cancel_every_frame_and_move_their_bar_by_time(clip, monkeypatch):
+    """Load G-Buffers and Physics World also run once over the whole sequence inside ComfyUI: they read a
+    frame at a time (whatever their chunk), check for cancel after each and move a bar (out of the frames
+    the source announces) with the newest albedo at once and then every PIECE_SECONDS; the frames are
+    those of the runner."""
     load = NODES["AlayaFlash_LoadGBuffers"]
     inputs = dict(path=str(clip), layout="auto", start=0, frames=40, stride=1, resize="stretch", width=0, height=0,
                   chunk=16)
     plain, count = load().run(**inputs)
+    monkeypatch.setattr(comfy, "PIECE_SECONDS", 1e9)
     record = fake_comfy(monkeypatch)
     gbuffers, count2 = load().run(**inputs)
     assert count == count2 == 40 and torch.equal(gbuffers.images, plain.images)
-    assert record["updates"] == [(1, n, 40, "JPEG") for n in (1, 17, 33, 40)]  # the first frame comes alone
-    assert record["checks"] == 4
-    record = fake_comfy(monkeypatch, cancel_at=2)
+    assert record["updates"] == [(1, 1, 40, "JPEG"), (1, 40, 40, "JPEG")]  # the first frame at once, then the rest
+    assert record["checks"] == 40 + 2  # after every frame, and in each bar update
+    monkeypatch.setattr(comfy, "PIECE_SECONDS", 0.0)
+    record = fake_comfy(monkeypatch)
+    load().run(**inputs)
+    assert [u[1] for u in record["updates"]] == list(range(1, 41))
+    record = fake_comfy(monkeypatch, cancel_at=3)
     with pytest.raises(Interrupted):
         load().run(**inputs)
     assert len(record["updates"]) == 1
@@ -544,3 +669,99 @@ def test_save_and_preview_show_their_results_on_the_canvas(monkeypatch, tmp_path
     assert np.array_equal(shown, (frames[-1] * 255).round().byte().numpy())
     ui = NODES["AlayaFlash_StreamPreview"]().run(images=frames, filename="")["ui"]
     assert ui["images"][0]["type"] == "temp" and ui["text"] == ["previewed 9 frames"]
+
+
+def _png_frames(folder):
+    from PIL import Image
+
+    return np.stack([np.asarray(Image.open(p)) for p in sorted(Path(folder).glob("*.png"))])
+
+
+def test_render_gbuffer_stream_gives_the_render_workflows_frames(clip, tmp_path):
+    """Render G-Buffer Stream (one node: read, encode, sample, decode, refine, write, chunk by chunk) writes
+    the frames of Load G-Buffers -> ... -> Save for the same seed, prompt and chunk; it shows its settings."""
+    render = json.loads(RENDER.read_text())
+    render["1"]["inputs"].update(path=str(clip), frames=24, chunk=8)
+    render["2"]["inputs"].update(model="random:tiny", precision="fp32", device="cpu")
+    render["5"]["inputs"]["seed"] = 3
+    render["8"]["inputs"].update(filename=str(tmp_path / "nodes"), format="png")
+    rn.StreamRunner(wfm.parse_workflow(render, NODES), NODES).run()
+    model, _, _, text, _ = NODES["AlayaFlash_LoadFlashModel"]().load("random:tiny", "(from model)", "cpu", "fp32", "(from model)")
+    (prompt,) = NODES["AlayaFlash_EncodePrompt"]().encode(text, render["3"]["inputs"]["text"])
+    out = NODES["AlayaFlash_RenderGBufferStream"]().render(
+        model=model, prompt=prompt, path=str(clip), start=0, frames=24, width=0, height=0, chunk=8, seed=3, steps=-1,
+        chunk_frames=-1, window_frames=-1, sink_frames=-1, filename=str(tmp_path / "stream"), format="png", fps=16.0,
+        overwrite=False)
+    assert np.array_equal(_png_frames(tmp_path / "stream"), _png_frames(tmp_path / "nodes"))
+    assert len(list((tmp_path / "stream").glob("*.png"))) == 24
+    assert out["ui"]["text"][0].startswith("steps ") and "wrote 24 frames" in out["ui"]["text"][1]
+
+
+def test_render_gbuffer_stream_writes_as_it_reads_and_a_cancel_leaves_nothing(clip, tmp_path, monkeypatch):
+    """Memory stays flat because the node writes frames while the clip is still being read (the clip is
+    never whole in memory); a cancel mid-clip removes the temporary output."""
+    from alaya_flash.nodes import gbuffers, stream
+
+    written, pulled = [], []
+    savers = []
+
+    class Recording(stream._Saving):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            savers.append(self)
+
+    original = gbuffers.LoadGBuffers.open_stream
+
+    def reading(self, *a, **kw):
+        for chunk in original(self, *a, **kw):
+            pulled.append(len(chunk[0]))
+            written.append(savers[-1].inner.count if savers else 0)
+            yield chunk
+
+    monkeypatch.setattr(stream, "_Saving", Recording)
+    monkeypatch.setattr(gbuffers.LoadGBuffers, "open_stream", reading)
+    model, _, _, text, _ = NODES["AlayaFlash_LoadFlashModel"]().load("random:tiny", "(from model)", "cpu", "fp32", "(from model)")
+    (prompt,) = NODES["AlayaFlash_EncodePrompt"]().encode(text, "a street")
+    inputs = dict(model=model, prompt=prompt, path=str(clip), start=0, frames=48, width=0, height=0, chunk=8, seed=0,
+                  steps=-1, chunk_frames=-1, window_frames=-1, sink_frames=-1, format="mp4", fps=16.0, overwrite=False)
+    NODES["AlayaFlash_RenderGBufferStream"]().render(filename=str(tmp_path / "out.mp4"), **inputs)
+    assert sum(pulled) == 48 and written[-1] >= 24  # half the clip was written before its last chunk was read
+    assert _mp4_frames(tmp_path / "out.mp4") == 48
+    fake_comfy(monkeypatch, cancel_at=3)  # the bar's cancel check, a few chunks in
+    with pytest.raises(Interrupted):
+        NODES["AlayaFlash_RenderGBufferStream"]().render(filename=str(tmp_path / "cut.mp4"), **inputs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4"]
+
+
+def test_load_gbuffer_videos_reads_one_clip_of_a_folder(tmp_path, monkeypatch):
+    """Load G-Buffer Videos reads the five pass videos of one clip: a folder of {pass}.mp4 (AlayaRenderer's
+    clip layout) or FOLDER/CLIP for the CLIP_{pass}.mp4 of a folder holding several; inside ComfyUI it
+    lists the clips of the input folder (and the bundled sample)."""
+    import shutil
+    import sys
+    import types
+
+    from alaya_flash.streaming.files.readers import find_video_clips
+
+    sample = ROOT / "samples" / "courtyard"
+    shots = tmp_path / "input" / "shots"
+    shots.mkdir(parents=True)
+    for clip_name in ("street", "yard"):
+        for f in sample.glob("*.mp4"):
+            shutil.copy(f, shots / f"{clip_name}_{f.stem}.mp4")
+    shutil.copytree(sample, tmp_path / "input" / "courtyard")
+    (shots / "half_albedo.mp4").write_bytes((sample / "albedo.mp4").read_bytes())  # a clip missing 4 passes
+    assert find_video_clips(tmp_path / "input") == ["courtyard", "shots/street", "shots/yard"]
+
+    monkeypatch.setitem(sys.modules, "folder_paths", types.SimpleNamespace(
+        get_input_directory=lambda: str(tmp_path / "input"), get_folder_paths=lambda kind: []))
+    node = NODES["AlayaFlash_LoadGBufferVideos"]
+    assert node.INPUT_TYPES()["required"]["clip"][0] == ["courtyard", "shots/street", "shots/yard", "samples/courtyard"]
+    assert node.VALIDATE_INPUTS("shots/yard") is True
+    assert "G-buffer videos 'shots/half' not found" in node.VALIDATE_INPUTS("shots/half")
+    want, count = NODES["AlayaFlash_LoadGBuffers"]().run(path=str(sample), layout="auto", start=2, frames=8, stride=1,
+                                                          resize="stretch", width=64, height=64, chunk=4)
+    got, count2 = node().run(clip="shots/yard", start=2, frames=8, width=64, height=64, chunk=4)
+    assert count == count2 == 8 and torch.equal(got.images, want.images)
+    bundled, n = node().run(clip="samples/courtyard", start=0, frames=0, width=0, height=0, chunk=16)  # from the pack
+    assert n == 17 and bundled.images.shape[1:] == (5, 256, 256, 3)

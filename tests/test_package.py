@@ -24,6 +24,9 @@ def test_wheel_installs_only_alaya_flash(tmp_path):
     assert "alaya_flash/streaming/cli/__init__.py" in names
     assert "alaya_flash/client.py" in names  # an engine's client (docs/live.md, Engine ingest)
     assert not any(n.startswith("alaya_flash/tests/") for n in names)
+    # the saved workflows travel: the UI files with their thumbnails (ComfyUI's templates), the API twins
+    for file in [*ROOT.glob("workflows/*.json"), *ROOT.glob("workflows/*.jpg"), *ROOT.glob("workflows/api/*.json")]:
+        assert f"alaya_flash/{file.relative_to(ROOT).as_posix()}" in names, file
     # every model folder shipped in model_zoo/ travels whole: its config and every weight file, teacher/ too
     from alaya_flash.model_zoo.bundle import shipped_models
 

@@ -53,7 +53,7 @@ json_values = st.recursive(
 
 
 def _mutations():
-    api = json.loads((ROOT / "graphs" / "render-gbuffer-sequence.api.json").read_text())
+    api = json.loads((ROOT / "workflows" / "api" / "render-gbuffer-sequence.json").read_text())
     nodes = sorted(api)
     return st.tuples(st.sampled_from(nodes), st.sampled_from(["drop", "set", "class", "link"]), json_values)
 
@@ -62,7 +62,7 @@ def _mutations():
 @given(mutation=_mutations())
 def test_a_mutated_workflow_validates_or_is_refused_by_name(mutation, tmp_path_factory, capsys):
     nid, how, value = mutation
-    api = json.loads((ROOT / "graphs" / "render-gbuffer-sequence.api.json").read_text())
+    api = json.loads((ROOT / "workflows" / "api" / "render-gbuffer-sequence.json").read_text())
     inputs = api[nid]["inputs"]
     name = sorted(inputs)[len(str(value)) % len(inputs)] if inputs else "x"
     if how == "drop":

@@ -246,7 +246,7 @@ def _graph(clip, refine_input="7"):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    g = json.loads((root / "graphs" / "render-gbuffer-sequence.api.json").read_text())
+    g = json.loads((root / "workflows" / "api" / "render-gbuffer-sequence.json").read_text())
     g["1"]["inputs"].update(path=str(clip), frames=10, chunk=3)
     g["2"]["inputs"].update(model="random:tiny", precision="fp32", device="cpu")
     g["8"] = {"class_type": "Collect", "inputs": {"images": [refine_input, 0]}}

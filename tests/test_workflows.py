@@ -9,8 +9,10 @@ from alaya_flash.nodes import NODE_DISPLAY_NAME_MAPPINGS as NAMES
 from alaya_flash.streaming.engine import runner as rn
 from alaya_flash.streaming.engine import workflow as wfm
 
-WORKFLOWS = Path(__file__).resolve().parents[1] / "graphs"
-NAMES_REQUIRED = ("render-gbuffer-sequence", "render-teacher", "physics-world-demo", "teacher-vs-flash", "live-preview")
+WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
+API = WORKFLOWS / "api"
+NAMES_REQUIRED = ("render-gbuffer-sequence", "render-teacher", "physics-world-demo", "teacher-vs-flash", "live-preview",
+                  "render-gbuffer-videos", "render-long-clip")
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +25,7 @@ def gbuffer_input(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", NAMES_REQUIRED)
 def test_workflow_pair_is_valid_and_ui_converts_to_api_twin(name):
     ui_data = json.loads((WORKFLOWS / f"{name}.json").read_text())
-    api_data = json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+    api_data = json.loads((API / f"{name}.json").read_text())
     ui = wfm.parse_workflow(ui_data, NODES, name)
     api = wfm.parse_workflow(api_data, NODES, name)
     assert ui.format == "ui" and api.format == "api"
@@ -40,8 +42,25 @@ def test_workflow_pair_is_valid_and_ui_converts_to_api_twin(name):
 
 
 def test_no_stray_workflow_files():
-    files = {p.name for p in WORKFLOWS.glob("*.json")}
-    assert files == {f"{n}.json" for n in NAMES_REQUIRED} | {f"{n}.api.json" for n in NAMES_REQUIRED}
+    """One folder: the UI files at the top (ComfyUI lists workflows/*.json as the pack's templates, not its
+    subfolders), their API twins in api/, and no second copy anywhere (graphs/, example_workflows/)."""
+    assert {p.name for p in WORKFLOWS.glob("*.json")} == {f"{n}.json" for n in NAMES_REQUIRED}
+    assert {p.name for p in API.glob("*.json")} == {f"{n}.json" for n in NAMES_REQUIRED}
+    for folder in ("graphs", "example_workflows", "example", "examples", "workflow"):
+        assert not (WORKFLOWS.parent / folder).exists(), f"{folder}/ would be a second copy or template folder"
+
+
+def test_every_template_has_its_thumbnail():
+    """ComfyUI's template browser shows workflows/NAME.jpg beside each NAME.json (a 404 is a blank card):
+    a small JPEG, rendered from the workflow itself by scripts/make_workflows.py --thumbnails."""
+    from PIL import Image
+
+    assert {p.stem for p in WORKFLOWS.glob("*.jpg")} == {p.stem for p in WORKFLOWS.glob("*.json")}
+    for path in WORKFLOWS.glob("*.jpg"):
+        with Image.open(path) as im:
+            assert im.format == "JPEG" and im.mode == "RGB" and im.height == 160 and 160 <= im.width <= 640, path
+            assert max(im.getextrema()[0]) - min(im.getextrema()[0]) > 50, f"{path} is blank"  # a picture, not a fill
+        assert path.stat().st_size < 64 * 1024, path
 
 
 def test_node_pack_conventions():
@@ -55,18 +74,16 @@ def test_node_pack_conventions():
 
 
 def test_generator_output_is_what_is_saved(tmp_path, monkeypatch):
-    """graphs/ is what scripts/make_workflows.py writes (no hand edits drifting from it)."""
+    """workflows/ is what scripts/make_workflows.py writes (no hand edits drifting from it)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_workflows", WORKFLOWS.parent / "scripts" / "make_workflows.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for name, graph in mod.WORKFLOWS.items():
-        assert mod.to_api(graph) == json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+        assert mod.to_api(graph, NODES) == json.loads((API / f"{name}.json").read_text())
         assert mod.to_ui(graph, NODES) == json.loads((WORKFLOWS / f"{name}.json").read_text())
-        # the same UI files are the pack's ComfyUI templates
-        assert (WORKFLOWS.parent / "example_workflows" / f"{name}.json").read_text() == (WORKFLOWS / f"{name}.json").read_text()
-    assert {p.stem for p in (WORKFLOWS.parent / "example_workflows").glob("*.json")} == set(mod.WORKFLOWS)
+    assert set(mod.WORKFLOWS) == set(NAMES_REQUIRED)
 
 
 def test_every_workflow_runs_as_shipped_on_the_bundled_sample(tmp_path, monkeypatch):
@@ -75,10 +92,10 @@ def test_every_workflow_runs_as_shipped_on_the_bundled_sample(tmp_path, monkeypa
     from alaya_flash.streaming.cli import main
 
     monkeypatch.chdir(tmp_path)  # not the repo: samples/courtyard is found in the pack
-    api = json.loads((WORKFLOWS / "render-gbuffer-sequence.api.json").read_text())
+    api = json.loads((API / "render-gbuffer-sequence.json").read_text())
     load = next(n for n in api.values() if n["class_type"] == "AlayaFlash_LoadGBuffers")
     assert load["inputs"]["path"] == "samples/courtyard"
-    assert main(["--quiet", "run", str(WORKFLOWS / "render-gbuffer-sequence.api.json"), "--set", "2.model=random:tiny",
+    assert main(["--quiet", "run", str(API / "render-gbuffer-sequence.json"), "--set", "2.model=random:tiny",
                  "--set", "Save.filename=out.mp4"]) == 0
     import av
 

@@ -163,7 +163,10 @@ class StreamRunner:
             elif fed:
                 for name in sorted(fed):
                     problems.append(f"{spec.label(nid)}: input {name!r} receives a stream, but this node runs once over whole sequences")
-        if not any(getattr(self._cls(n), "STREAM", None) == "source" for n in self.order):
+        if not any(getattr(self._cls(n), "STREAM", None) == "source" for n in self.order) and not any(
+                getattr(self._cls(n), "OUTPUT_NODE", False) and getattr(self._cls(n), "STREAM", None) is None
+                for n in self.order):
+            # (an output node that runs once streams on its own: Render G-Buffer Stream)
             problems.append("the workflow has no stream source (Load G-Buffers, Physics World, ...)")
         if problems:
             raise WorkflowError(self.wf.source, problems)

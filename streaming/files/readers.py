@@ -9,7 +9,9 @@
 
 Layouts (docs/gbuffers.md has the details):
   teacher-mp4     a folder with `{mod}.mp4` or `{clip}_{mod}.mp4` per modality (the teacher's clip
-                  layout), plus `rgb.mp4` / `{clip}_rgb.mp4` ground truth when present (extras["rgb"])
+                  layout), plus `rgb.mp4` / `{clip}_rgb.mp4` ground truth when present (extras["rgb"]);
+                  a folder holding several clips side by side is read one clip at a time by the path
+                  `FOLDER/CLIP` (find_video_clips lists them)
   image-sequence  a folder with one sub-folder per modality (`albedo/0000.png` ...), or files whose
                   names carry the modality (`albedo_0000.png`, `0000.depth.exr`), or multi-layer
                   EXR frames (channels `albedo.R`, `depth.Z`, ..., as the EXR sink writes them).
@@ -223,6 +225,9 @@ def open_gbuffers(
     farther background.
     """
     path = Path(path)
+    clip = None
+    if not path.exists() and path.parent.is_dir() and clip_files(path.parent, path.name):
+        path, clip, layout = path.parent, path.name, layout or "teacher-mp4"  # FOLDER/CLIP: one clip of several
     if nan_policy not in NAN_POLICIES:
         raise AlayaError(f"nan_policy {nan_policy!r} is not one of {', '.join(NAN_POLICIES)}")
     if not path.exists():
@@ -240,8 +245,10 @@ def open_gbuffers(
     elif isinstance(depth_near, str) or not (np.isfinite(depth_near) and depth_near > 0):
         raise AlayaError(f"depth_near must be > 0 or 'auto', got {depth_near!r}")
     layout = layout or detect_layout(path)
+    if clip is not None and layout != "teacher-mp4":
+        raise AlayaError(f"{path / clip}: a clip of {clip}_{{mod}}.mp4 files is read with the teacher-mp4 layout, not {layout}")
     if layout == "teacher-mp4":
-        source = TeacherMp4Source(path, depth_near)
+        source = TeacherMp4Source(path, depth_near, clip=clip)
     elif layout == "npy-windows":
         source = NpyWindowsSource(path, depth_near)
     elif layout == "image-sequence":
@@ -346,14 +353,53 @@ def _missing(path: Path, missing: list[str], found: dict) -> AlayaError:
 # teacher-mp4
 
 
+def clip_files(folder: Path, clip: str) -> dict[str, Path]:
+    """The `{clip}_{mod}.mp4` files of one clip in `folder` (modality names in any case), by modality."""
+    files = {}
+    for p in folder.iterdir():
+        if p.suffix.lower() == ".mp4" and p.stem[: len(clip) + 1] == f"{clip}_":
+            name = p.stem[len(clip) + 1:].lower()
+            if name in MODALITIES + _EXTRA_NAMES:
+                files[name] = p
+    return files if all(m in files for m in MODALITIES) else {}
+
+
+def find_video_clips(root: Path, depth: int = 3) -> list[str]:
+    """The G-buffer video clips under `root` (up to `depth` folders down), as paths relative to it that
+    open_gbuffers reads: FOLDER for a folder of `{mod}.mp4` (AlayaRenderer's clip layout), FOLDER/CLIP
+    for each clip of `CLIP_{mod}.mp4` files; only clips with all five passes."""
+    found: list[str] = []
+
+    def walk(folder: Path, left: int) -> None:
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            return
+        names = {p.name.lower() for p in entries if p.is_file()}
+        if all(f"{m}.mp4" in names for m in MODALITIES):
+            found.append(folder.relative_to(root).as_posix())
+        for p in entries:
+            if p.is_file() and p.suffix.lower() == ".mp4" and p.stem.lower().endswith("_albedo"):
+                clip = p.stem[: -len("_albedo")]
+                if clip_files(folder, clip):
+                    found.append((folder / clip).relative_to(root).as_posix())
+            elif p.is_dir() and left > 0 and not p.name.startswith("."):
+                walk(p, left - 1)
+
+    if root.is_dir():
+        walk(root, depth)
+    return found
+
+
 class TeacherMp4Source:
-    """The teacher's clip folder: one 8-bit RGB MP4 per modality, decoded frame by frame with PyAV."""
+    """The teacher's clip folder: one 8-bit RGB MP4 per modality, decoded frame by frame with PyAV;
+    clip: read only `{clip}_{mod}.mp4` of a folder holding several clips."""
 
     kind = "teacher"
 
-    def __init__(self, folder: Path, depth_near: float = DEFAULT_DEPTH_NEAR):
+    def __init__(self, folder: Path, depth_near: float = DEFAULT_DEPTH_NEAR, clip: str | None = None):
         self.folder = folder
-        self.files = self._find(folder)
+        self.files = clip_files(folder, clip) if clip is not None else self._find(folder)
         missing = [m for m in MODALITIES if m not in self.files]
         if missing:
             raise _missing(folder, missing, self.files)
@@ -372,7 +418,7 @@ class TeacherMp4Source:
             raise AlayaError(f"{folder}: modalities disagree in frame rate ({desc}); export every pass at one rate")
         w, h, n, fps = probes["albedo"]
         self.info = StreamInfo(w, h, fps or DEFAULT_FPS, n or None, depth_near, "srgb", layout="teacher-mp4",
-                               source=str(folder))
+                               source=str(folder / clip if clip is not None else folder))
         naming = "{mod}.mp4" if self.files["albedo"].name == "albedo.mp4" else "{clip}_{mod}.mp4"
         self.description = f"teacher-mp4 ({naming}{', with rgb ground truth' if 'rgb' in self.files else ''})"
 

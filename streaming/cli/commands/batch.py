@@ -1,6 +1,6 @@
 """Render many G-buffer shots through one saved workflow on a pool of workers, with a manifest and resume.
 
-  alaya-flash batch graphs/render-gbuffer-sequence.api.json --inputs 'clips/*' --out 'out/{name}.mp4'
+  alaya-flash batch workflows/api/render-gbuffer-sequence.json --inputs 'clips/*' --out 'out/{name}.mp4'
   alaya-flash batch WORKFLOW --inputs shots.jsonl --out 'out/{name}.mp4' --workers 2 --json
   alaya-flash batch WORKFLOW --inputs 'clips/*' --out 'out/{name}.mp4' --address HEAD:6379 --gpus-per-worker 1
 

@@ -1,5 +1,5 @@
-"""Render a G-buffer sequence to video: a Flash model (the standard render workflow, graphs/
-render-gbuffer-sequence) or a teacher (graphs/render-teacher: 50 steps, CFG, the full Wan VAE).
+"""Render a G-buffer sequence to video: a Flash model (the standard render workflow, workflows/api/
+render-gbuffer-sequence.json) or a teacher (workflows/api/render-teacher.json: 50 steps, CFG, the full Wan VAE).
 
   alaya-flash render samples/courtyard --prompt "a sunny street" --out out/render.mp4
   alaya-flash render samples/courtyard --prompt "0: dawn
@@ -30,9 +30,9 @@ from ....model_zoo.styles import ORIGINAL, STYLES
 from ..args import out_path, parse_size
 
 HELP = "render G-buffers + a prompt to video with a Flash model or a teacher (the render workflows)"
-WORKFLOWS = Path(__file__).resolve().parents[3] / "graphs"
-WORKFLOW = WORKFLOWS / "render-gbuffer-sequence.api.json"
-TEACHER_WORKFLOW = WORKFLOWS / "render-teacher.api.json"
+WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows" / "api"
+WORKFLOW = WORKFLOWS / "render-gbuffer-sequence.json"
+TEACHER_WORKFLOW = WORKFLOWS / "render-teacher.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

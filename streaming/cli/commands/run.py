@@ -1,8 +1,8 @@
 """Run a saved workflow (ComfyUI API or UI format) headless, chunk by chunk.
 
-  alaya-flash run graphs/render-gbuffer-sequence.api.json --set "Load G-Buffers.path=clip/" \\
+  alaya-flash run workflows/api/render-gbuffer-sequence.json --set "Load G-Buffers.path=clip/" \\
       --set "Save.filename=out/render.mp4"
-  alaya-flash run graphs/render-gbuffer-sequence.json --inputs 'clips/*' --set Save.filename=out/{name}.mp4
+  alaya-flash run workflows/render-gbuffer-sequence.json --inputs 'clips/*' --set Save.filename=out/{name}.mp4
   alaya-flash run my-workflow.json --validate-only
 
 Sources yield chunks, stateful nodes keep their state between chunks, sinks write as frames come,

@@ -2,7 +2,7 @@
 
   alaya-flash serve                                  # playable physics world, http://127.0.0.1:8765/
   alaya-flash serve --gbuffers clips/seed3 --source file --prompt "a rainy street"
-  alaya-flash serve --workflow graphs/live-preview.api.json
+  alaya-flash serve --workflow workflows/api/live-preview.json
   alaya-flash serve --record --record-gbuffers       # record from the start
 
 The page shows the rendered stream (and, on request, the G-buffer passes), a prompt box, the
