@@ -66,9 +66,9 @@ class RenderGBufferStream:
         from ..streaming.engine.driver import StageGraph, Step, drive
         from ..streaming.engine.pipelines import flash_steps
 
-        output = Save.VALIDATE_INPUTS(filename, format, overwrite)  # checked here: VALIDATE_INPUTS takes only `path`
+        named = Save.VALIDATE_INPUTS(filename)  # checked here: this node's VALIDATE_INPUTS takes only `path`
         refuse("Render G-Buffer Stream", FlashSampler.check_values(steps, chunk_frames, window_frames, sink_frames)
-               + [None if output is True else output])
+               + [None if named is True else named] + Save.check_values(filename, format, overwrite))
         source = LoadGBuffers().open_stream(path, "auto", start, frames, 1, "stretch", width, height, chunk)
         steps_ = flash_steps(model, prompt, seed, steps=_own(steps), chunk_frames=_own(chunk_frames),
                              window_frames=_own(window_frames), sink_frames=_own(sink_frames))
