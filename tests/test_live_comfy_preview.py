@@ -46,4 +46,4 @@ def test_flash_sampler_previews_each_chunk_inside_comfyui(monkeypatch):
     assert torch.equal(shown.tensor, plain.tensor)  # previews do not touch the stream
     assert [(v, t) for v, t, _ in updates] == [(1, 3), (2, 3), (3, 3)]  # 3 latents, 1 per chunk
     for _, _, (fmt, image, max_size) in updates:
-        assert fmt == "JPEG" and image.size == (32, 32) and max_size == 512
+        assert fmt == "JPEG" and image.size == (32, 32) and max_size is None  # its own size: never scaled up

@@ -59,6 +59,20 @@ def candidate_addresses(sdp: str) -> list[str]:
     return out
 
 
+def loopback_candidates_only(sdp: str) -> tuple[str, list[str]]:
+    """The SDP without its ICE candidates that name another address than 127.0.0.1 / ::1 (mDNS names
+    and unreadable lines included), and those addresses."""
+    kept, dropped = [], []
+    for line in sdp.split("\r\n"):
+        if line.startswith("a=candidate:"):
+            (address,) = candidate_addresses(line)
+            if address not in LOOPBACK_ADDRESSES:
+                dropped.append(address)
+                continue
+        kept.append(line)
+    return "\r\n".join(kept), dropped
+
+
 def _loopback_only() -> None:
     """Make aioice gather 127.0.0.1 only (idempotent; this process serves nothing else over ICE)."""
     global _patched
@@ -160,10 +174,9 @@ class RtcPeer:
         from aiortc import RTCSessionDescription
 
         if self.loopback:  # a loopback server reaches out to no other address (serve --host allows others)
-            for address in candidate_addresses(sdp):
-                if address not in LOOPBACK_ADDRESSES:
-                    raise ValueError(f"ICE candidate address {address} is not a loopback address; this server "
-                                     "listens on loopback only (serve --host allows others)")
+            sdp, dropped = loopback_candidates_only(sdp)
+            if dropped:  # a browser lists its other interfaces: its checks to 127.0.0.1 still connect
+                log.info("live: WebRTC answer: ignored ICE candidates off this machine: %s", ", ".join(dropped))
         self._set("answered")
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
 
