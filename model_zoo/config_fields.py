@@ -34,12 +34,14 @@ class Field:
     choices: tuple = ()
     step: int = 0
     each: bool = False
+    length: int = 0  # a list of exactly this many (0: any number)
 
     def problem(self, value: Any) -> str | None:
         """What is wrong with value (None: nothing)."""
         if self.each:
-            if not isinstance(value, (list, tuple)) or not value:
-                return f"must be a list of {self._what()}, got {value!r}"
+            if not isinstance(value, (list, tuple)) or not value or self.length and len(value) != self.length:
+                count = f"{self.length} " if self.length else ""
+                return f"must be a list of {count}{self._what()}, got {value!r}"
             one = Field(self.kind, self.low, self.high, self.choices, self.step)
             return next((f"item {i}: {p}" for i, p in ((i, one.problem(v)) for i, v in enumerate(value)) if p), None)
         if self.kind == "bool":
@@ -73,8 +75,8 @@ def _int(low: int, high: int = MAX_SIZE, step: int = 0) -> Field:
     return Field("int", low, high, step=step)
 
 
-def _ints(low: int, high: int = MAX_SIZE) -> Field:
-    return Field("int", low, high, each=True)
+def _ints(low: int, high: int = MAX_SIZE, length: int = 0) -> Field:
+    return Field("int", low, high, each=True, length=length)
 
 
 def _float(low: float, high: float) -> Field:
@@ -87,9 +89,9 @@ NETWORKS: dict[str, dict[str, Field]] = {
     "dit": {
         "in_dim": _int(1), "out_dim": _int(1), "dim": _int(1), "ffn_dim": _int(1), "freq_dim": _int(2),
         "text_dim": _int(1), "text_len": _int(0), "num_heads": _int(1, 4096), "num_layers": _int(1, 1024),
-        "patch_size": _ints(1, 64), "eps": _float(1e-12, 1.0), "rope_positions": _int(1), "rope_theta": _float(1.0, 1e12),
+        "patch_size": _ints(1, 64, length=3), "eps": _float(1e-12, 1.0), "rope_positions": _int(1), "rope_theta": _float(1.0, 1e12),
     },
-    "tiny-codec": {"latent_channels": _int(1), "encoder_width": _int(1), "decoder_widths": _ints(1), "image_channels": _int(1)},
+    "tiny-codec": {"latent_channels": _int(1), "encoder_width": _int(1), "decoder_widths": _ints(1, length=4), "image_channels": _int(1)},
     "gbuffer-encoder": {"hidden": _int(1), "branches": _int(1, 64), "latent_channels": _int(1), "image_channels": _int(1)},
     "wan-vae": {"base_dim": _int(1), "z_dim": _int(1), "dim_mult": _ints(1, 64), "num_res_blocks": _int(1, 64),
                 "temporal_downsample": Field("bool", each=True)},

@@ -22,7 +22,7 @@ def test_turned_ground_truth_is_the_same_whichever_way_the_world_faces(monkeypat
                           sun_turns=4)
     first = data.render_clip(cfg, 5)
     plain = data.render_clip(data.DataConfig(**{**cfg.__dict__, "sun_turns": 1}), 5)
-    assert "rgb_turned" not in plain and set(first) == {"gbuffers", "rgb", "presets", "rgb_turned"}
+    assert "rgb_turned" not in plain and set(first) == {"gbuffers", "rgb", "presets", "rgb_turned", "light", "up"}
     assert (first["rgb"] == plain["rgb"]).all() and (first["gbuffers"] == plain["gbuffers"]).all()
     for name in cfg.presets:  # cyberpunk_neon: its fill lights turn too
         monkeypatch.setitem(shading.PRESETS, name, shading.turned(shading.PRESETS[name], 90))
