@@ -313,14 +313,8 @@ class Client:
         return self._call(self._async.receive(timeout))
 
     def renderable(self) -> int:
-        """How many of the frames sent so far can come back: those of completed chunks (the hello's
-        first_chunk_frames, then chunk_frames each) less the held_frames a pipeline returns with the next
-        chunk, plus every refused frame (its error comes back)."""
-        first = int(self.hello.get("first_chunk_frames", self.hello.get("chunk_frames", 1)))
-        steady = max(1, int(self.hello.get("chunk_frames", 1)))
-        valid = self._sent - self._refused
-        whole = 0 if valid < first else first + (valid - first) // steady * steady
-        return max(0, whole - int(self.hello.get("held_frames", 0))) + self._refused
+        """How many of the frames sent so far can come back (AsyncClient.renderable)."""
+        return self._async.renderable()
 
     def poll(self) -> list[Frame]:
         """Every frame that has arrived, in order; [] when none (never waits)."""

@@ -37,6 +37,19 @@ def _box_hits(rays, lo, hi):
     return np.where(hit, t_in, np.inf), normal
 
 
+def _sphere(h, w, centre, radius):
+    """A sphere in front of the camera: unit view rays, which pixels hit it, its normals and depth."""
+    rays, _ = _rays(h, w)
+    d = rays / np.linalg.norm(rays, axis=-1, keepdims=True)
+    b = (d * centre).sum(-1)
+    disc = b * b - (centre * centre).sum() + radius * radius
+    t = np.where(disc > 0, b - np.sqrt(np.maximum(disc, 0)), np.inf)
+    points = d * t[..., None]
+    hit = np.isfinite(t)
+    normal = np.where(hit[..., None], (points - centre) / radius, np.array([0.0, 0.0, 1.0]))
+    return d, hit, normal, np.where(hit, -points[..., 2], np.inf)
+
+
 def _frame(depth, normal, albedo=0.5, metallic=0.0, roughness=1.0, depth_near=0.5):
     h, w = depth.shape
     full = lambda v: np.full((h, w), v, np.float32)  # noqa: E731
@@ -104,16 +117,7 @@ def test_a_box_casts_a_shadow_of_its_height_over_the_tangent_of_the_sun_elevatio
 
 def test_a_mirror_sphere_shows_the_sun_where_its_normal_halves_view_and_light():
     h = w = 96
-    rays, f = _rays(h, w)
-    centre, radius = np.array([0.0, 0.0, -5.0]), 1.5
-    d = rays / np.linalg.norm(rays, axis=-1, keepdims=True)
-    b = (d * centre).sum(-1)
-    disc = b * b - (centre * centre).sum() + radius * radius
-    t = np.where(disc > 0, b - np.sqrt(np.maximum(disc, 0)), np.inf)
-    points = d * t[..., None]
-    hit = np.isfinite(t)
-    normal = np.where(hit[..., None], (points - centre) / radius, np.array([0.0, 0.0, 1.0]))
-    depth = np.where(hit, -points[..., 2], np.inf)
+    d, hit, normal, depth = _sphere(h, w, np.array([0.0, 0.0, -5.0]), 1.5)
     images = _frame(depth, normal, albedo=0.9, metallic=1.0, roughness=0.08)
     up = torch.tensor([0.0, 1.0, 0.0])
     light = Light(sun_azimuth=150.0, sun_elevation=35.0, sun_color=(5.0, 5.0, 5.0), **DARK)
@@ -134,16 +138,7 @@ def test_a_metal_reflects_the_sky_and_a_dielectric_does_not():
     """Under a blue zenith and an orange horizon with no sun, a mirror sphere's top is bluer than its
     middle; a rough dielectric's is not, by far."""
     h = w = 64
-    rays, _ = _rays(h, w)
-    centre, radius = np.array([0.0, 0.0, -4.0]), 1.2
-    d = rays / np.linalg.norm(rays, axis=-1, keepdims=True)
-    b = (d * centre).sum(-1)
-    disc = b * b - (centre * centre).sum() + radius * radius
-    t = np.where(disc > 0, b - np.sqrt(np.maximum(disc, 0)), np.inf)
-    points = d * t[..., None]
-    hit = np.isfinite(t)
-    normal = np.where(hit[..., None], (points - centre) / radius, np.array([0.0, 0.0, 1.0]))
-    depth = np.where(hit, -points[..., 2], np.inf)
+    _, _, normal, depth = _sphere(h, w, np.array([0.0, 0.0, -4.0]), 1.2)
     light = pack(Light(sun_color=(0.0, 0.0, 0.0), sky_zenith=(0.1, 0.3, 1.0), sky_horizon=(1.0, 0.5, 0.1),
                        ground=(0.0, 0.0, 0.0)))[0]
     up = torch.tensor([0.0, 1.0, 0.0])
