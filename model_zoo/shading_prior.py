@@ -22,8 +22,8 @@ G-buffers (uint8 (..., 5, H, W, 3), streaming/gbuffer.py) and a packed light (mo
 
 Given the truth's sun visibility and no AO it reproduces the physics world's truth from its
 teacher-form G-buffers (tests/test_shading_prior.py), so what it misses on a path-traced scene is
-what screen space and one bounce miss. Float32 throughout; one frame at 256x256 costs a few
-milliseconds on one core (`alaya-flash bench` stage `shade`).
+what screen space and one bounce miss. Float32 throughout; its cost per frame on one thread is
+`alaya-flash bench`'s `shade` figure (docs/lighting.md).
 """
 from __future__ import annotations
 
@@ -111,22 +111,6 @@ def direction(elevation: Tensor, azimuth: Tensor, up: Tensor) -> Tensor:
     left = torch.linalg.cross(up, forward, dim=-1)
     e, a = torch.deg2rad(elevation)[..., None], torch.deg2rad(azimuth)[..., None]
     return e.cos() * (a.cos() * forward + a.sin() * left) + e.sin() * up
-
-
-def _sample(plane: Tensor, px: Tensor, py: Tensor) -> Tensor:
-    """plane (N, 1, H, W) at integer pixel coordinates (N, 1, H, W) (clamped to the frame)."""
-    n, _, h, w = plane.shape
-    idx = py.clamp(0, h - 1) * w + px.clamp(0, w - 1)
-    return plane.reshape(n, 1, h * w).gather(2, idx.reshape(n, 1, h * w)).reshape(n, 1, h, w)
-
-
-def _project(q: Tensor, focal: float, h: int, w: int) -> tuple[Tensor, Tensor, Tensor]:
-    """View-space points (N, 3, H, W) -> integer pixel x, y and whether they fall on the frame."""
-    z = (-q[:, 2:3]).clamp_min(1e-4)
-    px = torch.floor(q[:, 0:1] / z * focal + w / 2).long()
-    py = torch.floor(-q[:, 1:2] / z * focal + h / 2).long()
-    inside = (px >= 0) & (px < w) & (py >= 0) & (py < h) & (q[:, 2:3] < 0)
-    return px, py, inside
 
 
 def _polar_frame(v: tuple[float, float], h: int, w: int) -> tuple[float, float, float, float]:

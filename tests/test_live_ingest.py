@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import aiohttp
@@ -470,10 +469,9 @@ def test_the_client_never_waits_for_frames_that_cannot_come(flash_server):
         for n in range(3):
             client.send(n, frames[n])
         assert client.receive(timeout=120).number == 0
-        t0 = time.perf_counter()
+        # refused, not timed out: a wait would end in "no a rendered frame after 120 s"
         with pytest.raises(ClientError, match="no frame can come back yet: 2 sent frame"):
             client.receive(timeout=120)
-        assert time.perf_counter() - t0 < 5
         for n in range(3, 5):
             client.send(n, frames[n])
         assert [client.receive(timeout=120).number for _ in range(4)] == [1, 2, 3, 4]
