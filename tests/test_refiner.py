@@ -299,3 +299,65 @@ def test_refiner_on_cuda_gives_the_cpus_frames_back_on_the_cpu():
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         gpu = net.cuda().refine(frames, gb)
     assert gpu.device.type == "cpu" and (gpu - cpu).abs().max() <= 1e-4
+
+
+def _sun(azimuth: float, n: int = 1) -> torch.Tensor:
+    from alaya_flash.model_zoo.light import Light, pack
+
+    return pack(Light(sun_azimuth=azimuth, sun_elevation=30.0)).expand(n, -1)
+
+
+def test_a_light_refiner_starts_as_the_identity_and_then_follows_the_light():
+    """The light refiner reads the shading prior under each frame's light: a fresh one returns its
+    input; a trained one renders another sun differently, and a frame under its own light alike
+    whatever the other frames' lights are (frame by frame)."""
+    frames, gb = torch.rand(2, 32, 32, 3), _gbuffers(2, 32, 32).images
+    text = torch.randn(1, 384).expand(2, -1)
+    fresh = rf.build(rf.CONFIGS["gbuffer-refiner-16-light"])
+    assert fresh.reads_light and not rf.build(rf.CONFIGS["gbuffer-refiner-16-context"]).reads_light
+    assert torch.equal(fresh.refine(frames, gb, text, _sun(90.0, 2)), frames)
+    net = _random_refiner("gbuffer-refiner-16-light")
+    left, right = net.refine(frames, gb, text, _sun(90.0, 2)), net.refine(frames, gb, text, _sun(-90.0, 2))
+    assert not torch.allclose(left, right, atol=1e-3)
+    mixed = net.refine(frames, gb, text, torch.cat([_sun(90.0), _sun(-90.0)]))
+    assert torch.equal(mixed[0], left[0]) and torch.equal(mixed[1], right[1])
+    with pytest.raises(AlayaError, match="reads the light: it needs one light per frame"):
+        net.refine(frames, gb, text)
+    with pytest.raises(AlayaError, match="reads the shading prior"):
+        net(frames.permute(0, 3, 1, 2), rf.gbuffer_planes(gb), text)
+    # the prior has no weights: the checkpoint holds the network's alone
+    assert not any(k.startswith("shading_prior") for k in net.state_dict())
+
+
+@pytest.mark.parametrize("cut", [1, 5])
+def test_a_light_schedule_reaches_the_refiner_frame_by_frame(cut):
+    """Streamed in any chunking, the pipeline's frames equal the refiner applied afterwards with each
+    frame's light from the schedule (the sun moving mid-stream); without an explicit light the
+    prompt's light (the light head's reading) is used, and an explicit one wins over it."""
+    from alaya_flash.streaming.engine.lighting import LightSchedule, prompt_lights
+
+    model = bundle.make_random_flash(seed=0)
+    model.refiner = _random_refiner("gbuffer-refiner-16-light")
+    sched = pl.PromptSchedule.encode(model.text_encoder(), "a sunny street, the sun on the left")
+    lights = LightSchedule.parse("0: az=90,el=30\n8: az=-90,el=30")
+    g = _gbuffers(9, 32, 32)
+    pieces = [pl.GBuffers(g.images[i:i + cut]) for i in range(0, 9, cut)]
+    refined = _render(pl.FlashPipeline(model, sched, seed=2, lights=lights), pieces)
+    plain = _render(pl.FlashPipeline(model, sched, seed=2, refine=False), [g])
+    text = sched.at(0)[1][:, 0].expand(9, -1)
+    assert torch.equal(refined, model.refiner.refine(plain, g.images, text, lights.at(torch.arange(9))))
+    from_prompt = _render(pl.FlashPipeline(model, sched, seed=2), [g])
+    assert torch.equal(from_prompt, model.refiner.refine(plain, g.images, text,
+                                                         prompt_lights(model, sched).at(torch.arange(9))))
+    assert not torch.allclose(from_prompt, refined, atol=1e-3)
+    with pytest.raises(AlayaError, match="reads the light; connect a light"):
+        pl.Refine(model.refiner, sched)
+
+
+def test_light_refiner_folder_round_trip(tmp_path):
+    model = bundle.make_random_flash(seed=0)
+    model.refiner = _random_refiner("gbuffer-refiner-16-light")
+    back = bundle.load_flash_folder(bundle.save_flash(model, tmp_path / "m"), dtype=torch.float32)
+    assert back.refiner.config == model.refiner.config and back.refiner.reads_light
+    for k, v in model.refiner.state_dict().items():
+        assert torch.equal(back.refiner.state_dict()[k], v)

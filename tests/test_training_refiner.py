@@ -402,3 +402,41 @@ def test_compare_refiners_gives_evals_figures_from_frames_rendered_once(runs, tm
     assert f"compare_refiners: {tmp_path}: no checkpoint here; run `alaya-flash train refiner` first" in capsys.readouterr().err
     assert script.main([model, "--model", model, "--data", data, "--cache", str(tmp_path / "frames.pt"), *common_args]) == 1
     assert "--cache " + str(tmp_path / "frames.pt") + ": frames are kept in a .safetensors file" in capsys.readouterr().err
+
+
+def test_light_refiner_stage_reads_the_prior_under_each_clips_recorded_light(runs, tmp_path):
+    """A light-reading refiner trains on the renders beside the shading prior's planes under each clip's
+    recorded light (cached: a second run shades nothing again); its frames come nearer the truth, and
+    another sun changes them."""
+    from alaya_flash.model_zoo.codecs import refiner as rf
+    from alaya_flash.model_zoo.light import Light, pack
+    from alaya_flash.model_zoo.loading import load_strict
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import RefinerStageConfig, model_renders
+
+    cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 2,
+           "crop": 32, "batch": 4, "steps": 60, "lr": 3e-3, "log_every": 20, "ckpt_every": 60, "precision": "fp32",
+           "config": "gbuffer-refiner-16-light"}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    assert (tmp_path / "ref" / "train.log").read_text().count("shaded training clip") == 2
+    cfg["steps"] = 61
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    assert (tmp_path / "ref" / "train.log").read_text().count("shaded training clip") == 2  # planes reused
+    net = rf.build(rf.CONFIGS["gbuffer-refiner-16-light"])
+    load_strict(net, common.final_weights(tmp_path / "ref", "refiner"))
+    clips = ClipSet(runs / "data", "train")
+    renders, picks = model_renders(common.config_from_dict(cfg, RefinerStageConfig), clips, None)
+    from alaya_flash.training.refiner import _embeddings
+
+    before, after = [], []
+    for c in range(2):
+        for q in range(len(clips.presets)):
+            frames = torch.from_numpy(renders[c, q]).float() / 255
+            truth = torch.from_numpy(clips.rgb[c, q]).float() / 255
+            gb = torch.from_numpy(clips.gbuffers[c])
+            text = _embeddings([picks[c][q]]).expand(len(frames), -1)
+            before.append(torch.mean((frames - truth) ** 2))
+            after.append(torch.mean((net.refine(frames, gb, text, torch.from_numpy(clips.light[c, q])) - truth) ** 2))
+    assert sum(after) < 0.8 * sum(before)
+    other = pack(Light(sun_azimuth=-170.0, sun_elevation=5.0)).expand(len(frames), -1)
+    assert not torch.allclose(net.refine(frames, gb, text, other), net.refine(frames, gb, text, torch.from_numpy(clips.light[1, q])), atol=1e-3)

@@ -332,11 +332,14 @@ class ClipSet:
         files = meta["clips"][split]
         if not files:
             raise AlayaError(f"{meta_path}: split {split!r} has no clips")
-        g, r, turned, captions = [], [], [], []
+        g, r, turned, captions, lights, ups = [], [], [], [], [], []
         for name in files:
             with np.load(root / name) as z:
                 g.append(z["gbuffers"])
                 r.append(z["rgb"])
+                if "light" in z:
+                    lights.append(z["light"])
+                    ups.append(z["up"])
                 if "rgb_turned" in z:
                     turned.append(z["rgb_turned"])
                 if "captions" in z:
@@ -347,6 +350,9 @@ class ClipSet:
         self.captions: list[list[str]] | None = captions if len(captions) == len(files) else None
         # The ground truth's mean over the world's turns (a dataset made with sun_turns > 1), else None.
         self.rgb_turned = np.stack(turned) if len(turned) == len(files) else None
+        # Each preset's light per frame (N, P, T, PACKED) and the camera's up (N, T, 3), else None (older data).
+        self.light = np.stack(lights) if len(lights) == len(files) else None
+        self.up = np.stack(ups) if len(ups) == len(files) else None
 
     def __len__(self) -> int:
         return len(self.gbuffers)

@@ -163,6 +163,37 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     return out, chosen
 
 
+@torch.no_grad()
+def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool = False) -> np.ndarray:
+    """The shading prior's planes of the first n clips under each preset's recorded light, uint8
+    (n, P, T, 5, H, W), what a light-reading refiner sees beside each render (the camera's up as inference
+    has it: estimated from the normals). Kept in out/priors[-mix]/ (a clip whose recipe matches is read back)."""
+    from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
+    from ..model_zoo.shading_prior import ShadingPrior
+    from ..streaming.gbuffer import DEFAULT_DEPTH_NEAR
+
+    if clips.light is None:
+        raise AlayaError(f"refiner stage: config {cfg.config!r} reads the light, and {clips.root} records none "
+                         "(made before clips carried their lights): make the dataset again")
+    prior = ShadingPrior()
+    folder = Path(cfg.out) / ("priors-mix" if mix else "priors")
+    recipe = {"data": str(cfg.mix_data if mix else cfg.data), "prior": repr(prior.config)}
+    p, t, h, w = clips.rgb.shape[1:5]
+    out = np.empty((n, p, t, 5, h, w), np.uint8)
+    for c in range(n):
+        path = folder / f"clip-{c:06d}.safetensors"
+        if path.is_file() and json.loads(read_metadata(path).get("recipe", "{}")) == {**recipe, "clip": c}:
+            out[c] = read_state_dict(path)["planes"].numpy()
+            continue
+        gbuffers = torch.from_numpy(clips.gbuffers[c])
+        for q in range(p):
+            planes = prior(gbuffers, torch.from_numpy(clips.light[c, q]), DEFAULT_DEPTH_NEAR)
+            out[c, q] = planes.mul(255).round().clamp(0, 255).to(torch.uint8).numpy()
+        save_safetensors({"planes": torch.from_numpy(out[c])}, path, {"recipe": {**recipe, "clip": c}})
+        log.info("shaded training clip %d/%d under %d lights", c + 1, n, p)
+    return out
+
+
 @dataclass
 class _Source:
     """One dataset's training clips, the model's renders of them, the frames to fit and the wordings' embeddings."""
@@ -172,9 +203,10 @@ class _Source:
     goal: np.ndarray
     texts: torch.Tensor | None  # (P, W, D) for a prompt-reading refiner
     captions: torch.Tensor | None = None  # (N, P, 2, D): each clip's caption per preset, as is and mirrored
+    priors: np.ndarray | None = None  # (N, P, T, 5, H, W) uint8: the shading prior's planes, for a light-reading refiner
 
 
-def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = False) -> _Source:
+def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = False, light: bool = False) -> _Source:
     clips = ClipSet(data, "train")
     goal = clips.rgb if cfg.target == "truth" else clips.rgb_turned
     if goal is None:
@@ -187,15 +219,18 @@ def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = 
         n = len(renders)
         texts = [t for row in clips.captions[:n] for caption in row for t in (caption, mirrored_caption(caption))]
         captions = _embeddings(texts).view(n, len(clips.presets), 2, -1)
-    return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None, captions)
+    priors = prior_planes(cfg, clips, len(renders), log, mix) if light else None
+    return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None, captions, priors)
 
 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     dev = torch.device(cfg.device)
     net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config]).to(dev)
-    sources = [_source(cfg, cfg.data, log, net.text_dim)]
+    sources = [_source(cfg, cfg.data, log, net.text_dim, light=net.reads_light)]
     if cfg.mix_data:
-        sources.append(_source(cfg, cfg.mix_data, log, net.text_dim, mix=True))
+        sources.append(_source(cfg, cfg.mix_data, log, net.text_dim, mix=True, light=net.reads_light))
+    if net.reads_light and cfg.novel_share:
+        raise AlayaError("refiner stage: novel_share is not supported with a refiner that reads the light")
     if cfg.caption_rate and not (net.text_dim and any(src.captions is not None for src in sources)):
         raise AlayaError(f"refiner stage: caption_rate {cfg.caption_rate} needs a refiner config that reads the prompt "
                          f"and clip captions, which only a world v2 dataset has ({cfg.config}, {cfg.data})")
@@ -212,7 +247,7 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        rgb, planes, target, text = [], [], [], []
+        rgb, planes, target, text, priors = [], [], [], [], []
         for _ in range(cfg.batch):
             # (each draw only when asked for, so runs without a mix or novel renders keep their random stream)
             src = sources[int(float(torch.rand((), generator=g)) < cfg.mix_rate) if cfg.mix_rate else 0]
@@ -235,6 +270,8 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
             crop = [torch.from_numpy(frames[c, q, f, y:y + k, x:x + k]),
                     refiner_codec.gbuffer_planes(torch.from_numpy(src.clips.gbuffers[c, f, :, y:y + k, x:x + k])),
                     torch.from_numpy(src.goal[c, q, f, y:y + k, x:x + k])]
+            if src.priors is not None:
+                crop.append(torch.from_numpy(src.priors[c, q, f, :, y:y + k, x:x + k]).float() / 255)
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
                 crop = _mirrored(*crop)
                 if captioned:  # the mirrored scene's sun is on the other side
@@ -242,6 +279,8 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
             rgb.append(crop[0])
             planes.append(crop[1])
             target.append(crop[2])
+            if src.priors is not None:
+                priors.append(crop[3])
 
         def images(batch):  # uint8 (B, k, k, 3) -> float (B, 3, k, k) in [0, 1]
             return torch.stack(batch).permute(0, 3, 1, 2).float() / 255
@@ -256,7 +295,9 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
             prompt = torch.stack(text) if text else None
             if prompt is not None and cfg.text_noise:
                 prompt = perturb_prompts(prompt, cfg.text_noise, g)  # drawn on the CPU, as on any device
-            out = net(seen.to(dev), torch.stack(planes).to(dev), None if prompt is None else prompt.to(dev)).float()
+            prior = torch.stack(priors).to(dev) if priors else None  # (B, 5, k, k), light-reading configs
+            args = [seen.to(dev), torch.stack(planes).to(dev), None if prompt is None else prompt.to(dev)]
+            out = net(*args, *([prior] if priors else [])).float()
         truth = images(target).to(dev)
         loss = F.l1_loss(out, truth) + F.mse_loss(out, truth)
         descend(opt, loss, net.parameters())
@@ -279,12 +320,13 @@ def load_run(run: str | Path) -> tuple[refiner_codec.GBufferRefiner, str]:
     return net, name
 
 
-def _mirrored(rgb, planes, target):
+def _mirrored(rgb, planes, target, *prior):
     """A crop mirrored left-right: a mirrored scene under the mirrored light, as valid a sample as the first.
-    Camera-space normals then point the other way in x (plane 5: x in [0, 1] from [-1, 1])."""
+    Camera-space normals then point the other way in x (plane 5: x in [0, 1] from [-1, 1]); the shading
+    prior's planes (images of that light) mirror as they are."""
     planes = planes.flip(-1).clone()
     planes[5] = 1 - planes[5]
-    return rgb.flip(-2), planes, target.flip(-2)
+    return [rgb.flip(-2), planes, target.flip(-2), *(p.flip(-1) for p in prior)]
 
 
 def _embeddings(wordings: list[str]) -> torch.Tensor:

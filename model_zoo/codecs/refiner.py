@@ -27,6 +27,14 @@ With a prompt its features get a FiLM of their own (a second small MLP), so the 
 side the caption names, docs/world.md) can steer where the coarse light goes. At 256x256 the
 path is 16x16 and costs a fraction of the full-resolution layers.
 
+A config with `prior` also reads the light: the shading prior (model_zoo/shading_prior.py) shades
+the frame's G-buffers under the frame's `Light` (from the user, an engine, or the prompt's light
+head) and its five planes (shaded sRGB, sun visibility, ambient occlusion) join the head's input.
+The cast shadows, the metals' reflections and the sky are then computed rather than learnt; the
+network learns what the prior gets wrong (indirect light, soft shadows, texture, style).
+
+    x    = [rgb (3), G-buffers (9), prior (5)] in [-1, 1]                    17 x H x W
+
 It works frame by frame (no memory), so it streams with any chunking and adds no latency. The
 last conv (and the prompt MLP's last layer) start at zero: an untrained refiner returns its input
 unchanged. Not in the seed paper, whose frames come straight out of its distilled decoder; a model
@@ -42,6 +50,7 @@ from torch import Tensor, nn
 
 from ..errors import AlayaError
 from .. import fused
+from ..shading_prior import PRIOR_CHANNELS, ShadingPrior
 from .tiny import channels_last, conv
 
 GBUFFER_CHANNELS = 9  # albedo 3, depth 1, metallic 1, normal 3, roughness 1 (single-channel passes: channel 0)
@@ -54,12 +63,14 @@ class RefinerConfig:
     text_dim: int = 0  # width of the prompt embedding it reads (0: no prompt)
     text_hidden: int = 64  # the prompt MLP's hidden width
     context: int = 0  # channels of the 1/16-resolution context path (0: none)
+    prior: bool = False  # reads the shading prior's planes under each frame's light
 
 
 CONFIGS: dict[str, RefinerConfig] = {
     "gbuffer-refiner-16": RefinerConfig(),
     "gbuffer-refiner-16-prompt": RefinerConfig(text_dim=384),  # all-MiniLM-L6-v2's pooled embedding
     "gbuffer-refiner-16-context": RefinerConfig(text_dim=384, context=64),
+    "gbuffer-refiner-16-light": RefinerConfig(text_dim=384, context=64, prior=True),
 }
 
 
@@ -86,7 +97,8 @@ class GBufferRefiner(nn.Module):
         super().__init__()
         self.config = cfg
         c, rgb = cfg.width, cfg.image_channels
-        self.head = nn.Sequential(conv(rgb + GBUFFER_CHANNELS, c), nn.ReLU(), conv(c, c), nn.ReLU())
+        inputs = rgb + GBUFFER_CHANNELS + (PRIOR_CHANNELS if cfg.prior else 0)
+        self.head = nn.Sequential(conv(inputs, c), nn.ReLU(), conv(c, c), nn.ReLU())
         self.down = nn.Sequential(conv(c, 2 * c, stride=2), nn.ReLU(), conv(2 * c, 2 * c), nn.ReLU(),
                                   conv(2 * c, 2 * c, stride=2), nn.ReLU(), conv(2 * c, 2 * c), nn.ReLU())
         self.tail = nn.Sequential(conv(3 * c, c), nn.ReLU(), conv(c, rgb))
@@ -106,6 +118,8 @@ class GBufferRefiner(nn.Module):
             nn.init.zeros_(self.context_out.bias)
             if cfg.text_dim:
                 self.context_text = self._film_mlp(2 * k)
+        if cfg.prior:  # no parameters: the checkpoint's keys are the network's alone
+            self.shading_prior = ShadingPrior()
 
     def _film_mlp(self, n: int) -> nn.Sequential:
         """Prompt embedding -> n FiLM values; the last layer starts at zero (scale 1, shift 0)."""
@@ -119,11 +133,22 @@ class GBufferRefiner(nn.Module):
     def text_dim(self) -> int:
         return self.config.text_dim
 
-    def forward(self, rgb: Tensor, planes: Tensor, text: Tensor | None = None) -> Tensor:
-        """rgb (M, 3, H, W) in [0, 1], planes (M, 9, H, W) in [0, 1] and, when the config reads prompts,
-        text (M, text_dim) pooled prompt embeddings -> refined rgb (M, 3, H, W), unclamped."""
+    @property
+    def reads_light(self) -> bool:
+        return self.config.prior
+
+    def forward(self, rgb: Tensor, planes: Tensor, text: Tensor | None = None, prior: Tensor | None = None) -> Tensor:
+        """rgb (M, 3, H, W) in [0, 1], planes (M, 9, H, W) in [0, 1], when the config reads prompts text
+        (M, text_dim) pooled prompt embeddings, and when it reads the light the shading prior's planes
+        (M, 5, H, W) in [0, 1] -> refined rgb (M, 3, H, W), unclamped."""
         p = self.tail[-1].weight
-        x = channels_last(torch.cat([rgb, planes], 1).to(p.dtype) * 2 - 1)
+        inputs = [rgb, planes]
+        if self.reads_light:
+            if prior is None or prior.shape[0] != rgb.shape[0] or prior.shape[1] != PRIOR_CHANNELS:
+                got = None if prior is None else tuple(prior.shape)
+                raise AlayaError(f"G-buffer refiner: reads the shading prior ({rgb.shape[0]}, {PRIOR_CHANNELS}, H, W), got {got}")
+            inputs.append(prior.to(rgb.dtype))
+        x = channels_last(torch.cat(inputs, 1).to(p.dtype) * 2 - 1)
         f = fused.sequential(self.head, x)
         film = None
         c = self.config.width
@@ -161,10 +186,13 @@ class GBufferRefiner(nn.Module):
         return F.interpolate(e.float(), size=d.shape[-2:], mode="bilinear", align_corners=False).to(d.dtype)
 
     @torch.no_grad()
-    def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None) -> Tensor:
+    def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None, light: Tensor | None = None,
+               depth_near: float = 0.5, up: Tensor | None = None) -> Tensor:
         """IMAGE frames (T, H, W, 3) float [0, 1] and their G-buffers uint8 (T, 5, H, W, 3) -> IMAGE frames.
 
         text: each frame's prompt embedding (T, text_dim), for a config that reads prompts (else ignored).
+        light: each frame's packed light (T, PACKED) (model_zoo/light.py), for a config that reads the light
+        (else ignored), with the G-buffers' depth_near and camera-space up (T, 3) (None: from the normals).
         """
         if frames.shape[0] != gbuffers.shape[0] or tuple(frames.shape[1:3]) != tuple(gbuffers.shape[2:4]):
             raise AlayaError(f"G-buffer refiner: frames {tuple(frames.shape)} and G-buffers {tuple(gbuffers.shape)} "
@@ -172,12 +200,19 @@ class GBufferRefiner(nn.Module):
         if self.text_dim and (text is None or len(text) != len(frames)):
             raise AlayaError(f"G-buffer refiner: this refiner reads the prompt: it needs one embedding per frame "
                              f"({len(frames)}), got {None if text is None else len(text)}")
+        if self.reads_light and (light is None or len(light) != len(frames)):
+            raise AlayaError(f"G-buffer refiner: this refiner reads the light: it needs one light per frame "
+                             f"({len(frames)}), got {None if light is None else len(light)}")
         device = self.tail[-1].weight.device
         outs = []
         for t in range(frames.shape[0]):  # one frame per call: its result never depends on how the stream was cut
             rgb = frames[t:t + 1].to(device).permute(0, 3, 1, 2).float()
             emb = text[t:t + 1].to(device) if self.text_dim else None
-            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)), emb)
+            prior = None
+            if self.reads_light:
+                prior = self.shading_prior(gbuffers[t:t + 1], light[t:t + 1], depth_near,
+                                           None if up is None else up[t:t + 1]).to(device)
+            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)), emb, prior)
             outs.append(out.clamp(0, 1).permute(0, 2, 3, 1).contiguous().cpu())
         return torch.cat(outs) if outs else frames
 

@@ -90,6 +90,13 @@ class LightSchedule:
         return unpack(torch.stack([v for _, v in self.keys]))
 
 
+def prompt_lights(model, prompts: PromptSchedule) -> LightSchedule:
+    """The light each prompt entry names, as the shipped light head reads it with the model's text encoder."""
+    from ...model_zoo import light_head
+
+    return LightSchedule.from_prompts(prompts, light_head.load(), model.text_encoder())
+
+
 class Shade:
     """G-buffers -> the shading prior's frames under a LightSchedule (one chunk in, the same frames out)."""
 

@@ -412,20 +412,25 @@ class Refine:
     refiner that reads the prompt gets each frame's embedding from `prompts` by its pixel frame.
     """
 
-    def __init__(self, refiner, prompts: PromptSchedule | None = None):
+    def __init__(self, refiner, prompts: PromptSchedule | None = None, lights=None):
         if getattr(refiner, "text_dim", 0):
             if prompts is None:
                 raise AlayaError("Refine: this G-buffer refiner reads the prompt; connect the prompt")
             if prompts.text_dim != refiner.text_dim:
                 raise AlayaError(f"Refine: prompt embeddings are {prompts.text_dim} wide, the refiner reads {refiner.text_dim}")
+        if getattr(refiner, "reads_light", False) and lights is None:
+            raise AlayaError("Refine: this G-buffer refiner reads the light; connect a light (or the prompt's)")
         self.refiner, self.prompts = refiner, prompts
+        self.lights = lights  # a LightSchedule (engine/lighting.py) for a refiner that reads the light
         self.frame = 0  # pixel frames refined so far
         self.frames: torch.Tensor | None = None
         self.gbuffers: torch.Tensor | None = None
+        self.depth_near = DEFAULT_DEPTH_NEAR
 
     def add_gbuffers(self, gbuffers: GBuffers | None) -> None:
         if gbuffers is not None:
             self.gbuffers = _append(self.gbuffers, gbuffers.images)
+            self.depth_near = gbuffers.depth_near
 
     def _text(self, n: int) -> torch.Tensor | None:
         if not getattr(self.refiner, "text_dim", 0):
@@ -439,7 +444,10 @@ class Refine:
         n = min(_count(self.frames), _count(self.gbuffers))
         if n == 0:
             return None
-        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n], self._text(n))
+        light = None
+        if getattr(self.refiner, "reads_light", False):
+            light = self.lights.at(torch.arange(self.frame, self.frame + n))
+        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n], self._text(n), light, self.depth_near)
         self.frames, self.gbuffers = self.frames[n:], self.gbuffers[n:]
         self.frame += n
         return out
@@ -562,14 +570,20 @@ class TeacherSample:
 
 
 def flash_steps(model, prompts: PromptSchedule, seed: int = 0, refine: bool = True, feed: str = "gbuffers",
-                **sample_options) -> list[Step]:
+                lights=None, **sample_options) -> list[Step]:
     """The Flash stage list over G-buffer chunks fed as `feed`: encode, sample, decode, and refine
-    (the model's G-buffer refiner, with the same G-buffers) when the model has one and `refine` is on."""
+    (the model's G-buffer refiner, with the same G-buffers) when the model has one and `refine` is on.
+    lights: the LightSchedule (engine/lighting.py) of a refiner that reads the light; None: the
+    prompt's, as the light head reads it."""
     steps = [Step("encode", GBufferEncode(model.gbuffer_encoder), {"gbuffers": (feed, 0)}, single=True),
              Step("sample", FlashSample(model, prompts, seed, **sample_options), {"cond": ("encode", 0)}, single=True),
              Step("decode", Decode(TinyDecoder(model.decoder)), {"latents": ("sample", 0)}, single=True)]
     if refine and model.refiner is not None:
-        steps.append(Step("refine", Refine(model.refiner, prompts), {"frames": ("decode", 0), "gbuffers": (feed, 0)},
+        if getattr(model.refiner, "reads_light", False) and lights is None:
+            from .lighting import prompt_lights
+
+            lights = prompt_lights(model, prompts)
+        steps.append(Step("refine", Refine(model.refiner, prompts, lights), {"frames": ("decode", 0), "gbuffers": (feed, 0)},
                           single=True))
     return steps
 
@@ -624,8 +638,11 @@ class Pipeline:
 class FlashPipeline(Pipeline):
     """G-buffers -> RGB with a Flash model, chunk by chunk (flash_steps)."""
 
-    def __init__(self, model, prompts: PromptSchedule, seed: int = 0, refine: bool = True, **sample_options):
-        super().__init__(flash_steps(model, prompts, seed, refine, **sample_options))
+    def __init__(self, model, prompts: PromptSchedule, seed: int = 0, refine: bool = True, lights=None,
+                 **sample_options):
+        super().__init__(flash_steps(model, prompts, seed, refine, lights=lights, **sample_options))
+        self.model = model
+        self.explicit_lights = lights is not None  # an explicit light wins over the prompt's
 
     @property
     def refine(self) -> Refine | None:
@@ -637,6 +654,10 @@ class FlashPipeline(Pipeline):
         self.stage("sample").set_prompts(prompts)
         if self.refine is not None and self.refine.prompts is not None:
             self.refine.prompts = prompts
+        if self.refine is not None and self.refine.lights is not None and not self.explicit_lights:
+            from .lighting import prompt_lights
+
+            self.refine.lights = prompt_lights(self.model, prompts)
 
 
 class TeacherPipeline(Pipeline):
