@@ -317,3 +317,28 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
     assert train["student"]["content"]["psnr_db"] != content["psnr_db"] and "lighting" in train["student"]
     assert main(["eval", "--model", str(tiny_models / "model"), "--split", "train"]) == 2
     assert "--split train needs --data" in capsys.readouterr().err
+
+
+def test_eval_gives_a_light_refiner_the_prompts_light_or_the_clips_recorded_one(tmp_path, capsys):
+    """--light data hands the refiner (and the prior-only baseline) each clip's recorded light per frame,
+    as an engine that knows its sun would; the default reads it from the prompt. Both are scored, and
+    differ (the head's light is not the clip's)."""
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.codecs import refiner as rf
+
+    flash = bundle.make_random_flash(settings=bundle.FlashSettings(chunk_frames=1, window_frames=3, sink_frames=0))
+    flash.refiner = rf.build(rf.CONFIGS["gbuffer-refiner-16-light"])
+    with torch.no_grad():
+        flash.refiner.tail[-1].weight.normal_(0, 0.05, generator=torch.Generator().manual_seed(0))
+    bundle.save_flash(flash, tmp_path / "model")
+    args = ["--quiet", "eval", "--model", str(tmp_path / "model"), "--no-teacher", "--clips", "1", "--frames", "5",
+            "--size", "32", "--presets", "bright_sunny,moonlit_night", "--runtime-size", "32", "--runtime-frames", "5",
+            "--no-long-stream", "--json"]
+    reports = {}
+    for light in ("prompt", "data"):
+        assert main([*args, "--light", light]) == 0
+        reports[light] = json.loads(capsys.readouterr().out)
+        assert reports[light]["setup"]["light"] == light
+    assert reports["data"]["prior_only"]["light"] == "each clip's recorded light"
+    assert reports["data"]["student"]["content"]["psnr_db"] != reports["prompt"]["student"]["content"]["psnr_db"]
+    assert reports["data"]["prior_only"]["psnr_db"] != reports["prompt"]["prior_only"]["psnr_db"]

@@ -40,6 +40,8 @@ def _clips(args, size):
         clips = []
         for c in range(min(args.clips, len(held))):
             clip = {"gbuffers": held.gbuffers[c], "rgb": held.rgb[c][idx]}
+            if held.light is not None:  # each preset's light per frame (P, T, PACKED)
+                clip["light"] = held.light[c][idx]
             if held.captions is not None:
                 clip["captions"] = [held.captions[c][i] for i in idx]
             file = held.meta["clips"][split][c]
@@ -59,7 +61,7 @@ def _clips(args, size):
         clips = []
         for k in range(args.clips):
             d = render_clip(cfg, cfg.heldout_seed + k)
-            clips.append({"gbuffers": d["gbuffers"], "rgb": d["rgb"]})
+            clips.append({"gbuffers": d["gbuffers"], "rgb": d["rgb"], "light": d["light"]})
     keep = getattr(args, "heldout_wordings", 0) or None
     if keep is not None and keep < 0:
         raise AlayaError(f"--heldout-wordings {keep}: give a count >= 1, or 0 for all")
@@ -151,7 +153,9 @@ def evaluate(args) -> dict:
 
     from ..model_zoo import bundle, folders, runtime
     from ..streaming import metrics
-    from ..streaming.engine.pipelines import FlashPipeline, PromptSchedule, TeacherPipeline, latent_start_pixel
+    from ..model_zoo.errors import AlayaError
+    from ..streaming.engine.lighting import Shade, recorded
+    from ..streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule, TeacherPipeline, latent_start_pixel
     from ..streaming.world.traced.presets import TRACED_PRESETS
 
     if not args.no_long_stream:
@@ -177,11 +181,17 @@ def evaluate(args) -> dict:
                   "fps": [], "first_frame_s": [], "lighting": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
 
-    def render(m: str, wording: str, gbuffers):
-        """(frames, seconds, first-frame seconds) of model m prompted with `wording`."""
+    light_from = getattr(args, "light", "prompt")
+    if light_from == "data" and "light" not in clips[0]:
+        raise AlayaError(f"--light data: {args.data} records no lights (made before clips carried them): make it again")
+
+    def render(m: str, wording: str, gbuffers, light=None):
+        """(frames, seconds, first-frame seconds) of model m prompted with `wording`; light: the frames'
+        packed lights (T, PACKED) for --light data."""
         sched = PromptSchedule.encode(text, wording)
         if m == "student":
-            return _render(FlashPipeline(flash, sched, seed=args.seed, refine=not args.no_refiner), gbuffers)
+            lights = recorded(light) if light_from == "data" else None
+            return _render(FlashPipeline(flash, sched, seed=args.seed, refine=not args.no_refiner, lights=lights), gbuffers)
         return _render(TeacherPipeline(teacher, sched, negative, seed=args.seed, steps=args.teacher_steps), gbuffers)
 
     from tqdm import tqdm
@@ -190,7 +200,7 @@ def evaluate(args) -> dict:
     per_preset = 1 + len(prompts[names[0]]["heldout_all"])
     bar = tqdm(total=len(clips) * len(names) * per_preset * len(models), desc="eval", unit="render", file=sys.stderr,
                disable=getattr(args, "quiet", False) or not sys.stderr.isatty())
-    prior_psnr: dict[str, list[float]] = {}  # the shading prior alone under the light the head reads, per preset
+    prior_psnr: dict[str, list[float]] = {}  # the shading prior alone under --light's light, per preset
     shade_with = prior_only(text)
     for c, clip in enumerate(clips):
         gb, rgb = clip["gbuffers"], clip["rgb"]
@@ -203,11 +213,13 @@ def evaluate(args) -> dict:
             # a world v2 clip's training wording is its caption: the preset's prompt about its scene, naming the sun's side
             wordings = [("train", 0, clip["captions"][p] if "captions" in clip else prompts[name]["train"])]
             wordings += [("heldout", i, w) for i, w in enumerate(prompts[name]["heldout_all"])]
-            prior_psnr.setdefault(name, []).append(metrics.psnr(shade_with(wordings[0][2], gb), gt[p]))
+            light = clip["light"][p] if light_from == "data" else None
+            prior = Shade(recorded(light)).step(GBuffers(torch.as_tensor(gb))) if light is not None else shade_with(wordings[0][2], gb)
+            prior_psnr.setdefault(name, []).append(metrics.psnr(prior, gt[p]))
             for kind, index, wording in wordings:
                 renders = {}
                 for m in models:
-                    out, secs, first = render(m, wording, gb)
+                    out, secs, first = render(m, wording, gb, light)
                     bar.set_postfix_str(f"clip {c}, {name}, {m}")
                     bar.update()
                     renders[m] = out
@@ -244,7 +256,7 @@ def evaluate(args) -> dict:
                             vis = clip["sun_visibility"][p] if sunlit else None
                             record = metrics.lighting(out, gt[p], gb, vis, clip["ground"])
                             if sunlit and "sun_side" in clip:
-                                record.update(other_side(lambda w: render(m, w, gb)[0], out, gt[p], gb, vis, clip, name))
+                                record.update(other_side(lambda w: render(m, w, gb, light)[0], out, gt[p], gb, vis, clip, name))
                             s["lighting"].append(record)
                 if kind == "train" and "teacher" in renders:
                     vs_teacher["psnr"].append(metrics.psnr(renders["student"], renders["teacher"]))
@@ -256,7 +268,7 @@ def evaluate(args) -> dict:
                         "split": args.split,
                         "world": "pathtrace" if "sun_visibility" in clips[0] else "physics",
                         "training_wording": "each clip's caption" if "captions" in clips[0] else "the preset's first",
-                        "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
+                        "light": light_from, "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
                         "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
                         "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
                         "model": _shown_path(flash.path), "refiner": flash.refiner is not None and not args.no_refiner,
@@ -290,7 +302,8 @@ def evaluate(args) -> dict:
     report["student"]["runtime"] = _runtime(flash, text, args)
     report["prior_only"] = {"psnr_db": _mean([v for vs in prior_psnr.values() for v in vs]),
                             "psnr_db_by_preset": {n: _mean(v) for n, v in prior_psnr.items()},
-                            "light": "the light head's reading of each training wording (or caption)"}
+                            "light": "each clip's recorded light" if light_from == "data"
+                            else "the light head's reading of each training wording (or caption)"}
     report["light_head"] = light_head_scores()
     if not args.no_long_stream:
         kind = args.long_world if args.long_world != "auto" else "v2" if report["setup"]["world"] == "pathtrace" else "physics"

@@ -90,6 +90,12 @@ class LightSchedule:
         return unpack(torch.stack([v for _, v in self.keys]))
 
 
+def recorded(lights) -> LightSchedule:
+    """A light per frame (T, PACKED) (a dataset clip's, an engine's) as a schedule keyed at every frame."""
+    lights = torch.as_tensor(lights, dtype=torch.float32)
+    return LightSchedule([(t, lights[t]) for t in range(len(lights))])
+
+
 def prompt_lights(model, prompts: PromptSchedule) -> LightSchedule:
     """The light each prompt entry names, as the shipped light head reads it with the model's text encoder."""
     from ...model_zoo import light_head

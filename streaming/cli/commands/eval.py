@@ -77,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher-steps", type=args_.STEPS, help="teacher Euler steps (default: the teacher's, 50)")
     parser.add_argument("--heldout-wordings", type=int, default=0, metavar="N",
                         help="held-out paraphrases per preset to score control with (0: all of them, 2 each)")
+    parser.add_argument("--light", choices=("prompt", "data"), default="prompt",
+                        help="the light a light-reading refiner (and the prior-only baseline) gets: the prompt's, as the "
+                             "light head reads it, or each clip's recorded light per frame, as an engine that knows its "
+                             "sun sends it (default: prompt)")
     parser.add_argument("--seed", type=args_.SEED, default=0, help="sampling seed")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weights' dtype for inference")
     parser.add_argument("--runtime-size", type=parse_size, default=(256, 256), metavar="N|WxH",
