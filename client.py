@@ -162,7 +162,7 @@ class AsyncClient:
 
     def renderable(self) -> int:
         """How many of the frames sent so far can come back: those of completed chunks (the hello's
-        first_chunk_frames, then chunk_frames each) less the held_frames a pipeline returns with the next
+        first_chunk_frames, then chunk_frames each) less the held_frames a renderer returns with the next
         chunk, plus every refused frame (its error comes back)."""
         first = int(self.hello.get("first_chunk_frames", self.hello.get("chunk_frames", 1)))
         steady = max(1, int(self.hello.get("chunk_frames", 1)))

@@ -7,7 +7,7 @@
 For each size it runs `alaya-flash bench --model model_zoo/default` from this tree and from the
 baseline commit (exported with `git archive` into a temporary folder), one after the other, `runs`
 times, and prints the medians: steady FPS, first-frame latency and milliseconds a frame per stage
-(on the pipelined CPU plan, each stage's time is its lane's, one thread), and the FPS ratio of this
+(on the CPU plan with lanes, each stage's time is its lane's, one thread), and the FPS ratio of this
 tree over the baseline (whose bench has no warm-up: its first frame includes one-off costs). The machines are shared and noisy: alternating the two and taking medians
 keeps the ratio honest when the absolute figures drift. Prints figures, asserts nothing.
 """

@@ -5,7 +5,7 @@
   python benchmarks/dit.py stream --frames 10000    # RSS over a long dit-tiny stream
 
 `passes` times one cached-mode DiT pass (a chunk of --chunk latent frames against a full rolling
-cache of --window + --sink frames, as inside FlashSession) and one bidirectional pass over the
+cache of --window + --sink frames, as inside KVCacheSampler) and one bidirectional pass over the
 window, and prints medians. FLOPs are counted analytically (matmuls and attention only).
 Run on an otherwise idle machine for stable figures; print, never assert.
 """
@@ -19,7 +19,7 @@ import torch
 
 from _common import median_seconds, rss_mib
 from alaya_flash.model_zoo import dit, registry
-from alaya_flash.streaming.engine.session import FlashSession, SessionConfig
+from alaya_flash.streaming.render.kv_cache_sampler import KVCacheConfig, KVCacheSampler
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -68,7 +68,7 @@ def bench_passes(args) -> None:
             print(f"{name:5s} {label:21s} {nq:6d} q x {nk:6d} kv: {1000 * sec:8.1f} ms/pass  "
                   f"{1 / sec:6.2f} passes/s  {flops / sec / 1e9:7.1f} GFLOP/s")
         if args.chunk:
-            chunk_s = cached * (len(SessionConfig().nominal_steps) + 1)
+            chunk_s = cached * (len(KVCacheConfig().nominal_steps) + 1)
             print(f"{name:5s} one 4-step chunk (5 passes) = {1000 * chunk_s:.0f} ms -> "
                   f"{4 * args.chunk / chunk_s:.1f} pixel frames/s (DiT only)")
 
@@ -76,14 +76,14 @@ def bench_passes(args) -> None:
 def bench_stream(args) -> None:
     torch.manual_seed(0)
     model = dit.WanDiT(dit.CONFIGS["dit-tiny"]).eval()
-    session = FlashSession(model, SessionConfig(window_frames=args.window, sink_frames=args.sink))
-    state = session.new_state(torch.randn(1, 8, model.config.text_dim), seed=0)
+    sampler = KVCacheSampler(model, KVCacheConfig(window_frames=args.window, sink_frames=args.sink))
+    state = sampler.new_state(torch.randn(1, 8, model.config.text_dim), seed=0)
     cond = torch.randn(1, model.config.cond_dim, args.chunk, 4, 4)
     n_chunks = args.frames // args.chunk
     marks = {}
     t0 = time.perf_counter()
     for i in range(n_chunks):
-        session.step(state, cond)
+        sampler.step(state, cond)
         if i in (1, n_chunks // 4, n_chunks // 2, n_chunks - 1):
             marks[i + 1] = (state.frame, rss_mib(), state.cache.nbytes)
     sec = time.perf_counter() - t0

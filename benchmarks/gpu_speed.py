@@ -6,11 +6,11 @@ measured within about ten minutes on one GPU, printed as one table.
 
 Rows (each an `alaya-flash bench --device cuda --precision bf16 --format png --json` run, random
 weights: speed does not depend on their values):
-  kv        the Flash architecture with the KV-cache session: 1.3B Wan DiT (alayarenderer-teacher
+  kv        the Flash architecture with the KV-cache sampler: 1.3B Wan DiT (alayarenderer-teacher
             config), G-buffer encoder at hidden 128, taew2_1, no refiner
   sessions  the same, two streams at once over one copy of the weights (--sessions 2)
   release   the AlayaRenderer-Flash release's structure: diffusers' Helios backbone at 1.3B with the
-            compressed-history session, its grouped encoder and taew2_1 (--dit helios-flash-1.3b)
+            compressed-history sampler, its grouped encoder and taew2_1 (--dit helios-flash-1.3b)
   default   the embedded default model at 256x256, for scale
 Each row reports steady FPS, first-frame latency after the bench's warm-up, p50/p99 latency of a
 runner tick (12 frames), ms per frame of the DiT's stage and peak GPU memory; the header says the

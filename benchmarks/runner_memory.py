@@ -30,10 +30,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import_package()
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
-    from alaya_flash.streaming.engine.runner import StreamRunner
+    from alaya_flash.streaming.render.runner import StreamRunner
     from alaya_flash.streaming.files.sinks import NpyWindowSink, write_stream
     from alaya_flash.streaming.files.synthetic import synthetic_stream
-    from alaya_flash.streaming.engine.workflow import parse_workflow
+    from alaya_flash.streaming.render.workflow import parse_workflow
 
     with tempfile.TemporaryDirectory(prefix="alaya-runner-mem-") as tmp:
         tmp = Path(tmp)

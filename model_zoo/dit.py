@@ -415,7 +415,7 @@ class WanDiT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.head = Head(cfg)
 
-    # -- pieces the session and trainer use directly
+    # -- pieces the sampler and trainer use directly
 
     def tokens_per_frame(self, height: int, width: int) -> int:
         """Tokens per latent frame of a latent of height x width."""

@@ -16,9 +16,9 @@ G-buffer latents: 96) or the latents alone (16); which one is read from the part
 and the modules are rebuilt to match. Every stored tensor that is not a parameter of the model is
 reported by name and shape (`HeliosDiT.unused`), with what the render does without it.
 
-`HeliosDiT` wraps the transformer behind the interface the sessions use: `forward(x, t, prompt_emb,
+`HeliosDiT` wraps the transformer behind the interface the samplers use: `forward(x, t, prompt_emb,
 history)` with x = [noisy latents | G-buffer latents] on channels, exactly the teacher's input, and
-`history` the long/mid/short windows and their fixed frame positions (streaming/engine/history_session.py).
+`history` the long/mid/short windows and their fixed frame positions (streaming/render/history_sampler.py).
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def missing_files(folder: str | Path) -> list[str]:
 
 @dataclass(frozen=True)
 class HeliosShape:
-    """What the sessions and pipelines read of a Helios backbone (the Wan DiT's config has the same names)."""
+    """What the samplers and pipelines read of a Helios backbone (the Wan DiT's config has the same names)."""
 
     in_dim: int  # latents + G-buffer latents (96)
     out_dim: int  # latent channels (16)
@@ -142,9 +142,9 @@ class HistoryWindows:
 
 
 class HeliosDiT(nn.Module):
-    """diffusers' HeliosTransformer3DModel behind the sessions' interface (session kind "history")."""
+    """diffusers' HeliosTransformer3DModel behind the samplers' interface (sampler kind "history")."""
 
-    session_kind = "history"
+    sampler_kind = "history"
 
     def __init__(self, transformer: nn.Module, unused: list[str] | None = None):
         super().__init__()

@@ -29,7 +29,7 @@ from .precision import preferred_dtype
 
 ENCODER_PREFIXES = ("gbuffer_encoder.", "gbuf_encoder.", "model.", "module.")
 BRANCH_RE = re.compile(r"^(?:branches\.|encoders\.|branch)(?P<g>\d)\.(?P<rest>\d+\..+)$")
-# What the release renders with by default: 4 steps (the card), the KV-cache session's warped
+# What the release renders with by default: 4 steps (the card), the KV-cache sampler's warped
 # schedule (a guess: the release states no timesteps), chunks of 4 latent frames (16 pixel frames, the
 # sample windows' length; a guess).
 RELEASE_SETTINGS = FlashSettings(steps=4, shift=5.0, chunk_frames=4, window_frames=19, sink_frames=1)
@@ -103,7 +103,7 @@ def text_encoder_for(folder: Path, text_dim: int, text_encoder: str | None = Non
 
 def load_release(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                  text_encoder: str | None = None) -> FlashModel:
-    """A release folder as a FlashModel (session kind "history"); a missing file is one line naming it."""
+    """A release folder as a FlashModel (sampler kind "history"); a missing file is one line naming it."""
     folder = Path(folder)
     missing = helios.missing_files(folder)
     if missing:
@@ -121,7 +121,7 @@ def describe_release(folder: str | Path) -> tuple[list[str], bool]:
     """`model identify` lines for a release folder (names and shapes checked, nothing loaded but the
     two small codecs) and whether it renders as it is."""
     folder = Path(folder)
-    lines = [f"{folder}: an AlayaRenderer-Flash release (diffusers {helios.HELIOS_CLASS}; compressed-history session)"]
+    lines = [f"{folder}: an AlayaRenderer-Flash release (diffusers {helios.HELIOS_CLASS}; compressed-history sampler)"]
     absent = helios.missing_files(folder)
     missing = [f"{m} ({helios.RELEASE_FILES[m]})" for m in absent]
     ok = True
@@ -170,7 +170,7 @@ def describe_release(folder: str | Path) -> tuple[list[str], bool]:
 RANDOM_BACKBONES = {  # bench and tests: the release's structure at a named size, random weights
     "helios-flash-1.3b": helios.FLASH_1_3B,  # the release's size (research model.md 2.2)
     "helios-flash-small": {**helios.FLASH_1_3B, "num_attention_heads": 6, "attention_head_dim": 64, "ffn_dim": 1536,
-                           "num_layers": 6, "rope_dim": [24, 20, 20]},  # dit-small's widths, for CPU comparisons with the KV-cache session
+                           "num_layers": 6, "rope_dim": [24, 20, 20]},  # dit-small's widths, for CPU comparisons with the KV-cache sampler
 }
 
 

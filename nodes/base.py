@@ -3,7 +3,7 @@ steps the same stage chunk by chunk (docs/runner.md). A node class sets CATEGORY
 `open_stream` (sources) or `start_stream` (stages and sinks)."""
 from __future__ import annotations
 
-from ..streaming.engine.runner import run_stage_whole
+from ..streaming.render.runner import run_stage_whole
 
 MODEL = -1  # a sampler widget at -1 takes the loaded model's trained value (config.json "session")
 
@@ -39,7 +39,7 @@ class SourceNode:
         each frame and the progress bar, with the newest frame's albedo, every PIECE_SECONDS (no-ops outside)."""
         import time
 
-        from ..streaming.engine.driver import concat_chunks
+        from ..streaming.render.driver import concat_chunks
         from . import comfy
 
         chunks, bar = [], comfy.Progress(inputs.get("frames") or 1)
@@ -113,7 +113,7 @@ class Piecewise:
     def step(self, **inputs):
         import time
 
-        from ..streaming.engine.driver import concat_chunks
+        from ..streaming.render.driver import concat_chunks
         from . import comfy
 
         frames = {k: pieces(v, 1) for k, v in inputs.items() if v is not None}
@@ -148,6 +148,6 @@ class Piecewise:
 
 def _join(frames: list):
     """Consecutive one-frame pieces of one input joined again; None past that input's end."""
-    from ..streaming.engine.driver import concat_chunks
+    from ..streaming.render.driver import concat_chunks
 
     return concat_chunks(frames) if frames else None

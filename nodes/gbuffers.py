@@ -1,7 +1,7 @@
 """G-buffer nodes: Load G-Buffers, Load G-Buffer Videos, Physics World (sources), G-Buffers From / To
 Images (stages).
 
-The G-buffer stream type is ALAYA_GBUFFERS: streaming.engine.pipelines.GBuffers, teacher-form uint8
+The G-buffer stream type is ALAYA_GBUFFERS: streaming.values.GBuffers, teacher-form uint8
 (T, 5, H, W, 3) in MODALITIES order (albedo sRGB, inverse depth, metallic, normal, roughness).
 """
 from __future__ import annotations
@@ -91,7 +91,7 @@ class LoadGBuffers(SourceNode):
 
     def open_stream(self, path, layout, start, frames, stride, resize, width, height, chunk, conventions="auto",
                     depth_range="0.5"):
-        from ..streaming.engine.pipelines import gbuffer_chunks
+        from ..streaming.values import gbuffer_chunks
 
         stream = self._stream(path, layout, start, frames, stride, resize, width, height, conventions, depth_range)
         count = stream.info.num_frames or 0
@@ -176,7 +176,7 @@ class PhysicsWorld(SourceNode):
         }}
 
     def open_stream(self, seed, width, height, frames, objects, camera, fps, chunk):
-        from ..streaming.engine.pipelines import gbuffer_chunks
+        from ..streaming.values import gbuffer_chunks
         from ..streaming.world import WorldConfig, world_stream
 
         cfg = WorldConfig(seed=seed, width=width, height=height, num_frames=frames, num_objects=objects,
@@ -219,7 +219,7 @@ class _FromImages:
 
     def step(self, **images):
         from ..streaming.gbuffer import MODALITIES
-        from ..streaming.engine.pipelines import GBuffers, gbuffers_from_images
+        from ..streaming.values import GBuffers, gbuffers_from_images
 
         for name, value in images.items():
             if value is not None:

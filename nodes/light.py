@@ -1,6 +1,6 @@
 """Light nodes: a Light made on the canvas (or read from a prompt), and G-buffers shaded with it.
 
-Light (Alaya Flash) gives a LIGHT (streaming/engine/lighting.py LightSchedule): a named preset, the
+Light (Alaya Flash) gives a LIGHT (streaming/render/lighting.py LightSchedule): a named preset, the
 sun's direction relative to the camera and its colour as widgets, or a text light (JSON, key=value
 pairs, 'FRAME: light' keyframes) that wins over the widgets. Light From Prompt reads one with the
 light head (model_zoo/light_head.py). Shade G-Buffers lights the passes with the shading prior alone
@@ -48,7 +48,7 @@ class Light:
     @classmethod
     def VALIDATE_INPUTS(cls, text=""):
         from ..model_zoo.errors import AlayaError
-        from ..streaming.engine.lighting import LightSchedule
+        from ..streaming.render.lighting import LightSchedule
 
         if text and text.strip():
             try:
@@ -59,7 +59,7 @@ class Light:
 
     def make(self, preset, sun_azimuth, sun_elevation, sun_intensity, exposure, text=""):
         from ..model_zoo.light import Light as LightValue
-        from ..streaming.engine.lighting import LightSchedule
+        from ..streaming.render.lighting import LightSchedule
 
         where = "Light (Alaya Flash)"
         if text and text.strip():
@@ -87,7 +87,7 @@ class LightFromPrompt:
     def read(self, text):
         from ..model_zoo import light_head
         from ..model_zoo.text_encoder import TextEncoder
-        from ..streaming.engine.lighting import LightSchedule
+        from ..streaming.render.lighting import LightSchedule
 
         return (LightSchedule.from_prompts(text, light_head.load(), TextEncoder.load()),)
 
@@ -110,7 +110,7 @@ class ShadeGBuffers(StageNode):
 
     def start_stream(self, light, fov):
         from ..model_zoo.shading_prior import PriorConfig, ShadingPrior
-        from ..streaming.engine.lighting import LightSchedule, Shade
+        from ..streaming.render.lighting import LightSchedule, Shade
 
         refuse("Shade G-Buffers", [None if isinstance(light, LightSchedule)
                                    else f"light must come from a Light node, got {type(light).__name__}"])

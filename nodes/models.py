@@ -320,7 +320,7 @@ class EncodePrompt:
     @classmethod
     def VALIDATE_INPUTS(cls, text):
         from ..model_zoo.errors import AlayaError
-        from ..streaming.engine.pipelines import parse_schedule
+        from ..streaming.values import parse_schedule
 
         try:
             parse_schedule(text)
@@ -330,7 +330,7 @@ class EncodePrompt:
 
     def encode(self, text_encoder, text, conditioning=None, style=ORIGINAL):
         from ..model_zoo.errors import AlayaError
-        from ..streaming.engine.pipelines import PromptSchedule
+        from ..streaming.values import PromptSchedule
 
         if conditioning is not None:
             emb = conditioning[0][0]

@@ -2,7 +2,7 @@
 
 All five are stream stages (docs/runner.md): the runner steps them chunk by chunk, ComfyUI calls
 them once over the whole sequence (run_stage_whole). Each wraps one stage of
-streaming/engine/pipelines.py; inside ComfyUI they drive a progress bar per chunk (the Flash Sampler's
+streaming/render/pipelines.py; inside ComfyUI they drive a progress bar per chunk (the Flash Sampler's
 and Decode's carry a preview frame) and check for interruption every chunk.
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ class EncodeGBuffers(StageNode):
         }}
 
     def start_stream(self, gbuffer_encoder):
-        from ..streaming.engine.pipelines import GBufferEncode, TeacherEncode
+        from ..streaming.render.pipelines import GBufferEncode, TeacherEncode
 
         if gbuffer_encoder.kind == "flash":
             inner = GBufferEncode(gbuffer_encoder.module)
@@ -143,7 +143,7 @@ class FlashSampler(_SamplerNode):
         return problems
 
     def start_stream(self, model, prompt, seed, steps, chunk_frames, window_frames, sink_frames):
-        from ..streaming.engine.pipelines import FlashSample
+        from ..streaming.render.pipelines import FlashSample
 
         refuse("Flash Sampler", self.check_values(steps, chunk_frames, window_frames, sink_frames))
 
@@ -157,7 +157,7 @@ def flash_settings(model, sample, steps, chunk_frames, window_frames, sink_frame
     """The settings a Flash sampling stage runs with (the widgets' -1 resolved), for the node's text."""
     s = model.settings
     ran = {"steps": _own(steps) or s.steps, "chunk": sample.chunk_frames}
-    if getattr(model.dit, "session_kind", "kv-cache") != "history":  # a release keeps a compressed history instead
+    if getattr(model.dit, "sampler_kind", "kv-cache") != "history":  # a release keeps a compressed history instead
         ran.update(window=_own(window_frames) or s.window_frames, sink=s.sink_frames if sink_frames == MODEL else sink_frames)
     return settings_line(ran, dict(steps=steps, chunk=chunk_frames, window=window_frames, sink=sink_frames))
 
@@ -175,7 +175,7 @@ class _Sampling:
         self.inner, self.ticks, self.preview_decoder = inner, ticks, preview_decoder
 
     def _preview(self, latents):
-        from ..streaming.engine.pipelines import TinyDecoder
+        from ..streaming.render.pipelines import TinyDecoder
 
         decoder = TinyDecoder(self.preview_decoder)
         frames = decoder.decode(latents.to(next(self.preview_decoder.parameters()).dtype))
@@ -224,7 +224,7 @@ class TeacherSampler(_SamplerNode):
         s = model.settings
         widget_cfg, cfg = cfg, s.cfg if cfg == MODEL else cfg
         negative_prompt = negative_prompt or s.negative_prompt
-        from ..streaming.engine.pipelines import TeacherSample
+        from ..streaming.render.pipelines import TeacherSample
 
         text = model.text_encoder()
         # loading umT5 takes long and has no loop to check for cancel in (comfy.interruptible)
@@ -253,7 +253,7 @@ class Decode(StageNode):
         }}
 
     def start_stream(self, decoder):
-        from ..streaming.engine.pipelines import Decode as DecodeStage, TinyDecoder, VAEDecoder
+        from ..streaming.render.pipelines import Decode as DecodeStage, TinyDecoder, VAEDecoder
 
         inner = TinyDecoder(decoder.module) if decoder.kind == "tiny" else VAEDecoder(decoder.module)
         return Piecewise(_Single(DecodeStage(inner), to_image=True), DECODE_PIECE, _last_frame, fixed=True)
@@ -282,7 +282,7 @@ class Refine(StageNode):
 
     def start_stream(self, refiner, prompt=None):
         from ..model_zoo.errors import AlayaError
-        from ..streaming.engine.pipelines import Refine as RefineStage
+        from ..streaming.render.pipelines import Refine as RefineStage
 
         if refiner.module is None:  # frames pass through, with the bar and preview every node shows
             return Piecewise(_Refining(None), MOST_FRAMES, _last_frame)

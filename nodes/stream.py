@@ -2,7 +2,7 @@
 
 Inside ComfyUI every node runs once over the whole sequence, so a graph of separate nodes holds the
 whole clip in memory (G-buffers, latents, frames). This node reads the clip, encodes, samples, decodes,
-refines and writes it a chunk at a time through the one chunk loop (streaming/engine/driver.py), as
+refines and writes it a chunk at a time through the one chunk loop (streaming/render/driver.py), as
 `alaya-flash run` does, so its memory stays flat however long the clip; the frames are those of the
 render workflow for the same seed and chunk.
 """
@@ -62,9 +62,9 @@ class RenderGBufferStream:
 
     def render(self, model, prompt, path, start, frames, width, height, chunk, seed, steps, chunk_frames, window_frames,
                sink_frames, filename, format, fps, overwrite):
-        from ..streaming.engine.cpu import cpu_plan
-        from ..streaming.engine.driver import StageGraph, Step, drive
-        from ..streaming.engine.pipelines import flash_steps
+        from ..streaming.render.cpu import cpu_plan
+        from ..streaming.render.driver import StageGraph, Step, drive
+        from ..streaming.render.pipelines import flash_steps
 
         named = Save.VALIDATE_INPUTS(filename)  # checked here: this node's VALIDATE_INPUTS takes only `path`
         refuse("Render G-Buffer Stream", FlashSampler.check_values(steps, chunk_frames, window_frames, sink_frames)
@@ -89,7 +89,7 @@ class RenderGBufferStream:
             bar.total = max(bar.total, stats.frames)
             bar.update(stats.frames - bar.done, preview=saving.last if bar.bar is not None else None)
 
-        # inside ComfyUI on a CPU the stages run as the CLI's 2-lane pipeline (one thread each: node_run), the
+        # inside ComfyUI on a CPU the stages run as the CLI's 2 lanes (one thread each: node_run), the
         # frames those of one thread; an error or a cancel aborts every stage: the output's temporary file goes
         lanes = cpu_plan().lanes if comfy.in_comfyui() and comfy.torch_device().type == "cpu" else None
         with comfy.node_run():

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     from alaya_flash.training.common import autocast, final_weights, latest_checkpoint
     from alaya_flash.training.data import ClipSet
     from alaya_flash.streaming.metrics import boundary_ratio, nearest, psnr, temporal
-    from alaya_flash.streaming.engine.pipelines import latent_start_pixel
+    from alaya_flash.streaming.values import latent_start_pixel
 
     torch.set_num_threads(1)
     held = ClipSet(args.data, "heldout")

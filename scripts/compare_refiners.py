@@ -31,7 +31,8 @@ def unrefined_frames(model_dir: str, data: str, clips: int, precision: str, cach
     from alaya_flash.model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from alaya_flash.training.refiner import _model_stamp
     from alaya_flash.training.eval import _clips, _render
-    from alaya_flash.streaming.engine.pipelines import FlashPipeline, PromptSchedule
+    from alaya_flash.streaming.render.pipelines import FlashPipeline
+    from alaya_flash.streaming.values import PromptSchedule
 
     found, names, prompts = _clips(argparse.Namespace(presets=presets, data=data, clips=clips, frames=None), None)
     recipe = {"weights": _model_stamp(Path(model_dir)), "data": str(data), "clips": len(found), "presets": names,

@@ -119,7 +119,7 @@ WORKFLOWS = {
 
 def to_api(graph: dict, classes: dict) -> dict:
     """The API form: each node's inputs, with every widget it does not set at its default (as the canvas has it)."""
-    from alaya_flash.streaming.engine.workflow import widget_inputs
+    from alaya_flash.streaming.render.workflow import widget_inputs
 
     out = {}
     for nid, (cls, title, inputs) in graph.items():
@@ -131,7 +131,7 @@ def to_api(graph: dict, classes: dict) -> dict:
 
 
 def to_ui(graph: dict, classes: dict) -> dict:
-    from alaya_flash.streaming.engine.workflow import _has_control_value, widget_inputs
+    from alaya_flash.streaming.render.workflow import _has_control_value, widget_inputs
 
     depth: dict[str, int] = {}
 

@@ -17,8 +17,8 @@ follows the stream protocol of [runner.md](runner.md): *source* nodes yield chun
 keep state across chunks, so the same workflow runs in ComfyUI (once over the whole sequence) and
 in `alaya-flash run` (chunk by chunk) with the same frames.
 
-Custom types: `ALAYA_GBUFFERS` (teacher-form uint8 G-buffers, `streaming.engine.pipelines.GBuffers`),
-`ALAYA_LATENTS` (`streaming.engine.pipelines.Latents`), `ALAYA_PROMPT` (a prompt schedule keyed by pixel
+Custom types: `ALAYA_GBUFFERS` (teacher-form uint8 G-buffers, `streaming.values.GBuffers`),
+`ALAYA_LATENTS` (`streaming.values.Latents`), `ALAYA_PROMPT` (a prompt schedule keyed by pixel
 frame), `ALAYA_FLASH` / `ALAYA_TEACHER` (models), `ALAYA_GBUFFER_ENCODER`, `ALAYA_DECODER`,
 `ALAYA_TEXT_ENCODER` (the parts a loader hands to the other nodes). `IMAGE` is ComfyUI's
 `[T, H, W, 3]` float in [0, 1], so ComfyUI's own Preview Image / Save Image nodes take Decode's output.

@@ -1,4 +1,4 @@
-"""Shared pieces of the live-page tests: a deterministic stand-in pipeline and a server fixture."""
+"""Shared pieces of the live-page tests: a deterministic stand-in renderer and a server fixture."""
 from __future__ import annotations
 
 import base64
@@ -9,12 +9,12 @@ import struct
 
 import numpy as np
 
-from alaya_flash.streaming.live.engine import LiveConfig, LiveEngine
+from alaya_flash.streaming.live.page_session import LiveConfig, PageSession
 from alaya_flash.streaming.live.server import LiveServer
 
 
-class TintPipeline:
-    """A pipeline double for transport tests: albedo blended with a colour hashed from the prompt.
+class TintRenderer:
+    """A renderer double for transport tests: albedo blended with a colour hashed from the prompt.
 
     Deterministic in (G-buffers, prompt), so prompt changes and resets are checkable exactly.
     Holds back one frame per chunk and returns it with the next, like a real streaming decoder.
@@ -41,12 +41,12 @@ class TintPipeline:
         return out[:-1]
 
 
-def start_server(pipeline=TintPipeline, max_sessions: int = 4, use_webrtc: bool = True, token: str | None = None,
+def start_server(renderer=TintRenderer, max_sessions: int = 4, use_webrtc: bool = True, token: str | None = None,
                  **config) -> LiveServer:
-    """A server on a free 127.0.0.1 port; engine sessions (/engine) render with the same pipeline factory."""
+    """A server on a free 127.0.0.1 port; engine sessions (/engine) render with the same renderer factory."""
     cfg = LiveConfig(**{"width": 64, "height": 64, "fps": 30.0, **config})
-    server = LiveServer(lambda hub: LiveEngine(pipeline, cfg, hub), host="127.0.0.1", port=0,
-                        make_pipeline=pipeline, max_sessions=max_sessions, use_webrtc=use_webrtc, token=token)
+    server = LiveServer(lambda hub: PageSession(renderer, cfg, hub), host="127.0.0.1", port=0,
+                        make_renderer=renderer, max_sessions=max_sessions, use_webrtc=use_webrtc, token=token)
     server.start_background()
     return server
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import torch
 
-from alaya_flash.streaming.engine import pipelines as pl
-from alaya_flash.streaming.engine import runner as rn
+from alaya_flash.streaming.values import GBuffers
+from alaya_flash.streaming.render import runner as rn
 
 
-def random_gbuffers(n: int, h: int = 16, w: int = 16, seed: int = 0) -> pl.GBuffers:
+def random_gbuffers(n: int, h: int = 16, w: int = 16, seed: int = 0) -> GBuffers:
     g = torch.Generator().manual_seed(seed)
-    return pl.GBuffers(torch.randint(0, 256, (n, 5, h, w, 3), dtype=torch.uint8, generator=g))
+    return GBuffers(torch.randint(0, 256, (n, 5, h, w, 3), dtype=torch.uint8, generator=g))
 
 
 def render_all(pipeline, chunks) -> torch.Tensor:

@@ -153,7 +153,7 @@ def test_a_prompt_embeds_the_same_alone_or_beside_others():
 
 def test_no_ray_needed_and_ray_imported_only_by_the_pool():
     """The batch command and the engine import without Ray; only ray_pool's functions import it."""
-    code = ("import sys; sys.path.insert(0, 'tests'); import conftest; from alaya_flash.streaming.cli import main; from alaya_flash.streaming.engine import batch, ray_pool; "
+    code = ("import sys; sys.path.insert(0, 'tests'); import conftest; from alaya_flash.streaming.cli import main; from alaya_flash.streaming.render import batch, ray_pool; "
             "from alaya_flash.streaming.cli.commands import batch as b; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
@@ -196,7 +196,7 @@ def test_a_split_shot_is_its_parts_pre_roll_dropped_joined_in_order(clips, tmp_p
 
 
 def test_without_ray_the_same_command_renders_here(clips, tmp_path, monkeypatch, capsys):
-    from alaya_flash.streaming.engine import ray_pool
+    from alaya_flash.streaming.render import ray_pool
 
     monkeypatch.setattr(ray_pool, "available", lambda: False)
     code, s = batch("--inputs", str(clips[1]), "--out", f"{tmp_path}/{{name}}.mp4", capsys=capsys)  # --engine auto
@@ -234,7 +234,7 @@ def test_four_shots_in_one_process_equal_four_single_shot_renders_byte_for_byte(
 def test_a_second_batch_on_the_same_output_folder_is_refused_in_one_line(clips, tmp_path, capsys):
     """Two batches on one --out both rendered everything and raced on the manifest: the second is
     refused while the first holds the manifest's lock (the lock goes with its process)."""
-    from alaya_flash.streaming.engine.batch import ManifestLock
+    from alaya_flash.streaming.render.batch import ManifestLock
 
     out = tmp_path / "out"
     with ManifestLock(out / "manifest.jsonl"):
@@ -268,7 +268,7 @@ def test_an_input_list_cannot_send_an_output_outside_out_unless_allowed(clips, t
 def test_the_pool_is_sized_by_jobs_so_a_split_shots_parts_run_side_by_side(clips, tmp_path, monkeypatch, capsys):
     """--split ran every part on one worker: the pool was capped at the number of shots, not parts."""
     from alaya_flash.model_zoo.errors import AlayaError
-    from alaya_flash.streaming.engine import ray_pool
+    from alaya_flash.streaming.render import ray_pool
 
     asked = {}
 
@@ -290,7 +290,7 @@ def test_a_cluster_that_refuses_the_driver_is_one_line_with_the_token_hint(monke
     import ray
 
     from alaya_flash.model_zoo.errors import AlayaError
-    from alaya_flash.streaming.engine import ray_pool
+    from alaya_flash.streaming.render import ray_pool
 
     def refuse(**_):
         raise ConnectionError("Failed to connect to GCS: UNAUTHENTICATED: invalid or missing token\nmore detail")

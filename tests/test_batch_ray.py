@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (the `ray` extra; 
 @pytest.fixture(scope="module")
 def cluster():
     """A private Ray on 127.0.0.1 with 2 CPUs, as `batch` starts one; the batches below join it."""
-    from alaya_flash.streaming.engine.ray_pool import start_local
+    from alaya_flash.streaming.render.ray_pool import start_local
 
     start_local(2)
     yield

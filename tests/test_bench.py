@@ -104,7 +104,7 @@ def test_profile_bench_profiles_a_plain_and_a_profiled_run(capsys):
 
 def test_bench_times_the_release_structure_with_its_history_session(capsys):
     """--dit helios-flash-small: the release's Helios backbone (diffusers), its grouped encoder and
-    taew2_1, streaming with the compressed-history session, no refiner."""
+    taew2_1, streaming with the compressed-history sampler, no refiner."""
     pytest.importorskip("diffusers")
     r = bench(capsys, "--dit", "helios-flash-small", "--device", "cpu", "--precision", "fp32", "--format", "png")
     assert r["weights"] == "RANDOM (helios-flash-small, release grouped encoder (hidden 128), taew2_1, none)"

@@ -6,7 +6,8 @@ import torch
 
 from alaya_flash.model_zoo import bundle
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
-from alaya_flash.streaming.engine import pipelines as pl
+from alaya_flash.streaming.render import pipelines as pl
+from alaya_flash.streaming.values import GBuffers, PromptSchedule, parse_schedule
 from stream_helpers import random_gbuffers as _gbuffers
 from stream_helpers import render_all as _render
 
@@ -18,7 +19,7 @@ def flash():
 
 @pytest.fixture(scope="module")
 def prompts(flash):
-    return pl.PromptSchedule.encode(flash.text_encoder(), "0: a sunny street\n8: a rainy night")
+    return PromptSchedule.encode(flash.text_encoder(), "0: a sunny street\n8: a rainy night")
 
 
 @pytest.mark.parametrize("n", [1, 4, 5, 13, 16])
@@ -27,7 +28,7 @@ def test_flash_n_frames_in_n_out_and_chunking_does_not_matter(flash, prompts, n)
     whole = _render(pl.FlashPipeline(flash, prompts, seed=3), [g])
     assert whole.shape == (n, 16, 16, 3)
     assert 0 <= whole.min() and whole.max() <= 1
-    pieces = [pl.GBuffers(g.images[i : i + 3]) for i in range(0, n, 3)]
+    pieces = [GBuffers(g.images[i : i + 3]) for i in range(0, n, 3)]
     assert torch.equal(_render(pl.FlashPipeline(flash, prompts, seed=3), pieces), whole)
 
 
@@ -35,19 +36,19 @@ def test_flash_seed_and_prompt_schedule_change_frames(flash, prompts):
     g = _gbuffers(13)
     a = _render(pl.FlashPipeline(flash, prompts, seed=0), [g])
     assert not torch.equal(a, _render(pl.FlashPipeline(flash, prompts, seed=1), [g]))
-    one = pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street")
+    one = PromptSchedule.encode(flash.text_encoder(), "a sunny street")
     b = _render(pl.FlashPipeline(flash, one, seed=0), [g])
     # the schedule switches at pixel frame 8 (latent 3, the second chunk): the first chunk agrees
     assert torch.equal(a[:9], b[:9]) and not torch.equal(a[9:], b[9:])
 
 
 def test_schedule_parsing():
-    assert pl.parse_schedule("plain prompt") == [(0, "plain prompt")]
-    assert pl.parse_schedule("0: a\n10: b\n  more") == [(0, "a"), (10, "b more")]
+    assert parse_schedule("plain prompt") == [(0, "plain prompt")]
+    assert parse_schedule("0: a\n10: b\n  more") == [(0, "a"), (10, "b more")]
     with pytest.raises(AlayaError, match="frame 0"):
-        pl.parse_schedule("5: late")
+        parse_schedule("5: late")
     with pytest.raises(AlayaError, match="increase"):
-        pl.parse_schedule("0: a\n9: b\n3: c")
+        parse_schedule("0: a\n9: b\n3: c")
 
 
 def test_flash_folder_round_trip(flash, prompts, tmp_path):
@@ -92,7 +93,7 @@ def test_teacher_windows_and_round_trip(prompts, tmp_path):
     g = _gbuffers(13)
     whole = _render(pl.TeacherPipeline(teacher, prompts, neg, seed=1), [g])
     assert whole.shape == (13, 16, 16, 3)
-    pieces = [pl.GBuffers(g.images[i : i + 4]) for i in range(0, 13, 4)]
+    pieces = [GBuffers(g.images[i : i + 4]) for i in range(0, 13, 4)]
     assert torch.equal(_render(pl.TeacherPipeline(teacher, prompts, neg, seed=1), pieces), whole)
     bundle.save_teacher(teacher, tmp_path / "t")
     loaded = bundle.load_teacher(tmp_path / "t", dtype=torch.float32)
@@ -122,8 +123,8 @@ def test_two_streams_at_once_over_one_model_give_each_its_own_frames(flash, prom
         from alaya_flash.model_zoo.release import make_random_release
 
         model = make_random_release("helios-flash-small", encoder_hidden=8)
-    prompts = pl.PromptSchedule.encode(model.text_encoder(), "0: a sunny street\n8: a rainy night")
-    clips = [[pl.GBuffers(_gbuffers(13, seed=s).images[i : i + 4]) for i in range(0, 13, 4)] for s in (1, 2)]
+    prompts = PromptSchedule.encode(model.text_encoder(), "0: a sunny street\n8: a rainy night")
+    clips = [[GBuffers(_gbuffers(13, seed=s).images[i : i + 4]) for i in range(0, 13, 4)] for s in (1, 2)]
     alone = [_render(pl.FlashPipeline(model, prompts, seed=s), clip) for s, clip in enumerate(clips)]
     with ThreadPoolExecutor(2) as pool:
         together = list(pool.map(lambda s: _render(pl.FlashPipeline(model, prompts, seed=s), clips[s]), range(2)))

@@ -1,5 +1,5 @@
 """The CPU speed work changes how frames are computed, never which frames: fused convolutions and
-the pipelined lanes against the plain ops and the serial loop; the lanes' scheduling and errors."""
+the lanes against the plain ops and the serial loop; the lanes' scheduling and errors."""
 from __future__ import annotations
 
 import threading
@@ -11,16 +11,17 @@ import torch
 from alaya_flash import model_zoo
 from alaya_flash.model_zoo import bundle, fused
 from alaya_flash.model_zoo.codecs import gbuffer_encoder
-from alaya_flash.streaming.engine import pipelines as pl
-from alaya_flash.streaming.engine.cpu import cpu_plan
-from alaya_flash.streaming.engine.driver import Lanes, StageGraph, Step, balanced_cuts, drive, ticks
+from alaya_flash.streaming.render import pipelines as pl
+from alaya_flash.streaming.values import GBuffers, PromptSchedule, gbuffer_chunks
+from alaya_flash.streaming.render.cpu import cpu_plan
+from alaya_flash.streaming.render.driver import Lanes, StageGraph, Step, balanced_cuts, drive, ticks
 from alaya_flash.streaming.files.synthetic import synthetic_stream
 
 DEFAULT = Path(model_zoo.__file__).parent / "default"
 
 
 def _render(flash, chunks, lanes=None) -> torch.Tensor:
-    prompts = pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
+    prompts = PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
     graph = StageGraph(["gbuffers"], pl.flash_steps(flash, prompts, seed=3))
     outs = []
     for values, _, _ in ticks(graph, {"gbuffers": ((c,) for c in chunks)}, lanes=lanes):
@@ -30,12 +31,12 @@ def _render(flash, chunks, lanes=None) -> torch.Tensor:
     return torch.cat(outs)
 
 
-def _clip(size: int, frames: int) -> list[pl.GBuffers]:
-    return list(pl.gbuffer_chunks(synthetic_stream(size, size, frames), 4))
+def _clip(size: int, frames: int) -> list[GBuffers]:
+    return list(gbuffer_chunks(synthetic_stream(size, size, frames), 4))
 
 
 def test_default_model_frames_are_unchanged_by_fusion_and_lanes(monkeypatch):
-    """The shipped model in bf16: fused ops and folded pools on a 2-lane pipeline against plain ops
+    """The shipped model in bf16: fused ops and folded pools on 2 lanes against plain ops
     and separate pools in one loop."""
     flash = bundle.load_flash_folder(DEFAULT, torch.device("cpu"), torch.bfloat16)
     chunks = _clip(64, 13)
@@ -52,7 +53,7 @@ def test_default_model_frames_are_unchanged_by_fusion_and_lanes(monkeypatch):
 def test_float32_renders_take_no_fused_op(monkeypatch):
     """float32 keeps the plain ops, so its bit-for-bit guarantees (chunked == whole) hold."""
     flash = bundle.make_random_flash(seed=1, dtype=torch.float32, refiner="gbuffer-refiner-16")
-    chunks = [pl.GBuffers(torch.randint(0, 256, (5, 5, 16, 16, 3), dtype=torch.uint8))]
+    chunks = [GBuffers(torch.randint(0, 256, (5, 5, 16, 16, 3), dtype=torch.uint8))]
     real, fast = fused.fusable, []
     monkeypatch.setattr(fused, "fusable", lambda x: fast.append(real(x)) or fast[-1])
     out = _render(flash, chunks)
@@ -113,7 +114,7 @@ def test_a_dtype_takes_the_fused_path_only_where_this_cpu_runs_it(dtype):
                                         approximate="tanh")
         assert (fused.linear_gelu(h, layer).float() - want).abs().max() < 0.05
     flash = bundle.make_random_flash(seed=1, dtype=dtype, refiner="gbuffer-refiner-16")
-    frames = _render(flash, [pl.GBuffers(torch.randint(0, 256, (5, 5, 16, 16, 3), dtype=torch.uint8))])
+    frames = _render(flash, [GBuffers(torch.randint(0, 256, (5, 5, 16, 16, 3), dtype=torch.uint8))])
     assert frames.shape == (5, 16, 16, 3) and frames.isfinite().all()
 
 
@@ -200,28 +201,28 @@ def test_cpu_plan():
     assert cpu_plan(1).lanes is None and cpu_plan(1).threads == 1
     assert cpu_plan(2).lanes.threads == (1, 1)
     assert cpu_plan(5).lanes.threads == (2, 3)
-    assert cpu_plan(4, pipeline=False).lanes is None
-    assert "2-lane pipeline" in cpu_plan(2).describe() and "no pipeline" in cpu_plan(3, pipeline=False).describe()
+    assert cpu_plan(4, lanes=False).lanes is None
+    assert "on 2 lanes" in cpu_plan(2).describe() and "one lane" in cpu_plan(3, lanes=False).describe()
     with pytest.raises(ValueError, match="at least 1"):
         cpu_plan(0)
 
 
 def test_first_chunk_is_the_first_frame_alone():
-    sizes = [len(c) for c in pl.gbuffer_chunks(synthetic_stream(16, 16, 14), 4)]
+    sizes = [len(c) for c in gbuffer_chunks(synthetic_stream(16, 16, 14), 4)]
     assert sizes == [1, 4, 4, 4, 1]
-    assert [len(c) for c in pl.gbuffer_chunks(synthetic_stream(16, 16, 3), 1)] == [1, 1, 1]
+    assert [len(c) for c in gbuffer_chunks(synthetic_stream(16, 16, 3), 1)] == [1, 1, 1]
 
 
 def test_configure_sets_the_process_plan_and_the_cli_refuses_bad_threads(monkeypatch, capsys):
     from alaya_flash.streaming.cli import main
-    from alaya_flash.streaming.engine import cpu
+    from alaya_flash.streaming.render import cpu
 
     monkeypatch.setattr(cpu, "_configured", None)
     assert cpu.configured_lanes() is None  # nothing configured: library callers keep the serial loop
     threads = torch.get_num_threads()
     try:
         assert cpu.configure(1).lanes is None and torch.get_num_threads() == 1
-        assert cpu.configure(2, pipeline=False).lanes is None and torch.get_num_threads() == 2
+        assert cpu.configure(2, lanes=False).lanes is None and torch.get_num_threads() == 2
         if not torch.cuda.is_available():
             assert cpu.configure(2).lanes == Lanes(threads=(1, 1)) == cpu.configured_lanes()
     finally:
@@ -249,7 +250,7 @@ def test_cached_key_rotations_equal_rotating_every_key_on_every_pass(monkeypatch
 
 
 def test_a_live_stream_thread_takes_one_thread_when_lanes_are_planned(monkeypatch):
-    from alaya_flash.streaming.engine import cpu
+    from alaya_flash.streaming.render import cpu
 
     seen = {}
 
@@ -281,7 +282,7 @@ def test_one_token_prompts_skip_the_cross_attention_query():
 
 
 def test_lanes_give_the_one_thread_frames_bit_for_bit():
-    """Each lane runs its stages on one thread, so the pipelined CLI default renders exactly what
+    """Each lane runs its stages on one thread, so the CLI's default on lanes renders exactly what
     `--threads 1` renders (a frame's last bits depend on the thread count, docs/runner.md)."""
     flash = bundle.load_flash_folder(DEFAULT, torch.device("cpu"), torch.bfloat16)
     chunks = _clip(32, 9)

@@ -186,7 +186,8 @@ def test_long_stream_scores_one_continuous_stream_block_by_block(kind):
     block's frames."""
     from alaya_flash.model_zoo import bundle
     from alaya_flash.training import eval as ev
-    from alaya_flash.streaming.engine.pipelines import FlashPipeline, PromptSchedule
+    from alaya_flash.streaming.render.pipelines import FlashPipeline
+    from alaya_flash.streaming.values import PromptSchedule
     from alaya_flash.streaming.gbuffer import frame_to_teacher
     from alaya_flash.streaming.world import WorldConfig, WorldSource
 

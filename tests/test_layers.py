@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 LAYERS = [
     ("model", ["model_zoo"]),                                   # networks, configs, loading
-    ("conventions", ["streaming.gbuffer", "streaming.metrics", "streaming.stops"]),  # what every part shares
+    ("conventions", ["streaming.gbuffer", "streaming.values", "streaming.metrics", "streaming.stops"]),  # what every part shares
     ("sources and sinks", ["streaming.files", "streaming.world"]),
-    ("engine", ["streaming.engine"]),                           # the chunk loop, sessions, pipelines, runner
-    ("front ends", ["nodes", "streaming.live", "client"]),      # ComfyUI nodes; the live server; an engine's client
-    ("training", ["training"]),                                 # a client of the networks and the engine
+    ("render", ["streaming.render"]),                           # the chunk loop, samplers, stages, pipelines, runner
+    ("front ends", ["nodes", "streaming.live", "client"]),      # ComfyUI nodes; the live server; a game engine's client
+    ("training", ["training"]),                                 # a client of the networks and the renderer
     ("cli", ["streaming.cli"]),
 ]
 # Front ends are siblings: neither looks at the other. Only the CLI, which starts the runner,
@@ -94,13 +94,13 @@ def test_no_module_imports_a_layer_above_its_own():
 
 
 def test_the_checker_sees_an_upward_import_even_inside_a_function(tmp_path):
-    """An engine module that lazily imports the CLI, and one that imports a sibling front end, are caught."""
+    """A render module that lazily imports the CLI, and one that imports a sibling front end, are caught."""
     f = tmp_path / "driver.py"
     f.write_text("def later():\n    from ..cli import main\n    from ...nodes import comfy\n")
-    found = [resolved(t) for _, t in imports(f, "streaming.engine.driver", is_pkg=False)]
+    found = [resolved(t) for _, t in imports(f, "streaming.render.driver", is_pkg=False)]
     assert found == ["streaming.cli", "nodes.comfy"]
-    assert all(layer_of(t) > layer_of("streaming.engine.driver") for t in found)
-    assert layer_of("streaming.files.readers") < layer_of("streaming.engine.pipelines") < layer_of("training.student")
+    assert all(layer_of(t) > layer_of("streaming.render.driver") for t in found)
+    assert layer_of("streaming.values") < layer_of("streaming.files.readers") < layer_of("streaming.render.pipelines") < layer_of("training.student")
 
 
 def test_grouping_folders_import_nothing():

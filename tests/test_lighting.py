@@ -7,8 +7,8 @@ import torch
 
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
 from alaya_flash.model_zoo.light import SLICES, Light, pack
-from alaya_flash.streaming.engine.lighting import LightSchedule, Shade
-from alaya_flash.streaming.engine.pipelines import GBuffers
+from alaya_flash.streaming.render.lighting import LightSchedule, Shade
+from alaya_flash.streaming.values import GBuffers
 
 
 def _az(packed):

@@ -29,14 +29,14 @@ def page(tmp_path_factory):
         server.stop()
 
 
-def flash_pipeline():
+def flash_renderer():
     """Tiny random Flash model. Random weights barely listen to the prompt (text projection std
     0.03: a prompt change moves ~0.3 % of 8-bit values by 1); scaled up 30x here so that a prompt
     change survives JPEG. Everything else is the standard live Flash pipeline."""
     import torch
 
     from alaya_flash.model_zoo import bundle
-    from alaya_flash.streaming.live.pipeline import FlashLive
+    from alaya_flash.streaming.live.renderers import FlashLive
 
     model = bundle.make_random_flash(seed=0)
     with torch.no_grad():
@@ -44,7 +44,7 @@ def flash_pipeline():
     return FlashLive(model, seed=0, fps=30.0, chunk_latents=1)
 
 
-LIVE_OPTIONS = {"pipeline": flash_pipeline, "width": 32, "height": 32}
+LIVE_OPTIONS = {"renderer": flash_renderer, "width": 32, "height": 32}
 
 
 def wait_for(driver, script, timeout=60.0, what=""):

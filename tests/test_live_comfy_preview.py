@@ -9,7 +9,8 @@ import torch
 
 from alaya_flash.model_zoo import bundle
 from alaya_flash.nodes.render import FlashSampler, _Sampling
-from alaya_flash.streaming.engine import pipelines as pl
+from alaya_flash.streaming.render import pipelines as pl
+from alaya_flash.streaming.values import GBuffers, PromptSchedule
 
 
 def _stand_in_comfy(monkeypatch, updates):
@@ -27,7 +28,7 @@ def _stand_in_comfy(monkeypatch, updates):
 
 
 def _sample(model, cond):
-    prompt = pl.PromptSchedule.encode(model.text_encoder(), "a sunny street")
+    prompt = PromptSchedule.encode(model.text_encoder(), "a sunny street")
     stage = FlashSampler().start_stream(model, prompt, seed=0, steps=2, chunk_frames=1, window_frames=4, sink_frames=1)
     return stage.step(cond)[0]
 
@@ -35,7 +36,7 @@ def _sample(model, cond):
 def test_flash_sampler_previews_each_chunk_inside_comfyui(monkeypatch):
     model = bundle.make_random_flash(seed=0)
     images = np.random.default_rng(0).integers(0, 256, (9, 5, 32, 32, 3), dtype=np.uint8)
-    cond = pl.GBufferEncode(model.gbuffer_encoder).step(pl.GBuffers(images))
+    cond = pl.GBufferEncode(model.gbuffer_encoder).step(GBuffers(images))
     # outside ComfyUI: no preview is decoded
     monkeypatch.setattr(_Sampling, "_preview", lambda self, z: pytest.fail("decoded a preview outside ComfyUI"))
     plain = _sample(model, cond)

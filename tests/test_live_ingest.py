@@ -1,6 +1,6 @@
 """Engine ingest (`/engine`, alaya_flash.client): the wire format, sessions, refusals, an external engine.
 
-The sessions render with the real live Flash pipeline (pipeline_factory: weights loaded once,
+The sessions render with the real live Flash pipeline (renderer_factory: weights loaded once,
 shared) on tiny random weights at 64x64, one latent frame per chunk (chunks of 1, then 4 frames),
 their prompt projection scaled up so that a prompt change shows plainly in raw frames. Frames
 come back raw, so "the same" means byte-equal.
@@ -23,7 +23,7 @@ from alaya_flash.streaming.gbuffer import frame_to_teacher
 from alaya_flash.streaming.live import wire
 from alaya_flash.streaming.live.protocol import ProtocolError
 
-from live_helpers import TintPipeline, start_server
+from live_helpers import TintRenderer, start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 64
@@ -55,11 +55,11 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def flash_server(model_dir):
     """The page's stream paused (it renders nothing); engines render with the shared Flash weights."""
-    from alaya_flash.streaming.live.pipeline import pipeline_factory
+    from alaya_flash.streaming.live.renderers import renderer_factory
 
-    make = pipeline_factory(model=model_dir, chunk_latents=1, fps=30.0)
-    server = start_server(pipeline=make, width=SIZE, height=SIZE, autostart=False, max_sessions=4)
-    server.engine.ready.wait(120)
+    make = renderer_factory(model=model_dir, chunk_latents=1, fps=30.0)
+    server = start_server(renderer=make, width=SIZE, height=SIZE, autostart=False, max_sessions=4)
+    server.page.ready.wait(120)
     yield server
     server.stop()
 
@@ -197,7 +197,7 @@ def test_an_engine_gets_every_frame_back_in_order_with_its_number_and_timings():
         assert [f.number for f in got] == list(range(100, 111)) and [f.index for f in got] == list(range(11))
         assert [f.sent for f in got] == [1000.0 + n for n in range(11)]
         assert all(set(f.timings) == {"wait_ms", "turn_ms", "render_ms", "server_ms"} for f in got)
-        old, new = TintPipeline(), TintPipeline()
+        old, new = TintRenderer(), TintRenderer()
         old.set_prompt(server._initial_prompt())
         new.set_prompt("a snowy street")
         for n, f in enumerate(got):
@@ -279,7 +279,7 @@ def test_two_sessions_share_the_weights_and_keep_their_own_state(flash_server):
 
     with Client(flash_server.url) as client:
         session, _ = flash_server.sessions[client.hello["session"]]
-        assert session.pipeline.model is flash_server.engine.pipeline.model
+        assert session.renderer.model is flash_server.page.renderer.model
 
 
 def test_a_prompt_change_shows_within_one_chunk(flash_server):
@@ -360,17 +360,17 @@ def test_bad_input_gets_an_error_and_leaves_another_session_alone():
 
 def test_in_flight_cap_sessions_cap_and_a_failing_session():
     """Frames beyond max_inflight are refused by number (nothing queues without bound); a session
-    beyond --max-sessions is refused politely; a pipeline that fails ends its own session only."""
+    beyond --max-sessions is refused politely; a renderer that fails ends its own session only."""
     gate = threading.Event()
 
-    class Gated(TintPipeline):
+    class Gated(TintRenderer):
         def render(self, chunk):
             gate.wait(60)
             if (chunk == 255).all():
                 raise RuntimeError("the renderer broke")
             return super().render(chunk)
 
-    server = start_server(pipeline=Gated, autostart=False, max_sessions=3)
+    server = start_server(renderer=Gated, autostart=False, max_sessions=3)
 
     async def main():
         async with aiohttp.ClientSession() as http, http.ws_connect(server.url + "engine") as raw:

@@ -14,10 +14,10 @@ import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.streaming.files.sinks import OUTPUT_MARK
-from alaya_flash.streaming.live.engine import unpack_frame
+from alaya_flash.streaming.live.page_session import unpack_frame
 from alaya_flash.streaming.live.protocol import MAX_STRIKES, WS_MAX_BYTES, Command
 
-from live_helpers import TintPipeline, raw_client, read_close_code, stalled_client, start_server, ws_frame
+from live_helpers import TintRenderer, raw_client, read_close_code, stalled_client, start_server, ws_frame
 from process_helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ def test_bad_input_is_refused_without_harm(server):
             async with s.ws_connect(server.url + "ws") as ws:
                 got, _ = await _frames(ws, 3)
                 assert len(got) == 3
-        assert server.engine.error is None
+        assert server.page.error is None
 
     _run(main())
 
@@ -373,12 +373,12 @@ def test_a_misbehaving_viewer_does_not_disturb_another(server):
             assert st["viewers"] == 1 and st["state"] == "running" and st["error"] is None
 
     _run(main())
-    assert server.engine.error is None and len(server.hub.clients) == 0
+    assert server.page.error is None and len(server.hub.clients) == 0
     # the engine refuses such text itself too, whoever calls it
-    assert "not valid Unicode" in server.engine.command(Command("prompt", {"text": "a\ud800"}))
+    assert "not valid Unicode" in server.page.command(Command("prompt", {"text": "a\ud800"}))
 
 
-class FragilePipeline(TintPipeline):
+class FragileRenderer(TintRenderer):
     """Fails on the prompt "boom" (like a tokenizer refusing text), and its first build fails."""
 
     builds = 0
@@ -396,7 +396,7 @@ class FragilePipeline(TintPipeline):
 
 
 def test_a_renderer_error_recovers_on_start_reset_or_preset(tmp_path):
-    server = start_server(pipeline=FragilePipeline, record=True, record_dir=tmp_path / "rec")
+    server = start_server(renderer=FragileRenderer, record=True, record_dir=tmp_path / "rec")
     try:
         async def main():
             async with aiohttp.ClientSession() as s, s.ws_connect(server.url + "ws") as a, \
@@ -415,7 +415,7 @@ def test_a_renderer_error_recovers_on_start_reset_or_preset(tmp_path):
                     for ws in (a, b):
                         st = await _until_text(ws, lambda m: m["type"] == "status" and m["epoch"] == epoch + 1)
                         assert st["state"] == "running" and st["error"] is None
-                    # a prompt the pipeline cannot take breaks it again; pause does not recover it
+                    # a prompt the renderer cannot take breaks it again; pause does not recover it
                     await a.send_json({"type": "prompt", "text": "boom"})
                     st = await _until_text(b, lambda m: m["type"] == "status" and m["state"] == "error")
                     assert "tokenizer refused" in st["error"] and st["prompt"] != "boom"

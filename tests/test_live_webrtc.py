@@ -1,7 +1,7 @@
 """WebRTC video on the live page (streaming/live/webrtc.py, aiortc) and its JPEG fallback.
 
 The browser tests run Debian's headless Chromium against a 64x64 server rendering with the tint
-pipeline double (albedo averaged with a colour hashed from the prompt), so a prompt change moves
+renderer double (albedo averaged with a colour hashed from the prompt), so a prompt change moves
 the picture's mean colour by a known amount: the pixels read back from the <video> element must
 follow it. Signalling refusals are checked on a bare WebSocket.
 """
@@ -34,7 +34,7 @@ return m.map((x) => x / (d.length / 4));
 
 
 def tint(prompt: str) -> np.ndarray:
-    """TintPipeline's colour for a prompt."""
+    """TintRenderer's colour for a prompt."""
     return np.frombuffer(hashlib.sha256(prompt.encode()).digest()[:3], np.uint8).astype(float)
 
 

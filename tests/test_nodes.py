@@ -11,11 +11,10 @@ from alaya_flash.model_zoo import bundle, folders
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
 from alaya_flash.nodes import comfy
-from alaya_flash.streaming.engine import pipelines as pl
-from alaya_flash.streaming.engine import runner as rn
-from alaya_flash.streaming.engine import workflow as wfm
+from alaya_flash.streaming.render import runner as rn
+from alaya_flash.streaming.render import workflow as wfm
 from alaya_flash.streaming.cli import main
-from alaya_flash.streaming.engine.pipelines import GBuffers
+from alaya_flash.streaming.values import GBuffers, PromptSchedule
 from alaya_flash.streaming.files.sinks import NpyWindowSink, write_stream
 from alaya_flash.streaming.files.synthetic import synthetic_stream
 from stream_helpers import Collect
@@ -148,7 +147,7 @@ def test_inputs_glob_skips_finished_and_loads_models_once(clip, tmp_path, monkey
 
 
 def test_interruption_leaves_no_partial_output(clip, tmp_path, monkeypatch):
-    from alaya_flash.streaming.engine import pipelines
+    from alaya_flash.streaming.render import pipelines
 
     calls = []
     real = pipelines.Decode.step
@@ -311,12 +310,12 @@ def test_every_long_node_checks_cancel_and_moves_its_bar_every_piece(monkeypatch
 
     monkeypatch.setattr(comfy, "PIECE_SECONDS", 1e9)
     flash = bundle.make_random_flash(refiner="gbuffer-refiner-16-prompt")
-    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (33, 5, 16, 16, 3), dtype=np.uint8)))
+    gb = GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (33, 5, 16, 16, 3), dtype=np.uint8)))
     record = fake_comfy(monkeypatch)
     (cond,) = NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
     assert [u[1:] for u in record["updates"]] == [(n, 33, "JPEG") for n in (1, 3, 7, 15, 23, 31, 33)]
     assert record["checks"] >= 7
-    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    prompt = PromptSchedule.encode(flash.text_encoder(), "a street")
     sampled = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=-1,
                                                      chunk_frames=-1, window_frames=-1, sink_frames=-1)
     (latents,) = sampled["result"]
@@ -347,7 +346,7 @@ def test_a_slow_machine_gets_one_frame_pieces(monkeypatch):
 
     monkeypatch.setattr(comfy, "PIECE_SECONDS", 1e-9)
     flash = bundle.make_random_flash()
-    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (9, 5, 16, 16, 3), dtype=np.uint8)))
+    gb = GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (9, 5, 16, 16, 3), dtype=np.uint8)))
     record = fake_comfy(monkeypatch)
     NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
     assert [u[1] for u in record["updates"]] == list(range(1, 10))
@@ -381,8 +380,8 @@ def test_cancel_lands_inside_a_frame(monkeypatch):
 
     monkeypatch.setattr(comfy, "HOOK_SECONDS", 0.0)
     flash = bundle.make_random_flash(refiner="gbuffer-refiner-16-prompt")
-    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (4, 5, 16, 16, 3), dtype=np.uint8)))
-    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    gb = GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (4, 5, 16, 16, 3), dtype=np.uint8)))
+    prompt = PromptSchedule.encode(flash.text_encoder(), "a street")
     hooks = dict(torch.nn.modules.module._global_forward_pre_hooks)
     before = torch.get_num_threads()
     record = inside_comfyui(monkeypatch, cancel_at=3)  # the piece's own check, then two module forwards
@@ -439,9 +438,9 @@ def test_samplers_show_the_settings_they_ran_with():
 
     flash = bundle.make_random_flash()
     s = flash.settings
-    gb = pl.GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (5, 5, 16, 16, 3), dtype=np.uint8)))
+    gb = GBuffers(torch.from_numpy(np.random.default_rng(0).integers(0, 256, (5, 5, 16, 16, 3), dtype=np.uint8)))
     (cond,) = NODES["AlayaFlash_EncodeGBuffers"]().run(gbuffer_encoder=EncoderHandle("flash", flash.gbuffer_encoder), gbuffers=gb)
-    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    prompt = PromptSchedule.encode(flash.text_encoder(), "a street")
     out = NODES["AlayaFlash_FlashSampler"]().run(model=flash, cond=cond, prompt=prompt, seed=0, steps=2, chunk_frames=-1,
                                                  window_frames=-1, sink_frames=-1)
     assert out["ui"]["text"] == [f"steps 2 · chunk {s.chunk_frames}* · window {s.window_frames}* · sink {s.sink_frames}*"
@@ -513,12 +512,12 @@ def test_error_type_names_carry_no_install_path(tmp_path):
     code = ("import importlib.util, sys; root = sys.argv[1]; name = root + '/custom_nodes/alaya-flash'; "
             "spec = importlib.util.spec_from_file_location(name, root + '/__init__.py', submodule_search_locations=[root]); "
             "m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m); "
-            "errors = importlib.import_module(name + '.model_zoo.errors'); wf = importlib.import_module(name + '.streaming.engine.workflow'); "
+            "errors = importlib.import_module(name + '.model_zoo.errors'); wf = importlib.import_module(name + '.streaming.render.workflow'); "
             "print(*(c.__module__ + '.' + c.__qualname__ for c in (errors.AlayaError, errors.CheckpointError, wf.WorkflowError)))")
     out = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["alaya_flash.model_zoo.errors.AlayaError", "alaya_flash.model_zoo.errors.CheckpointError",
-                                  "alaya_flash.streaming.engine.workflow.WorkflowError"]
+                                  "alaya_flash.streaming.render.workflow.WorkflowError"]
 
 
 def test_load_gbuffers_reports_each_problem_once_on_its_input(clip, tmp_path):
@@ -608,21 +607,21 @@ def test_sampler_widgets_at_minus_one_take_the_models_trained_settings():
 
     flash = bundle.make_random_flash()
     flash.settings = dataclasses.replace(flash.settings, steps=2, chunk_frames=1, window_frames=6, sink_frames=1)
-    prompt = pl.PromptSchedule.encode(flash.text_encoder(), "a street")
+    prompt = PromptSchedule.encode(flash.text_encoder(), "a street")
     sampler = NODES["AlayaFlash_FlashSampler"]
     defaults = {k: v[1]["default"] for k, v in sampler.INPUT_TYPES()["required"].items() if k != "seed" and len(v) > 1
                 and "default" in v[1]}
     assert defaults == {"steps": -1, "chunk_frames": -1, "window_frames": -1, "sink_frames": -1}
     own = sampler().start_stream(flash, prompt, seed=0, **defaults).inner
-    assert (own.chunk_frames, own.session.config.window_frames, own.session.config.sink_frames) == (1, 6, 1)
-    assert len(own.session.config.nominal_steps) == 2
+    assert (own.chunk_frames, own.sampler.config.window_frames, own.sampler.config.sink_frames) == (1, 6, 1)
+    assert len(own.sampler.config.nominal_steps) == 2
     mine = sampler().start_stream(flash, prompt, seed=0, steps=3, chunk_frames=2, window_frames=8, sink_frames=0).inner
-    assert (mine.chunk_frames, mine.session.config.window_frames, mine.session.config.sink_frames) == (2, 8, 0)
-    assert len(mine.session.config.nominal_steps) == 3
+    assert (mine.chunk_frames, mine.sampler.config.window_frames, mine.sampler.config.sink_frames) == (2, 8, 0)
+    assert len(mine.sampler.config.nominal_steps) == 3
 
     teacher = bundle.make_random_teacher()
     teacher.settings = dataclasses.replace(teacher.settings, steps=7, cfg=3.0, shift=4.0, negative_prompt="blurry")
-    tprompt = pl.PromptSchedule.encode(teacher.text_encoder(), "a street")
+    tprompt = PromptSchedule.encode(teacher.text_encoder(), "a street")
     stage = NODES["AlayaFlash_TeacherSampler"]().start_stream(teacher, tprompt, "", seed=0, steps=-1, cfg=-1.0, shift=-1.0)
     inner = stage.inner
     assert (inner.steps, inner.cfg, inner.shift) == (7, 3.0, 4.0)

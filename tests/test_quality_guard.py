@@ -26,7 +26,8 @@ from alaya_flash.training.data import DataConfig, render_clip
 from alaya_flash.training.prompts import prompts as wordings
 from alaya_flash.streaming import metrics
 from alaya_flash.training.eval import _render
-from alaya_flash.streaming.engine.pipelines import FlashPipeline, PromptSchedule
+from alaya_flash.streaming.render.pipelines import FlashPipeline
+from alaya_flash.streaming.values import PromptSchedule
 from alaya_flash.streaming.world.shading import PRESETS
 
 # Measured at exactly this configuration by this file run as a script (2026-12-05, 2-core AMD EPYC with

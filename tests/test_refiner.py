@@ -9,9 +9,10 @@ from alaya_flash.model_zoo import bundle
 from alaya_flash.model_zoo.codecs import refiner as rf
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
 from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
-from alaya_flash.streaming.engine import pipelines as pl
-from alaya_flash.streaming.engine import runner as rn
-from alaya_flash.streaming.engine import workflow as wfm
+from alaya_flash.streaming.render import pipelines as pl
+from alaya_flash.streaming.values import GBuffers, PromptSchedule
+from alaya_flash.streaming.render import runner as rn
+from alaya_flash.streaming.render import workflow as wfm
 from stream_helpers import Collect
 from stream_helpers import random_gbuffers as _gbuffers
 from stream_helpers import render_all as _render
@@ -36,7 +37,7 @@ def flash():
 
 @pytest.fixture(scope="module")
 def prompts(flash):
-    return pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street")
+    return PromptSchedule.encode(flash.text_encoder(), "a sunny street")
 
 
 def test_a_fresh_refiner_is_the_identity_and_a_trained_one_is_not():
@@ -72,7 +73,7 @@ def test_each_frame_is_refined_with_its_own_gbuffers_whatever_the_chunking(flash
     frames with the whole clip's G-buffers: frames and G-buffers pair in order although the decoder
     lags its input. float32, so streaming equals batch exactly."""
     g = _gbuffers(n)
-    pieces = [pl.GBuffers(g.images[i:i + cut]) for i in range(0, n, cut)]
+    pieces = [GBuffers(g.images[i:i + cut]) for i in range(0, n, cut)]
     refined = _render(pl.FlashPipeline(flash, prompts, seed=2), pieces)
     plain = _render(pl.FlashPipeline(flash, prompts, seed=2, refine=False), [g])
     assert refined.shape == plain.shape == (n, 16, 16, 3)
@@ -94,14 +95,14 @@ def test_refine_stage_pairs_in_order_and_refuses_leftovers():
 
     g = _gbuffers(6)
     stage = pl.Refine(Albedo())
-    stage.add_gbuffers(pl.GBuffers(g.images[:4]))
+    stage.add_gbuffers(GBuffers(g.images[:4]))
     a = stage.step(torch.zeros(1, 16, 16, 3))
     assert stage.step(None) is None  # no frame waits for its G-buffers
-    stage.add_gbuffers(pl.GBuffers(g.images[4:]))
+    stage.add_gbuffers(GBuffers(g.images[4:]))
     b = stage.step(torch.zeros(5, 16, 16, 3))
     assert torch.equal(torch.cat([a, b]), g.images[:, 0].float() / 255)
     stage.flush()
-    stage.add_gbuffers(pl.GBuffers(g.images[:2]))
+    stage.add_gbuffers(GBuffers(g.images[:2]))
     stage.step(torch.zeros(1, 16, 16, 3))
     with pytest.raises(AlayaError, match="0 frame\\(s\\) and 1 G-buffer frame\\(s\\) left unpaired"):
         stage.flush()
@@ -203,9 +204,9 @@ def test_a_prompt_schedule_reaches_the_refiner_frame_by_frame(flash, cut):
     whatever the chunking: the pipeline's frames equal the refiner applied afterwards with them."""
     model = bundle.make_random_flash(seed=0)
     model.refiner = _random_refiner("gbuffer-refiner-16-prompt")
-    sched = pl.PromptSchedule.encode(model.text_encoder(), "0: a sunny street\n6: a street at night")
+    sched = PromptSchedule.encode(model.text_encoder(), "0: a sunny street\n6: a street at night")
     g = _gbuffers(13)
-    pieces = [pl.GBuffers(g.images[i:i + cut]) for i in range(0, 13, cut)]
+    pieces = [GBuffers(g.images[i:i + cut]) for i in range(0, 13, cut)]
     refined = _render(pl.FlashPipeline(model, sched, seed=2), pieces)
     plain = _render(pl.FlashPipeline(model, sched, seed=2, refine=False), [g])
     per_frame = torch.cat([sched.at(f)[1][:, 0] for f in range(13)])
@@ -219,7 +220,7 @@ def test_a_prompt_refiner_without_a_prompt_is_refused_by_name(flash, tmp_path):
     with pytest.raises(AlayaError, match="reads the prompt; connect the prompt"):
         pl.Refine(net)
     with pytest.raises(AlayaError, match="prompt embeddings are 8 wide, the refiner reads 384"):
-        pl.Refine(net, pl.PromptSchedule.constant(torch.zeros(1, 1, 8)))
+        pl.Refine(net, PromptSchedule.constant(torch.zeros(1, 1, 8)))
     from alaya_flash.nodes.models import RefinerHandle
 
     with pytest.raises(AlayaError, match="Refine with G-Buffers: .* connect the 'prompt' input"):
@@ -334,7 +335,7 @@ def test_a_light_schedule_reaches_the_refiner_frame_by_frame(cut):
     """Streamed in any chunking, the pipeline's frames equal the refiner applied afterwards with each
     frame's light from the schedule (the sun moving mid-stream); without an explicit light the
     prompt's light (the light head's reading) is used, and an explicit one wins over it."""
-    from alaya_flash.streaming.engine.lighting import LightSchedule, prompt_lights
+    from alaya_flash.streaming.render.lighting import LightSchedule, prompt_lights
 
     model = bundle.make_random_flash(seed=0)
     model.refiner = _random_refiner("gbuffer-refiner-16-light")

@@ -1,8 +1,8 @@
-"""The AlayaRenderer-Flash release: diffusers' Helios backbone, the compressed-history session, the
-release's codecs and folder (model_zoo/helios.py, model_zoo/release.py, streaming/engine/history_session.py).
+"""The AlayaRenderer-Flash release: diffusers' Helios backbone, the compressed-history sampler, the
+release's codecs and folder (model_zoo/helios.py, model_zoo/release.py, streaming/render/history_sampler.py).
 
 A tiny random release in the published layout is written from diffusers' own class
-(tests/release_helpers.py). The session is checked against diffusers' own HeliosPipeline, chunk
+(tests/release_helpers.py). The sampler is checked against diffusers' own HeliosPipeline, chunk
 for chunk, on the same weights, noise and history."""
 import logging
 import sys
@@ -20,7 +20,7 @@ from alaya_flash.model_zoo.errors import AlayaError, CheckpointError  # noqa: E4
 from alaya_flash.model_zoo.identify import identify_path  # noqa: E402
 from alaya_flash.model_zoo.loading import read_state_dict, save_safetensors  # noqa: E402
 from alaya_flash.streaming.cli import main  # noqa: E402
-from alaya_flash.streaming.engine.history_session import HistoryConfig, HistorySession, positions  # noqa: E402
+from alaya_flash.streaming.render.history_sampler import HistoryConfig, HistorySampler, positions  # noqa: E402
 from release_helpers import TEXT_SINK, TINY, partial_state, tiny_transformer, write_tiny_release  # noqa: E402
 from test_umt5 import spiece, state, write_comfy  # noqa: E402,F401  (module-scoped fixtures: a tiny umT5)
 
@@ -50,22 +50,22 @@ def pipeline_latents(transformer, prompt, steps, chunk, chunks, history_sizes, s
     return out, tuple(float(s) for s in scheduler.sigmas)
 
 
-def test_session_equals_diffusers_helios_pipeline_chunk_for_chunk():
-    """Three chunks with the anchor, long/mid/short windows filling up: our session's latents equal
+def test_history_sampler_equals_diffusers_helios_pipeline_chunk_for_chunk():
+    """Three chunks with the anchor, long/mid/short windows filling up: our sampler's latents equal
     diffusers' HeliosPipeline's on the same weights, noise (the same seeded CPU draws) and schedule."""
     transformer = tiny_transformer(in_channels=16)
     prompt = torch.randn(1, 5, TINY["text_dim"], generator=torch.Generator().manual_seed(3))
     sizes, chunk = (4, 2, 1), 2
     want, sigmas = pipeline_latents(transformer, prompt, steps=3, chunk=chunk, chunks=3, history_sizes=sizes)
-    session = HistorySession(helios.HeliosDiT(transformer), HistoryConfig(history_sizes=sizes, sampler="euler", sigmas=sigmas))
-    state = session.new_state(prompt, seed=7)
-    got = torch.cat([session.step(state, torch.zeros(1, 0, chunk, 8, 8))[0] for _ in range(3)], 2)
+    sampler = HistorySampler(helios.HeliosDiT(transformer), HistoryConfig(history_sizes=sizes, sampler="euler", sigmas=sigmas))
+    state = sampler.new_state(prompt, seed=7)
+    got = torch.cat([sampler.step(state, torch.zeros(1, 0, chunk, 8, 8))[0] for _ in range(3)], 2)
     assert got.shape == want.shape == (1, 16, 6, 8, 8)
     assert (got - want).abs().max() < 1e-4
-    # the history mattered: a session that forgets it (a fresh state per chunk) does not match
-    fresh = [session.step(session.new_state(prompt, seed=7), torch.zeros(1, 0, chunk, 8, 8))[0] for _ in range(1)]
+    # the history mattered: a sampler that forgets it (a fresh state per chunk) does not match
+    fresh = [sampler.step(sampler.new_state(prompt, seed=7), torch.zeros(1, 0, chunk, 8, 8))[0] for _ in range(1)]
     assert (fresh[0] - want[:, :, :2]).abs().max() < 1e-4  # chunk 1 has no history either way
-    later = HistorySession(helios.HeliosDiT(transformer), session.config)
+    later = HistorySampler(helios.HeliosDiT(transformer), sampler.config)
     s2 = later.new_state(prompt, seed=7)
     later.step(s2, torch.zeros(1, 0, chunk, 8, 8))
     s2.history.zero_()
@@ -74,19 +74,19 @@ def test_session_equals_diffusers_helios_pipeline_chunk_for_chunk():
 
 
 def test_history_sizes_are_taken_largest_first_as_diffusers_does():
-    """diffusers' HeliosPipeline sorts history_sizes largest first; given (1, 2, 4), our session equals its
+    """diffusers' HeliosPipeline sorts history_sizes largest first; given (1, 2, 4), our sampler equals its
     run (and the (4, 2, 1) one) instead of reading 1 as the long window."""
     transformer = tiny_transformer(in_channels=16)
     prompt = torch.randn(1, 5, TINY["text_dim"], generator=torch.Generator().manual_seed(3))
     want, sigmas = pipeline_latents(transformer, prompt, steps=2, chunk=2, chunks=3, history_sizes=(1, 2, 4))
     config = HistoryConfig(history_sizes=(1, 2, 4), sampler="euler", sigmas=sigmas)
     assert config.history_sizes == (4, 2, 1)
-    session = HistorySession(helios.HeliosDiT(transformer), config)
-    state = session.new_state(prompt, seed=7)
-    got = torch.cat([session.step(state, torch.zeros(1, 0, 2, 8, 8))[0] for _ in range(3)], 2)
+    sampler = HistorySampler(helios.HeliosDiT(transformer), config)
+    state = sampler.new_state(prompt, seed=7)
+    got = torch.cat([sampler.step(state, torch.zeros(1, 0, 2, 8, 8))[0] for _ in range(3)], 2)
     assert (got - want).abs().max() < 1e-4
     # taken as given (long 1, short 4), the third chunk is another one
-    unsorted = HistorySession(helios.HeliosDiT(transformer), config)
+    unsorted = HistorySampler(helios.HeliosDiT(transformer), config)
     object.__setattr__(unsorted.config, "history_sizes", (1, 2, 4))
     st = unsorted.new_state(prompt, seed=7)
     other = torch.cat([unsorted.step(st, torch.zeros(1, 0, 2, 8, 8))[0] for _ in range(3)], 2)
@@ -106,14 +106,14 @@ def test_gbuffer_conditioning_enters_through_the_96_channel_patch_embedding():
     prompt = torch.randn(1, 5, TINY["text_dim"])
     want, sigmas = pipeline_latents(t16, prompt, steps=2, chunk=2, chunks=2, history_sizes=(4, 2, 1))
     cfg = HistoryConfig(history_sizes=(4, 2, 1), sampler="euler", sigmas=sigmas)
-    session = HistorySession(helios.HeliosDiT(t96), cfg)
-    state_ = session.new_state(prompt, seed=7)
+    sampler = HistorySampler(helios.HeliosDiT(t96), cfg)
+    state_ = sampler.new_state(prompt, seed=7)
     cond = torch.randn(1, 80, 4, 8, 8)
-    got = torch.cat([session.step(state_, cond[:, :, i:i + 2])[0] for i in (0, 2)], 2)
+    got = torch.cat([sampler.step(state_, cond[:, :, i:i + 2])[0] for i in (0, 2)], 2)
     assert (got - want).abs().max() < 1e-4
     with torch.no_grad():
         t96.patch_embedding.weight[:, 16:] = torch.randn_like(t96.patch_embedding.weight[:, 16:]) * 0.05
-    moved = HistorySession(helios.HeliosDiT(t96), cfg)
+    moved = HistorySampler(helios.HeliosDiT(t96), cfg)
     st = moved.new_state(prompt, seed=7)
     assert (moved.step(st, cond[:, :, :2])[0] - want[:, :, :2]).abs().max() > 1e-3
 
@@ -128,13 +128,13 @@ def test_ten_thousand_latent_frames_at_flat_memory():
     """10,000 latent frames (1,250 chunks of 8): the state holds the same tensors of the same size
     after chunk 2 and after chunk 1,250, and Python's allocations do not grow."""
     dit = helios.HeliosDiT(tiny_transformer(num_layers=1))
-    session = HistorySession(dit, HistoryConfig(nominal_steps=(1000.0,)))
-    state = session.new_state(torch.randn(1, 1, TINY["text_dim"]))
+    sampler = HistorySampler(dit, HistoryConfig(nominal_steps=(1000.0,)))
+    state = sampler.new_state(torch.randn(1, 1, TINY["text_dim"]))
     cond = torch.randn(1, 80, 8, 2, 2)
     sizes = None
     tracemalloc.start()
     for i in range(1250):
-        session.step(state, cond)
+        sampler.step(state, cond)
         if i == 1:
             sizes = [(tuple(t.shape), t.nbytes) for t in state.tensors()]
             traced = tracemalloc.get_traced_memory()[0]
@@ -147,30 +147,30 @@ def test_ten_thousand_latent_frames_at_flat_memory():
 
 def test_prompt_change_and_reset():
     dit = helios.HeliosDiT(tiny_transformer())
-    session = HistorySession(dit)
+    sampler = HistorySampler(dit)
     a, b = torch.randn(1, 3, TINY["text_dim"]), torch.randn(1, 3, TINY["text_dim"])
     cond = torch.randn(1, 80, 2, 4, 4)
-    state = session.new_state(a, seed=1)
-    first = session.step(state, cond)[0]
-    session.set_prompt(state, b)
-    changed = session.step(state, cond)[0]
-    session.reset(state)
-    session.set_prompt(state, a)
-    assert torch.equal(session.step(state, cond)[0], first)  # same seed, empty history: the same frames
-    other = session.new_state(a, seed=1)
-    session.step(other, cond)
-    assert (session.step(other, cond)[0] - changed).abs().max() > 1e-4  # the new prompt took effect
+    state = sampler.new_state(a, seed=1)
+    first = sampler.step(state, cond)[0]
+    sampler.set_prompt(state, b)
+    changed = sampler.step(state, cond)[0]
+    sampler.reset(state)
+    sampler.set_prompt(state, a)
+    assert torch.equal(sampler.step(state, cond)[0], first)  # same seed, empty history: the same frames
+    other = sampler.new_state(a, seed=1)
+    sampler.step(other, cond)
+    assert (sampler.step(other, cond)[0] - changed).abs().max() > 1e-4  # the new prompt took effect
     with pytest.raises(AlayaError, match="latent size changed mid-stream"):
-        session.step(state, torch.randn(1, 80, 2, 6, 6))
+        sampler.step(state, torch.randn(1, 80, 2, 6, 6))
     with pytest.raises(AlayaError, match=r"expected \(batch, tokens, 384\)"):
-        session.set_prompt(state, torch.randn(1, 3, 16))
+        sampler.set_prompt(state, torch.randn(1, 3, 16))
 
 
 def test_release_loads_strictly_with_the_partial_file_on_top(release_dir, caplog):
     with caplog.at_level(logging.WARNING):
         model = load_flash(release_dir, dtype=torch.float32)
     dit = model.dit
-    assert isinstance(dit, helios.HeliosDiT) and dit.session_kind == "history"
+    assert isinstance(dit, helios.HeliosDiT) and dit.sampler_kind == "history"
     assert (dit.config.in_dim, dit.config.cond_dim, dit.config.history_channels) == (96, 80, 96)
     partial = read_state_dict(release_dir / helios.PARTIAL_FILE)
     stored = read_state_dict(release_dir / "transformer" / "diffusion_pytorch_model.safetensors")
@@ -189,7 +189,7 @@ def test_memory_patchifier_width_is_read_from_the_partial_file(tmp_path):
     folder = write_tiny_release(tmp_path / "r16", history_channels=16)
     dit = load_flash(folder, dtype=torch.float32).dit
     assert dit.config.history_channels == 16 and dit.transformer.patch_long.weight.shape[1] == 16
-    latents, state = HistorySession(dit).step(HistorySession(dit).new_state(torch.randn(1, 2, 384)), torch.randn(1, 80, 1, 4, 4))
+    latents, state = HistorySampler(dit).step(HistorySampler(dit).new_state(torch.randn(1, 2, 384)), torch.randn(1, 80, 1, 4, 4))
     assert latents.shape == (1, 16, 1, 4, 4) and state.history.shape[1] == 16
 
 
@@ -312,10 +312,10 @@ def test_comfyui_load_flash_model_lists_and_loads_a_release(release_dir, monkeyp
     model = node().load(release_dir.name, "(from model)", "cpu", "fp32", "(from model)")[0]
     assert isinstance(model.dit, helios.HeliosDiT)
     sampler = NODES["AlayaFlash_FlashSampler"]
-    from alaya_flash.streaming.engine import pipelines as pl
+    from alaya_flash.streaming.values import PromptSchedule
 
-    prompt = pl.PromptSchedule.encode(model.text_encoder(), "snow")
+    prompt = PromptSchedule.encode(model.text_encoder(), "snow")
     stage = sampler().start_stream(model, prompt, seed=0, steps=-1, chunk_frames=-1, window_frames=-1, sink_frames=-1).inner
-    assert isinstance(stage.session, HistorySession) and stage.chunk_frames == 4
+    assert isinstance(stage.sampler, HistorySampler) and stage.chunk_frames == 4
     with pytest.raises(AlayaError, match="keeps a compressed history"):
         sampler().start_stream(model, prompt, seed=0, steps=-1, chunk_frames=-1, window_frames=12, sink_frames=-1)

@@ -1,4 +1,4 @@
-"""Schedules, the pure samplers, the Flash session and the teacher sampler."""
+"""Schedules, the pure samplers, the KV-cache sampler and the teacher sampler."""
 from dataclasses import replace
 
 import pytest
@@ -6,8 +6,9 @@ import torch
 
 from alaya_flash.model_zoo import dit
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming.engine import sampler
-from alaya_flash.streaming.engine.session import FlashSession, SessionConfig, teacher_sample
+from alaya_flash.streaming.render import sampler
+from alaya_flash.streaming.render.kv_cache_sampler import KVCacheConfig, KVCacheSampler
+from alaya_flash.streaming.render.teacher_sampler import teacher_sample
 
 TINY = dit.CONFIGS["dit-tiny"]
 
@@ -21,7 +22,7 @@ def test_warped_four_step_table_is_exact():
     t = sampler.warped_timesteps()
     assert t.dtype == torch.float64
     assert t.tolist() == [1000.0, 937.5, 2500.0 / 3, 625.0]
-    assert SessionConfig().timesteps.tolist() == t.tolist()
+    assert KVCacheConfig().timesteps.tolist() == t.tolist()
 
 
 def test_teacher_sigmas_match_diffsynth_template():
@@ -57,14 +58,14 @@ def test_euler_on_a_straight_path_is_exact():
     torch.testing.assert_close(sampler.x0_from_velocity(x, n - x0, 0.3), x0)
 
 
-def session(model=None, **kw):
-    cfg = SessionConfig(**{"window_frames": 6, "sink_frames": 1, **kw})
-    return FlashSession(model or tiny(), cfg)
+def kv_sampler(model=None, **kw):
+    cfg = KVCacheConfig(**{"window_frames": 6, "sink_frames": 1, **kw})
+    return KVCacheSampler(model or tiny(), cfg)
 
 
-def stream(sess, seed, chunks, prompt):
-    state = sess.new_state(prompt, seed=seed)
-    return [sess.step(state, c)[0] for c in chunks], state
+def stream(kvs, seed, chunks, prompt):
+    state = kvs.new_state(prompt, seed=seed)
+    return [kvs.step(state, c)[0] for c in chunks], state
 
 
 def cond_chunks(n=3, frames=2, h=4, w=4, seed=5):
@@ -73,19 +74,19 @@ def cond_chunks(n=3, frames=2, h=4, w=4, seed=5):
 
 
 def test_stream_is_reproducible_from_its_seed_and_leaves_global_rng_alone():
-    sess, chunks = session(), cond_chunks()
+    kvs, chunks = kv_sampler(), cond_chunks()
     prompt = torch.randn(1, 5, 16)
     torch.manual_seed(123)
     before = torch.rand(3)
     torch.manual_seed(123)
-    a, state = stream(sess, 7, chunks, prompt)
+    a, state = stream(kvs, 7, chunks, prompt)
     assert torch.equal(torch.rand(3), before)  # the global generator was never drawn from
-    b, _ = stream(sess, 7, chunks, prompt)
-    c, _ = stream(sess, 8, chunks, prompt)
+    b, _ = stream(kvs, 7, chunks, prompt)
+    c, _ = stream(kvs, 8, chunks, prompt)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.allclose(a[0], c[0])
-    sess.reset(state)
-    again = [sess.step(state, ch)[0] for ch in chunks]
+    kvs.reset(state)
+    again = [kvs.step(state, ch)[0] for ch in chunks]
     assert all(torch.equal(x, y) for x, y in zip(a, again))
     assert a[0].shape == (1, 16, 2, 4, 4) and state.frame == 6
 
@@ -93,8 +94,8 @@ def test_stream_is_reproducible_from_its_seed_and_leaves_global_rng_alone():
 def test_first_chunk_equals_the_x0_loop_over_a_bidirectional_forward():
     model, chunk = tiny(), cond_chunks(1)[0]
     prompt = torch.randn(1, 5, 16)
-    sess = session(model)
-    out, _ = sess.step(sess.new_state(prompt, seed=3), chunk)
+    kvs = kv_sampler(model)
+    out, _ = kvs.step(kvs.new_state(prompt, seed=3), chunk)
     g = torch.Generator().manual_seed(3)
     draw = lambda i=0: torch.randn(1, 16, 2, 4, 4, generator=g)
 
@@ -109,43 +110,43 @@ def test_first_chunk_equals_the_x0_loop_over_a_bidirectional_forward():
 
 def test_later_chunks_see_the_clean_cache_and_the_prompt_change_is_seen():
     model = tiny()
-    sess, chunks = session(model), cond_chunks(3)
+    kvs, chunks = kv_sampler(model), cond_chunks(3)
     p1, p2 = torch.randn(1, 5, 16), torch.randn(1, 7, 16)
-    base, state = stream(sess, 1, chunks, p1)
+    base, state = stream(kvs, 1, chunks, p1)
     # same stream with a different second G-buffer chunk: the third chunk must change (history)
-    other, _ = stream(sess, 1, [chunks[0], chunks[0], chunks[2]], p1)
+    other, _ = stream(kvs, 1, [chunks[0], chunks[0], chunks[2]], p1)
     assert not torch.allclose(base[2], other[2])
     # prompt change before chunk 3: chunk 3 differs, the cache keeps its size and history
-    state = sess.new_state(p1, seed=1)
-    sess.step(state, chunks[0])
-    sess.step(state, chunks[1])
+    state = kvs.new_state(p1, seed=1)
+    kvs.step(state, chunks[0])
+    kvs.step(state, chunks[1])
     frames = state.cache.frames
-    sess.set_prompt(state, p2)
+    kvs.set_prompt(state, p2)
     assert state.cache.frames == frames
-    changed, _ = sess.step(state, chunks[2])
+    changed, _ = kvs.step(state, chunks[2])
     assert not torch.allclose(changed, base[2])
     with pytest.raises(AlayaError, match="new prompt has batch 2"):
-        sess.set_prompt(state, torch.randn(2, 5, 16))
+        kvs.set_prompt(state, torch.randn(2, 5, 16))
 
 
-def test_session_refuses_bad_conditioning():
-    sess = session()
-    state = sess.new_state(torch.randn(1, 5, 16))
+def test_kv_cache_sampler_refuses_bad_conditioning():
+    kvs = kv_sampler()
+    state = kvs.new_state(torch.randn(1, 5, 16))
     with pytest.raises(AlayaError, match="expected \\(1, 80, frames, height, width\\)"):
-        sess.step(state, torch.randn(1, 16, 2, 4, 4))
+        kvs.step(state, torch.randn(1, 16, 2, 4, 4))
     with pytest.raises(AlayaError, match="rope 'spiral'"):
-        SessionConfig(rope="spiral")
+        KVCacheConfig(rope="spiral")
 
 
 def test_ten_thousand_frame_stream_keeps_flat_memory():
     """10,000 latent frames in chunks of 100: the cache never grows or moves; positions stay bounded."""
     model = tiny(replace(TINY, num_layers=1))
-    sess = FlashSession(model, SessionConfig(nominal_steps=(1000,), window_frames=100, sink_frames=4))
-    state = sess.new_state(torch.randn(1, 3, 16), seed=0)
+    kvs = KVCacheSampler(model, KVCacheConfig(nominal_steps=(1000,), window_frames=100, sink_frames=4))
+    state = kvs.new_state(torch.randn(1, 3, 16), seed=0)
     chunk = torch.randn(1, 80, 100, 2, 2)
     sizes = {}
     for i in range(100):
-        latents, state = sess.step(state, chunk)
+        latents, state = kvs.step(state, chunk)
         if i in (1, 99):
             sizes[i] = (state.cache.k.shape, state.cache.nbytes, state.cache.k.data_ptr(), state.cache.frames)
     assert state.frame == 10_000 and latents.isfinite().all()
@@ -172,32 +173,32 @@ def test_teacher_cfg_and_schedule():
 
 def test_prompt_recache_reencodes_exactly_the_held_frames():
     model = tiny()
-    sess = session(model, recache_on_prompt=True)  # window 6 + sink 1
+    kvs = kv_sampler(model, recache_on_prompt=True)  # window 6 + sink 1
     p1, p2 = torch.randn(1, 5, 16), torch.randn(1, 4, 16)
     chunks = cond_chunks(5)
     # no eviction yet: re-encoding under the same prompt reproduces the cache
-    state = sess.new_state(p1, seed=2)
+    state = kvs.new_state(p1, seed=2)
     for c in chunks[:3]:
-        sess.step(state, c)
+        kvs.step(state, c)
     before = state.cache.k.clone(), state.cache.v.clone()
-    sess.set_prompt(state, p1)
+    kvs.set_prompt(state, p1)
     assert (state.cache.k - before[0]).abs().max() <= 1e-5 and (state.cache.v - before[1]).abs().max() <= 1e-5
     # after evictions the history mirrors the cache: block 0's keys depend only on each frame's input
     for c in chunks[3:]:
-        sess.step(state, c)
+        kvs.step(state, c)
     assert state.cache.evicted == 3 and state.history.frames == state.cache.frames == 7
     k0 = state.cache.k[0].clone()
-    sess.set_prompt(state, p1)
+    kvs.set_prompt(state, p1)
     assert (state.cache.k[0] - k0).abs().max() <= 1e-5
     # a new prompt re-encodes (block 1 sees it through block 0's cross-attention), the stream goes on
     k1 = state.cache.k[1].clone()
-    sess.set_prompt(state, p2)
+    kvs.set_prompt(state, p2)
     assert (state.cache.k[0] - k0).abs().max() <= 1e-5 and (state.cache.k[1] - k1).abs().max() > 1e-3
     frame = state.frame
-    out, _ = sess.step(state, chunks[0])
+    out, _ = kvs.step(state, chunks[0])
     assert out.isfinite().all() and state.frame == frame + 2 and state.cache.frames == 7
     with pytest.raises(AlayaError, match="recache_on_prompt needs rope='relative'"):
-        SessionConfig(rope="absolute", recache_on_prompt=True)
+        KVCacheConfig(rope="absolute", recache_on_prompt=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -205,9 +206,9 @@ def test_stream_on_cuda_equals_the_cpu_stream():
     """The stream's noise comes from its CPU generator, so a seed gives the same frames on a GPU as
     on the CPU (to float32 rounding), through evictions of the rolling cache."""
     model, chunks, prompt = tiny(), cond_chunks(5), torch.randn(1, 5, 16)
-    cpu, cpu_state = stream(session(model), 4, chunks, prompt)
+    cpu, cpu_state = stream(kv_sampler(model), 4, chunks, prompt)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # matmuls: no TF32 by default
-        gpu, gpu_state = stream(session(model.cuda()), 4, chunks, prompt)
+        gpu, gpu_state = stream(kv_sampler(model.cuda()), 4, chunks, prompt)
     assert gpu_state.cache.evicted == cpu_state.cache.evicted > 0
     for a, b in zip(cpu, gpu):
         assert b.device.type == "cuda"

@@ -149,7 +149,7 @@ def test_the_teacher_sampler_releases_umt5_once_the_prompts_are_encoded(nets, st
     and releases the encoder's weights; a later prompt reads them back."""
     from alaya_flash.model_zoo import bundle
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
-    from alaya_flash.streaming.engine.pipelines import PromptSchedule
+    from alaya_flash.streaming.values import PromptSchedule
 
     dit, vae = nets
     teacher = bundle.TeacherModel(dit, vae, text_encoder_name=f"umt5-xxl:{write_comfy(tmp_path / 'u.safetensors', state, spiece)}")

@@ -279,7 +279,7 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
         assert decoder.latents == f"{student.out}/latents-train.safetensors"
         assert decoder.mix_latents == f"{student.out}/latents-mix.safetensors"
         assert (student.window_frames, student.sink_frames) == (decoder.window_frames, decoder.sink_frames) \
-            == (export.window_frames, export.sink_frames)  # trained with the cache the exported session streams with
+            == (export.window_frames, export.sink_frames)  # trained with the cache the exported sampler streams with
     assert export.student_run == fourth.out
     assert export.codecs_run == shipped.codecs_run == decoder4.out and export.refiner_run == ""
     # the refiner learns the exported model's own frames, with the context path and the captions, both worlds

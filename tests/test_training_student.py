@@ -1,5 +1,5 @@
 """The student stages (student-ode, student-dmd, student-rollout): the distillation pieces checked
-against inference (rollout = FlashSession, the teacher's trajectories, the DMD gradient), the
+against inference (rollout = KVCacheSampler, the teacher's trajectories, the DMD gradient), the
 data, pair and clean-context terms, cached trajectories, and config checking."""
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_student_trains_on_the_distilled_encoders_latents(runs):
 
 
 def test_training_rollout_equals_the_inference_session(monkeypatch):
-    """The DMD self-rollout (exit at the last step) renders exactly what FlashSession streams
+    """The DMD self-rollout (exit at the last step) renders exactly what KVCacheSampler streams
     (in float32: training's bf16 autocast, where it is on, is switched off for the comparison)."""
     import contextlib
 
@@ -81,7 +81,7 @@ def test_training_rollout_equals_the_inference_session(monkeypatch):
     from alaya_flash.training.student import rollout
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
-    from alaya_flash.streaming.engine.session import FlashSession, SessionConfig
+    from alaya_flash.streaming.render.kv_cache_sampler import KVCacheConfig, KVCacheSampler
 
     torch.manual_seed(0)
     model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
@@ -89,31 +89,31 @@ def test_training_rollout_equals_the_inference_session(monkeypatch):
     prompt = torch.randn(1, 1, 16)
     with torch.no_grad():
         ours = rollout(model, cond, prompt, chunk_frames=2, exit_step=3, g=torch.Generator().manual_seed(5))
-    session = FlashSession(model, SessionConfig(window_frames=4, sink_frames=0))
-    state = session.new_state(prompt, seed=5)
-    theirs = torch.cat([session.step(state, cond[:, :, i:i + 2])[0] for i in (0, 2)], 2)
+    sampler = KVCacheSampler(model, KVCacheConfig(window_frames=4, sink_frames=0))
+    state = sampler.new_state(prompt, seed=5)
+    theirs = torch.cat([sampler.step(state, cond[:, :, i:i + 2])[0] for i in (0, 2)], 2)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
 def test_finished_rollout_with_a_sink_equals_the_inference_session(monkeypatch):
     """student-rollout's rollout (every step run, the rolling cache with a sink, frames evicted)
-    renders what FlashSession streams, whichever step carries the gradient: the steps after it
+    renders what KVCacheSampler streams, whichever step carries the gradient: the steps after it
     still run and the cache gets the chunk's final x0."""
     import contextlib
 
     from alaya_flash.model_zoo import dit
     from alaya_flash.training import student
     from alaya_flash.training.student import rollout
-    from alaya_flash.streaming.engine.session import FlashSession, SessionConfig
+    from alaya_flash.streaming.render.kv_cache_sampler import KVCacheConfig, KVCacheSampler
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
     torch.manual_seed(0)
     model = dit.build(dit.CONFIGS["dit-tiny"]).eval()
     cond = torch.randn(1, 80, 5, 4, 4)
     prompt = torch.randn(1, 1, 16)
-    session = FlashSession(model, SessionConfig(window_frames=2, sink_frames=1))
-    state = session.new_state(prompt, seed=5)
-    theirs = torch.cat([session.step(state, cond[:, :, i:i + 1])[0] for i in range(5)], 2)
+    sampler = KVCacheSampler(model, KVCacheConfig(window_frames=2, sink_frames=1))
+    state = sampler.new_state(prompt, seed=5)
+    theirs = torch.cat([sampler.step(state, cond[:, :, i:i + 1])[0] for i in range(5)], 2)
     assert state.cache.evicted > 0
     with torch.no_grad():
         ours = rollout(model, cond, prompt, 1, 3, torch.Generator().manual_seed(5), window_frames=2, sink_frames=1,
@@ -430,7 +430,7 @@ def test_teacher_trajectory_keeps_the_student_sigmas(monkeypatch):
 
     monkeypatch.setattr(student, "autocast", contextlib.nullcontext)
     from alaya_flash.training.student import teacher_trajectory
-    from alaya_flash.streaming.engine import sampler
+    from alaya_flash.streaming.render import sampler
 
     torch.manual_seed(0)
     model = dit.build(dit.CONFIGS["dit-tiny"]).eval()

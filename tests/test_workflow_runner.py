@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming.engine import runner as rn
-from alaya_flash.streaming.engine import workflow as wfm
+from alaya_flash.streaming.render import runner as rn
+from alaya_flash.streaming.render import workflow as wfm
 
 
 # --- toy nodes following the pack's node protocol --------------------------------------------
@@ -156,9 +156,9 @@ def test_chunked_run_equals_whole_run(chunk):
 
 
 @pytest.mark.parametrize("chunk", [1, 3])
-def test_pipelined_run_equals_whole_run(chunk):
+def test_run_on_lanes_equals_whole_run(chunk):
     """The stream nodes on two worker lanes (the CLI's default on a CPU) give the whole run's frames."""
-    from alaya_flash.streaming.engine.driver import Lanes
+    from alaya_flash.streaming.render.driver import Lanes
 
     rn.execute_whole(wfm.parse_workflow(api_graph(chunk=10), CLASSES), CLASSES)
     (_, whole), = Collect.sink
@@ -171,7 +171,7 @@ def test_pipelined_run_equals_whole_run(chunk):
 
 @pytest.mark.parametrize("lanes", [False, True])
 def test_abort_runs_on_failure(lanes):
-    from alaya_flash.streaming.engine.driver import Lanes
+    from alaya_flash.streaming.render.driver import Lanes
 
     g = api_graph()
     g["2"]["class_type"] = "Failing"

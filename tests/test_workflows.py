@@ -6,8 +6,8 @@ import pytest
 
 from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
 from alaya_flash.nodes import NODE_DISPLAY_NAME_MAPPINGS as NAMES
-from alaya_flash.streaming.engine import runner as rn
-from alaya_flash.streaming.engine import workflow as wfm
+from alaya_flash.streaming.render import runner as rn
+from alaya_flash.streaming.render import workflow as wfm
 
 WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
 API = WORKFLOWS / "api"

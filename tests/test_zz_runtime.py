@@ -1,4 +1,4 @@
-"""Runs last (its name): after a pipelined OpenVINO stream, a signal raised in the process crashes it
+"""Runs last (its name): after an OpenVINO stream on lanes, a signal raised in the process crashes it
 (docs/runner.md), and tests/test_signals.py raises them in-process.
 
 The OpenVINO backend renders the torch path's frames: the same clip both ways (PSNR), chunked =
@@ -13,8 +13,9 @@ import torch
 from alaya_flash import model_zoo
 from alaya_flash.model_zoo import bundle, folders, runtime
 from alaya_flash.model_zoo.errors import AlayaError
-from alaya_flash.streaming.engine import pipelines as pl
-from alaya_flash.streaming.engine.driver import Lanes, StageGraph, ticks
+from alaya_flash.streaming.render import pipelines as pl
+from alaya_flash.streaming.values import GBuffers, PromptSchedule, gbuffer_chunks
+from alaya_flash.streaming.render.driver import Lanes, StageGraph, ticks
 from alaya_flash.streaming.files.synthetic import synthetic_stream
 
 ov = pytest.importorskip("openvino")
@@ -27,7 +28,7 @@ def _cache(tmp_path, monkeypatch):
 
 
 def _render(flash, chunks, lanes=None) -> torch.Tensor:
-    prompts = pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
+    prompts = PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
     graph = StageGraph(["gbuffers"], pl.flash_steps(flash, prompts, seed=3))
     outs = []
     for values, _, _ in ticks(graph, {"gbuffers": ((c,) for c in chunks)}, lanes=lanes):
@@ -41,14 +42,14 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(10 * torch.log10(1 / ((a - b) ** 2).mean()))
 
 
-def _clip(size: int, frames: int, length: int = 4) -> list[pl.GBuffers]:
-    return list(pl.gbuffer_chunks(synthetic_stream(size, size, frames), length))
+def _clip(size: int, frames: int, length: int = 4) -> list[GBuffers]:
+    return list(gbuffer_chunks(synthetic_stream(size, size, frames), length))
 
 
 @pytest.mark.parametrize("dtype, floor", [(torch.float32, 60.0), (torch.bfloat16, 40.0)])
 def test_default_model_renders_the_same_frames_on_openvino(dtype, floor):
     """The shipped model, 15 frames at 64x64 (the stream's padding included), torch against OpenVINO
-    at the same precision, on a 2-lane pipeline as the CLI runs it."""
+    at the same precision, on 2 lanes as the CLI runs it."""
     flash = folders.load_flash(DEFAULT, torch.device("cpu"), dtype)
     chunks = _clip(64, 15)
     torch_frames = _render(flash, chunks)
@@ -68,11 +69,11 @@ def test_chunked_equals_whole_on_openvino():
     chunks = _clip(32, 18, 18)
     whole = torch.cat([c.images for c in chunks])
     emb = torch.randn(1, 5, flash.text_dim)
-    prompts = pl.PromptSchedule.constant(emb)
+    prompts = PromptSchedule.constant(emb)
 
     def render(pieces):
         pipe = pl.FlashPipeline(flash, prompts, seed=1, chunk_frames=2, window_frames=4, sink_frames=1)
-        outs = [pipe.step(pl.GBuffers(p)) for p in pieces] + [pipe.flush()]
+        outs = [pipe.step(GBuffers(p)) for p in pieces] + [pipe.flush()]
         return torch.cat([o for o in outs if o is not None])
 
     reference = render([whole])

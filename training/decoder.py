@@ -3,7 +3,7 @@
 `train decoder`: the distilled tiny decoder learned to turn the VAE's latents into frames, but at
 render time it reads the student's latents, which carry the student's own errors (a colour cast
 that grows along the stream, softer detail). This stage renders every training clip under every
-preset once with the student, streaming exactly as FlashSession does (student.rollout, a random
+preset once with the student, streaming exactly as KVCacheSampler does (student.rollout, a random
 training wording per clip and preset), caches those latents, and trains the decoder on aligned
 crops of them against the ground-truth pixels with the codecs stage's decoder loss (L1 + MSE,
 motion and boundary terms). The G-buffer encoder is carried over unchanged, so the output folder

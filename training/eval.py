@@ -74,7 +74,7 @@ def _render(pipeline, gbuffers, chunk: int = 4):
     """Stream G-buffers through a pipeline in chunks of `chunk` frames: (frames (T,H,W,3), seconds, first-frame s)."""
     import torch
 
-    from ..streaming.engine.pipelines import GBuffers
+    from ..streaming.values import GBuffers
 
     outs, first = [], None
     t0 = time.perf_counter()
@@ -154,8 +154,9 @@ def evaluate(args) -> dict:
     from ..model_zoo import bundle, folders, runtime
     from ..streaming import metrics
     from ..model_zoo.errors import AlayaError
-    from ..streaming.engine.lighting import Shade, recorded
-    from ..streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule, TeacherPipeline, latent_start_pixel
+    from ..streaming.render.lighting import Shade, recorded
+    from ..streaming.render.pipelines import FlashPipeline, TeacherPipeline
+    from ..streaming.values import GBuffers, PromptSchedule, latent_start_pixel
     from ..streaming.world.traced.presets import TRACED_PRESETS
 
     if not args.no_long_stream:
@@ -321,8 +322,8 @@ def prior_only(text_encoder):
 
     from ..model_zoo import light_head
     from ..model_zoo.text_encoder import TextEncoder
-    from ..streaming.engine.lighting import LightSchedule, Shade
-    from ..streaming.engine.pipelines import GBuffers
+    from ..streaming.render.lighting import LightSchedule, Shade
+    from ..streaming.values import GBuffers
 
     head = light_head.load()
     reader = text_encoder if hasattr(text_encoder, "states") else TextEncoder.load()
@@ -346,7 +347,8 @@ def light_head_scores() -> dict:
 
 def _runtime(flash, text, args) -> dict:
     """Student streaming speed at --runtime-size on a fresh world clip (G-buffers only)."""
-    from ..streaming.engine.pipelines import FlashPipeline, PromptSchedule
+    from ..streaming.render.pipelines import FlashPipeline
+    from ..streaming.values import PromptSchedule
     from ..streaming.world import WorldConfig, WorldSource
 
     h, w = args.runtime_size
@@ -400,7 +402,8 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
     from .data import CAMERAS
     from .prompts import prompts as wordings
     from ..streaming import metrics
-    from ..streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
+    from ..streaming.render.pipelines import FlashPipeline
+    from ..streaming.values import GBuffers, PromptSchedule
     from ..streaming.gbuffer import frame_to_teacher
     from ..streaming.world import WorldConfig, WorldSource
 

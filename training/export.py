@@ -6,7 +6,7 @@
     OUT/teacher/         the teacher: dit.safetensors (bidirectional DiT), vae.safetensors, config.json
 
 Weights are stored in `dtype` (bfloat16 by default: half the bytes; the loaders cast on load).
-The session settings written are the ones the student was trained for (chunk_frames).
+The sampler settings written are the ones the student was trained for (chunk_frames).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class ExportConfig:
     blend_run: str = ""
     blend_weight: float = 0.5
     dtype: str = "bfloat16"
-    window_frames: int = 1  # rolling KV window (latent frames) of the shipped session: the chunk alone (docs/model-card.md, "Long streams")
+    window_frames: int = 1  # rolling KV window (latent frames) of the shipped sampler: the chunk alone (docs/model-card.md, "Long streams")
     sink_frames: int = 1
     teacher_window_frames: int = 13  # pixel frames per teacher window
     teacher_cfg: float = 5.0  # the teacher's default guidance scale (the recipe: its ODE trajectories' scale)
@@ -61,7 +61,7 @@ def blend_students(student, student_run: str, blend_run: str, weight: float) -> 
         differ = ", ".join(f"{k} {theirs[k]} against {mine[k]}" for k in mine if mine[k] != theirs[k])
         raise AlayaError(f"export: blend_run {blend_run}'s DiT is not student_run {student_run}'s: {differ}")
     theirs_chunk, mine_chunk = run_chunk_frames(blend_run), run_chunk_frames(student_run)
-    if theirs_chunk != mine_chunk:  # the shipped session streams one chunk size: the one both learnt
+    if theirs_chunk != mine_chunk:  # the shipped sampler streams one chunk size: the one both learnt
         raise AlayaError(f"export: blend_run {blend_run} was trained with chunk_frames {theirs_chunk}, "
                          f"student_run {student_run} with {mine_chunk}")
     theirs_text, mine_text = run_text_encoder(blend_run), run_text_encoder(student_run)

@@ -26,7 +26,7 @@ $AF --quiet train data --config $C/data-v2.json --set out=$R/data-v2-128 --set w
     --set train_clips=19 --set heldout_clips=0
 # the shipped networks as run folders (the VAE, the codecs, the student, the teacher)
 $AF --quiet train import --config $C/import.json --set out=$R/imported
-# the student streams whole world v2 clips through the shipped session's cache (window 1, sink 1) and is
+# the student streams whole world v2 clips through the shipped sampler's cache (window 1, sink 1) and is
 # regressed onto their ground-truth latents; half its prompts are the clips' captions, which name the sun's side
 # (the G-buffers cannot say it). A third of its steps stream physics-world clips instead (32 of them, mix_data):
 # trained on world v2 alone it forgot that world (26.8 -> 13.6 dB)

@@ -126,7 +126,8 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     each clip and preset prompted with a random wording of the prompt split `split` (prompts.py), and
     those wordings, [clip][preset]. The 'train' renders live in out/renders/, others in out/renders-SPLIT/;
     mix: the clips are mix_data's, in out/renders-mix/."""
-    from ..streaming.engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
+    from ..streaming.render.pipelines import FlashPipeline
+    from ..streaming.values import GBuffers, PromptSchedule
     from ..streaming.files.sinks import to_uint8
     from ..model_zoo import folders
     from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors

@@ -8,7 +8,7 @@ the clean endpoint. Per chunk a random stored state is the input, all chunks in 
 block-causal pass; loss: MSE of the x0 prediction against the endpoint.
 
 `train student-dmd` (Self-Forcing, §1.8 B): the student renders whole windows chunk by chunk with
-the rolling KV cache exactly as FlashSession does (few-step x0 loop, clean pass at t=0 into the
+the rolling KV cache exactly as KVCacheSampler does (few-step x0 loop, clean pass at t=0 into the
 cache), with gradients only at one random exit step shared by all chunks; the cache refresh runs
 without gradients. Distribution matching on the output x: x_t at a random shifted sigma,
 real x0 = teacher with CFG, fake x0 = critic (initialised as a copy of the teacher),
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from ..model_zoo import dit
 from ..model_zoo.errors import AlayaError
 from ..model_zoo.text_encoder import MINILM
-from ..streaming.engine import sampler, session
+from ..streaming.render import kv_cache_sampler, sampler, teacher_sampler
 from .common import (StageConfig, autocast, check_caption_rate, check_mix, check_pair_weight, check_text_encoder, descend,
                      step_generator, train_loop)
 from .latent_data import LatentSet, nearest_presets, perturb_prompts
@@ -90,7 +90,7 @@ def teacher_trajectory(teacher: dit.WanDiT, noise: torch.Tensor, cond: torch.Ten
     """Teacher Euler (shift 5, CFG) from noise; returns (B, K + 1, C, T, h, w): states at the student's sigmas, then x0."""
     knots = student_sigmas()
     kept: dict[int, torch.Tensor] = {}
-    guided = session.guided_velocity(teacher, cond, prompt, negative, cfg_scale, batched=True)
+    guided = teacher_sampler.guided_velocity(teacher, cond, prompt, negative, cfg_scale, batched=True)
 
     def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
         for k, s in enumerate(knots):
@@ -258,7 +258,7 @@ def run_ode(cfg: ODEStageConfig, log, progress=None) -> int:
 
 def rollout(student: dit.WanDiT, cond: torch.Tensor, prompt: torch.Tensor, chunk_frames: int, exit_step: int,
             g: torch.Generator, window_frames: int = 0, sink_frames: int = 0, finish: bool = False) -> torch.Tensor:
-    """Self-rollout of a window with the rolling KV cache (FlashSession's loop), gradients only at exit_step.
+    """Self-rollout of a window with the rolling KV cache (KVCacheSampler's loop), gradients only at exit_step.
 
     cond (B, 80, T, h, w), prompt (B, 1, text_dim) -> x0 (B, 16, T, h, w), each chunk's x0 at exit_step.
     window_frames / sink_frames: the cache's (0: the whole window, no sink). finish: the chunk's
@@ -275,7 +275,7 @@ def rollout(student: dit.WanDiT, cond: torch.Tensor, prompt: torch.Tensor, chunk
     for start in range(0, t, chunk_frames):
         c = cond[:, :, start:start + chunk_frames]
         shape = (b, student.config.out_dim, c.shape[2], h, w)
-        velocity = session.chunk_velocity(student, c, ctx, cache, start)
+        velocity = kv_cache_sampler.chunk_velocity(student, c, ctx, cache, start)
         out, step = [], iter(range(len(sigmas)))
 
         def denoise(x: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -291,7 +291,7 @@ def rollout(student: dit.WanDiT, cond: torch.Tensor, prompt: torch.Tensor, chunk
             with autocast():
                 return velocity(x, sigma, prompt)
 
-        session.sample_chunk(chunk_velocity, lambda: torch.randn(shape, generator=g),
+        kv_cache_sampler.sample_chunk(chunk_velocity, lambda: torch.randn(shape, generator=g),
                              sigmas[: len(sigmas) if finish else exit_step + 1], denoise=denoise)
         outs.append(out[0])
     return torch.cat(outs, 2)
@@ -474,7 +474,7 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     Trained on 3-latent windows with clean or teacher-forced pasts, the student drifts along a
     stream: its later chunks read its own imperfect past, which it never saw (exposure bias; the
     default's PSNR fell ~1.7 dB from latent 0 to latent 6 and its colour cast grew). Here it renders
-    each clip exactly as FlashSession does (4 steps per chunk, fresh noise per step, the clean pass
+    each clip exactly as KVCacheSampler does (4 steps per chunk, fresh noise per step, the clean pass
     into the rolling cache with the shipped window and sink), with gradients at one random step
     shared by the chunks, and that step's x0 is regressed onto the ground-truth latents. The
     physics world's frames are a near-deterministic function of G-buffers and preset, so the

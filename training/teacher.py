@@ -1,6 +1,6 @@
 """Stage b: the bidirectional teacher DiT, flow matching on cached latents.
 
-x_sigma = (1 - sigma) x0 + sigma * noise, target velocity noise - x0 (streaming/engine/sampler.py's
+x_sigma = (1 - sigma) x0 + sigma * noise, target velocity noise - x0 (streaming/render/sampler.py's
 convention), sigma = shift(u) with u ~ U(0, 1). The DiT input is the noisy RGB latent followed
 by the 80 G-buffer latent channels; the text slot gets the MiniLM prompt embedding, replaced by
 the empty prompt's with probability `prompt_dropout` (so CFG has an unconditional branch).
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from ..model_zoo import dit
 from ..model_zoo.errors import AlayaError
 from ..model_zoo.latents import TIME_COMPRESSION
-from ..streaming.engine import sampler
+from ..streaming.render import sampler
 from .common import StageConfig, autocast, check_caption_rate, check_device, descend, step_generator, train_loop
 from .latent_data import LatentSet, encode_split
 

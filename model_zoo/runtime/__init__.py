@@ -81,7 +81,7 @@ def accelerate(model, backend: str = "auto"):
     A teacher, or a Flash release without the KV-cache DiT, stays on torch."""
     if getattr(model, "kind", "") != "flash" or choose(backend, model.device) == "torch":
         return model
-    if getattr(model.dit, "session_kind", "kv-cache") != "kv-cache":
+    if getattr(model.dit, "sampler_kind", "kv-cache") != "kv-cache":
         return model
     from . import openvino as ov
 

@@ -10,7 +10,7 @@ Cache folder: $ALAYA_FLASH_CACHE, else $XDG_CACHE_HOME/alaya-flash, else ~/.cach
 compiled models go in its openvino/ subfolder.
 
 Threads: a model compiles for the calling thread's torch thread count (a pipeline lane's share of
-the CPU, engine/cpu.py), once per count. Precision: bf16 when the torch network was loaded in bf16
+the CPU, render/cpu.py), once per count. Precision: bf16 when the torch network was loaded in bf16
 (model_zoo/precision.py measured it fast on this CPU), else f32.
 
 Codec memory (the MemBlocks' last frames) lives inside the runtime as the infer request's state
@@ -331,7 +331,7 @@ class CompiledRefiner:
 
 
 class CompiledDiT(nn.Module):
-    """A WanDiT whose cached passes (the Flash session's) run on the runtime; everything else (the
+    """A WanDiT whose cached passes (the KV-cache sampler's) run on the runtime; everything else (the
     prompt's keys and values, whole-sequence passes, training with gradients) runs the torch DiT.
     Its KV caches hold float32, the runtime's input type."""
 

@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if hasattr(args, "no_pipeline"):  # a command that renders here (args.add_cpu_arguments)
-        from ..engine.cpu import configure
+        from ..render.cpu import configure
 
-        configure(args.threads, pipeline=not args.no_pipeline)
+        configure(args.threads, lanes=not args.no_pipeline)
     if hasattr(args, "backend"):  # every model this process loads runs there (nodes, pipelines: "auto")
         from ...model_zoo import runtime
 

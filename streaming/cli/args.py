@@ -89,5 +89,5 @@ def add_cpu_arguments(parser) -> None:
     group.add_argument("--threads", type=bounded(int, 1, 1024), metavar="N",
                        help="CPU threads in all (default: the CPUs this process may use)")
     group.add_argument("--no-pipeline", action="store_true",
-                       help="run every stage on all threads in turn instead of a 2-lane pipeline "
+                       help="run every stage on all threads in turn instead of on 2 lanes that overlap chunks "
                             "(one lane per core, which keeps its speed beside a busy process)")

@@ -87,7 +87,8 @@ def render_model_demo(stream: GBufferStream, out: Path, model, prompt: str = DEM
     import torch
 
     from ..gbuffer import frame_to_teacher
-    from ..engine.pipelines import FlashPipeline, GBuffers, PromptSchedule
+    from ..render.pipelines import FlashPipeline
+    from ..values import GBuffers, PromptSchedule
     from ..files.sinks import to_uint8
     from ..files.sinks import Mp4Sink
 

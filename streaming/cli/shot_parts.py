@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 
 from ...model_zoo.errors import AlayaError
-from ..engine.runner import run_stage_whole
-from ..engine.workflow import Link, NodeSpec
+from ..render.runner import run_stage_whole
+from ..render.workflow import Link, NodeSpec
 
 TRIM = "AlayaFlash_BatchTrim"
 PART_FORMAT = {"mp4": "png", "png": "png", "exr": "exr"}  # lossless frames for each output format

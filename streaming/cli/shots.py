@@ -174,8 +174,8 @@ class ShotWorker:
         {"ok", "frames", "seconds", "setup_seconds", "error", "worker", "host", "pid"}."""
         import torch
 
-        from ..engine.runner import StreamRunner
-        from ..engine.workflow import parse_workflow
+        from ..render.runner import StreamRunner
+        from ..render.workflow import parse_workflow
 
         torch.set_num_threads(self.threads)
         self.state.update(shot=job["name"], attempt=job.get("attempt", 1), frames=0)

@@ -632,7 +632,7 @@ FRAME_FORMATS = ("mp4", "png", "exr", "npy")
 
 
 class FrameWriter:
-    """A sink stage of the chunk loop (streaming/engine/driver.py): rendered frames, and optionally the
+    """A sink stage of the chunk loop (streaming/render/driver.py): rendered frames, and optionally the
     G-buffers they came from, written as they arrive on a BackgroundWriter.
 
     format: mp4 (H.264 video), png / exr (numbered frame folders), npy (windows with the G-buffers).

@@ -1,24 +1,24 @@
 """An engine's session on the live server: the G-buffer frames it sends -> its own stream -> frames back.
 
-    session = EngineSession(1, make_pipeline, prompt, emit)   # emit(kind, payload), from its thread
-    session.start()                          # the render thread; emits "hello" once the pipeline is up
+    session = EngineSession(1, make_renderer, prompt, emit)   # emit(kind, payload), from its thread
+    session.start()                          # the render thread; emits "hello" once the renderer is up
     session.admit(message, answered)         # a checked wire.GBufferMessage, in socket order
     session.offer_prompt("a snowy street")   # in socket order with the frames
     session.close()
 
-Each session has its own pipeline, so its own stream state (KV cache, codec memories, prompt),
-made by the server's make_pipeline, which shares the loaded weights between sessions
-(pipeline.py). Frames and prompt changes wait in one queue in the order the engine sent them;
-the render thread takes `pipeline.chunk_frames` frames per chunk. A prompt that arrives before a
+Each session has its own renderer, so its own stream state (KV cache, codec memories, prompt),
+made by the server's make_renderer, which shares the loaded weights between sessions
+(renderers.py). Frames and prompt changes wait in one queue in the order the engine sent them;
+the render thread takes `renderer.chunk_frames` frames per chunk. A prompt that arrives before a
 chunk's first frame renders that chunk; one that arrives mid-chunk renders from the next. So a
 prompt change shows within one chunk, at a frame the engine can tell from its own send order.
 
 Every admitted frame is answered exactly once, in order: its rendered frame (wire.py's frame
 message, raw RGB, the frame number and send time echoed, the server's timings) or a one-line
 error naming it. At most `max_inflight` frames are admitted and not yet answered (three chunks,
-at least MIN_INFLIGHT): that bounds the queue, the frames held in the pipeline and the outbox;
+at least MIN_INFLIGHT): that bounds the queue, the frames held in the renderer and the outbox;
 prompts with no frame between them collapse to the last, so the queue holds at most one per frame.
-A pipeline error ends the session (emit "failed"); the engine connects again for a new one.
+A renderer error ends the session (emit "failed"); the engine connects again for a new one.
 
 emit kinds: "hello" (text), "frame" (a frame message, bytes), "frame_error" (text), "failed" (text).
 """
@@ -35,9 +35,10 @@ from typing import Callable
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
-from ..engine.cpu import use_stream_threads
+from ..render.cpu import use_stream_threads
 from ..gbuffer import DEFAULT_DEPTH_NEAR, GBufferFrame, frame_to_teacher
-from .engine import MAX_INFLIGHT, LivePipeline, recent_fps
+from .page_session import MAX_INFLIGHT, recent_fps
+from .renderers import LiveRenderer
 from .wire import (FORM_UINT8, MAX_PIXELS, MAX_SIDE, VERSION, FrameError, GBufferMessage, float_pass_problem,
                    pack_frame)
 
@@ -54,9 +55,9 @@ class _Item:
 
 
 class EngineSession:
-    def __init__(self, session_id: int, make_pipeline: Callable[[], LivePipeline], prompt: str,
+    def __init__(self, session_id: int, make_renderer: Callable[[], LiveRenderer], prompt: str,
                  emit: Callable[[str, bytes | str], None]):
-        self.id, self.make_pipeline, self.prompt, self.emit = session_id, make_pipeline, prompt, emit
+        self.id, self.make_renderer, self.prompt, self.emit = session_id, make_renderer, prompt, emit
         self._queue: deque[_Item | str] = deque()  # frames and prompt texts, in socket order
         self._cond = threading.Condition()
         self._closed = False
@@ -65,7 +66,7 @@ class EngineSession:
         self.accepted = 0  # frames admitted (loop thread)
         self.max_inflight = MIN_INFLIGHT
         self.ready = threading.Event()
-        self.pipeline: LivePipeline | None = None  # made on the render thread
+        self.renderer: LiveRenderer | None = None  # made on the render thread
         # shown in status(); written by the render thread
         self.emitted = 0
         self.render_ms = 0.0
@@ -134,15 +135,15 @@ class EngineSession:
     def _run(self) -> None:
         use_stream_threads()
         try:
-            self.pipeline = self.make_pipeline()
-            self.pipeline.set_prompt(self.prompt)
-            self.max_inflight = max(MIN_INFLIGHT, 3 * self.pipeline.chunk_frames)
+            self.renderer = self.make_renderer()
+            self.renderer.set_prompt(self.prompt)
+            self.max_inflight = max(MIN_INFLIGHT, 3 * self.renderer.chunk_frames)
             self.ready.set()
-            first = self.pipeline.chunk_frames  # before any frame: the first chunk's size
-            steady = getattr(self.pipeline, "steady_chunk_frames", first)
+            first = self.renderer.chunk_frames  # before any frame: the first chunk's size
+            steady = getattr(self.renderer, "steady_chunk_frames", first)
             self.emit("hello", json.dumps({
                 "type": "hello", "version": VERSION, "session": self.id, "first_chunk_frames": first,
-                "chunk_frames": steady, "held_frames": getattr(self.pipeline, "held_frames", 0),
+                "chunk_frames": steady, "held_frames": getattr(self.renderer, "held_frames", 0),
                 "max_inflight": self.max_inflight, "max_side": MAX_SIDE, "max_pixels": MAX_PIXELS,
                 "prompt": self.prompt}))
             self._loop()
@@ -152,7 +153,7 @@ class EngineSession:
             self.emit("failed", json.dumps({"type": "error", "message": f"session {self.id} stopped: {message}",
                                             "fatal": True}))
         finally:
-            self.pipeline = None
+            self.renderer = None
 
     def _loop(self) -> None:
         inflight: deque[tuple[_Item, float]] = deque()
@@ -161,7 +162,7 @@ class EngineSession:
             if later is not None:
                 self._set_prompt(later)
                 later = None
-            n, chunk = self.pipeline.chunk_frames, []
+            n, chunk = self.renderer.chunk_frames, []
             while len(chunk) < n:
                 item = self._take()
                 if item is None:
@@ -176,19 +177,19 @@ class EngineSession:
                 if teacher is not None:
                     chunk.append((item, teacher))
             start = time.perf_counter()
-            rgb = self.pipeline.render(np.stack([t for _, t in chunk]))
-            turn_ms = 1000 * getattr(self.pipeline, "last_wait", 0.0)  # waiting for the shared weights
+            rgb = self.renderer.render(np.stack([t for _, t in chunk]))
+            turn_ms = 1000 * getattr(self.renderer, "last_wait", 0.0)  # waiting for the shared weights
             self.render_ms = 1000 * (time.perf_counter() - start) - turn_ms
             inflight.extend((item, start) for item, _ in chunk)
             if len(inflight) > MAX_INFLIGHT:
-                raise AlayaError(f"the pipeline holds back {len(inflight)} frames (bound {MAX_INFLIGHT})")
+                raise AlayaError(f"the renderer holds back {len(inflight)} frames (bound {MAX_INFLIGHT})")
             for image in rgb:
                 item, begun = inflight.popleft()
                 self._send(item, np.asarray(image, np.uint8), begun, turn_ms)
 
     def _set_prompt(self, text: str) -> None:
         if text != self.prompt:
-            self.pipeline.set_prompt(text)
+            self.renderer.set_prompt(text)
             self.prompt = text
 
     def _teacher(self, item: _Item) -> np.ndarray | None:

@@ -1,6 +1,6 @@
 """The live preview server: one page, its static files, and one WebSocket (aiohttp).
 
-    server = LiveServer(engine_factory, host="127.0.0.1", port=8765)
+    server = LiveServer(page_factory, host="127.0.0.1", port=8765)
     server.serve_forever()                         # the CLI; Ctrl-C stops it
     # or, in tests / scripts:
     server.start_background(); server.url; server.stop()
@@ -34,7 +34,7 @@ from typing import Callable
 from aiohttp import WSMsgType, web
 
 from . import webrtc, wire
-from .engine import LiveEngine
+from .page_session import PageSession
 from .ingest import EngineSession
 from .protocol import ENGINE_TYPES, MAX_STRIKES, WS_MAX_BYTES, ProtocolError, RateLimiter, parse_message
 from .transport import Client, Hub, Outbox
@@ -95,21 +95,21 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
 
 
 class LiveServer:
-    """Owns the event loop, the hub of clients and the engine (made on startup by engine_factory(hub))."""
+    """Owns the event loop, the hub of clients and the page session (made on startup by page_factory(hub))."""
 
-    def __init__(self, engine_factory: Callable[[Hub], LiveEngine], host: str = "127.0.0.1", port: int = 8765,
-                 make_pipeline: Callable | None = None, max_sessions: int = MAX_SESSIONS, use_webrtc: bool = True,
+    def __init__(self, page_factory: Callable[[Hub], PageSession], host: str = "127.0.0.1", port: int = 8765,
+                 make_renderer: Callable | None = None, max_sessions: int = MAX_SESSIONS, use_webrtc: bool = True,
                  token: str | None = None):
-        """make_pipeline: what engine sessions render with (the engine's own factory, so the weights are
+        """make_renderer: what engine sessions render with (the page session's own factory, so the weights are
         shared); None refuses /engine. max_sessions counts the page's stream as one. use_webrtc=False:
         JPEG over WebSocket only (WebRTC also needs aiortc). token: every request (the page, the
         WebSocket, /engine) must carry it, as ?token= or the cookie the page gets with it."""
-        self.engine_factory, self.host, self.port, self.token = engine_factory, host, port, token
-        self.make_pipeline, self.max_sessions = make_pipeline, max_sessions
+        self.page_factory, self.host, self.port, self.token = page_factory, host, port, token
+        self.make_renderer, self.max_sessions = make_renderer, max_sessions
         self.sessions: dict[int, tuple[EngineSession, Outbox]] = {}  # engine sessions by id
         self._session_ids = 0
         self.files = _static_files()
-        self.engine: LiveEngine | None = None
+        self.page: PageSession | None = None
         self.hub: Hub | None = None
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -192,11 +192,11 @@ class LiveServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         client = self.hub.add(ws.send_bytes, ws.send_str)
         pump = asyncio.ensure_future(client.pump())
-        engine, limiter, strikes = self.engine, RateLimiter(), 0
-        presets = list(engine.presets)
+        page, limiter, strikes = self.page, RateLimiter(), 0
+        presets = list(page.presets)
         rtc = {"webrtc": self.webrtc_reason is None, **({"webrtc_reason": self.webrtc_reason} if self.webrtc_reason else {})}
-        client.reply(json.dumps({"type": "hello", "presets": {n: p.prompt for n, p in engine.presets.items()},
-                                 "sources": list(engine.sources), **rtc, "status": engine.status()}))
+        client.reply(json.dumps({"type": "hello", "presets": {n: p.prompt for n, p in page.presets.items()},
+                                 "sources": list(page.sources), **rtc, "status": page.status()}))
         context = {"presets": presets, "sources": ("world", "file")}
         try:
             async for msg in ws:
@@ -242,7 +242,7 @@ class LiveServer:
             elif cmd.type in ("webrtc", "answer"):
                 self._rtc_command(cmd, client)
             else:
-                problem = self.engine.command(cmd)
+                problem = self.page.command(cmd)
                 if problem:
                     raise ProtocolError(problem)
         except ProtocolError as err:
@@ -328,7 +328,7 @@ class LiveServer:
     async def _status_loop(self) -> None:
         while True:
             await asyncio.sleep(STATUS_PERIOD)
-            status = self.engine.status()
+            status = self.page.status()
             engines = {sid: session.status() for sid, (session, _) in self.sessions.items()}
             sessions = [{"session": 0, "kind": status["source"], "fps": status["fps"], "frames": status["frames"],
                          "size": status["size"]}]
@@ -344,13 +344,13 @@ class LiveServer:
     # ---- engine sessions (/engine) ----------------------------------------------------------
 
     def _initial_prompt(self) -> str:
-        c = self.engine.config
-        return c.prompt or self.engine.presets[c.preset].prompt
+        c = self.page.config
+        return c.prompt or self.page.presets[c.preset].prompt
 
     async def _engine_ws(self, request: web.Request) -> web.StreamResponse:
         if not self._origin_ok(request):
             raise web.HTTPForbidden(text="cross-origin WebSocket refused")
-        if self.make_pipeline is None:
+        if self.make_renderer is None:
             raise web.HTTPNotFound(text="this server takes no engine sessions")
         ws = web.WebSocketResponse(max_msg_size=wire.MAX_MESSAGE_BYTES, heartbeat=20.0, compress=False)
         await ws.prepare(request)
@@ -380,11 +380,11 @@ class LiveServer:
             except RuntimeError:  # loop closed: the server is shutting down
                 pass
 
-        session = EngineSession(sid, self.make_pipeline, self._initial_prompt(), emit)
+        session = EngineSession(sid, self.make_renderer, self._initial_prompt(), emit)
         self.sessions[sid] = (session, outbox)
         session.start()
         limiter, strikes = RateLimiter(), 0
-        context = {"presets": list(self.engine.presets), "types": ENGINE_TYPES}
+        context = {"presets": list(self.page.presets), "types": ENGINE_TYPES}
         try:
             async for msg in ws:
                 if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
@@ -426,7 +426,7 @@ class LiveServer:
             elif cmd.type == "prompt":
                 session.offer_prompt(cmd.args["text"])
             elif cmd.type == "preset":
-                session.offer_prompt(self.engine.presets[cmd.args["name"]].prompt)
+                session.offer_prompt(self.page.presets[cmd.args["name"]].prompt)
         except ProtocolError as err:
             return str(err), getattr(err, "frame", None)
         except Exception as err:  # a bug: say so, keep the socket, the session and the others
@@ -459,8 +459,8 @@ class LiveServer:
 
     async def _on_startup(self, app: web.Application) -> None:
         self.hub = Hub(asyncio.get_running_loop())
-        self.engine = self.engine_factory(self.hub)
-        self.engine.start()
+        self.page = self.page_factory(self.hub)
+        self.page.start()
         self._status_task = asyncio.ensure_future(self._status_loop())
 
     async def _on_shutdown(self, app: web.Application) -> None:
@@ -474,7 +474,7 @@ class LiveServer:
             session.close()
 
         def stop_all():
-            self.engine.stop()
+            self.page.stop()
             for session in sessions:  # each ends after its current chunk
                 session.join()
 
@@ -506,8 +506,8 @@ class LiveServer:
         try:
             asyncio.run(main())
         finally:  # also on Ctrl-C / SIGTERM (cli: Stopped) arriving anywhere in the loop: finish a recording
-            if self.engine is not None:
-                self.engine.stop()
+            if self.page is not None:
+                self.page.stop()
 
     def start_background(self, timeout: float = 60.0) -> str:
         """Serve from a daemon thread; returns the URL once listening."""

@@ -1,7 +1,7 @@
 """Live G-buffer sources: the playable physics world and a looped G-buffer file stream.
 
 Both give one teacher-form frame per call, uint8 (5, H, W, 3) in MODALITIES order, so the
-pipeline sees the same thing from either:
+renderer sees the same thing from either:
 
     source = WorldLiveSource(seed=0, width=256, height=256, fps=30)
     frame = source.next(Controls(move=(0.0, 1.0)))   # LiveFrame(teacher, player)

@@ -161,7 +161,7 @@ class RtcPeer:
             self.channel.send(json.dumps({"pts": pts, **meta}))
 
     def put(self, payload) -> None:
-        """(frame header, uint8 (H, W, 3) RGB) from the engine; loop thread."""
+        """(frame header, uint8 (H, W, 3) RGB) from the page session; loop thread."""
         self.track.put(payload)
 
     async def offer(self) -> str:

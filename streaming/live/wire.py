@@ -57,7 +57,7 @@ HEADER_BYTES = HEADER.size  # 32
 FORM_UINT8, FORM_FLOAT32 = 1, 2
 FORMS = {FORM_UINT8: "uint8 teacher form", FORM_FLOAT32: "float32 canonical passes"}
 FORM_BYTES_PER_PIXEL = {FORM_UINT8: 5 * 3, FORM_FLOAT32: 9 * 4}
-MAX_SIDE = 2048  # the live server's size limit (engine.LiveConfig)
+MAX_SIDE = 2048  # the live server's size limit (page_session.LiveConfig)
 MAX_PIXELS = 1024 * 1024
 """Largest frame an engine may send (1024x1024, or 2048x512): bounds one message to 36 MiB (float
 form) and a session's queued frames to MAX_INFLIGHT of them."""

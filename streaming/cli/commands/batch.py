@@ -154,9 +154,9 @@ def plan(args, settings: dict, digests) -> list:
     """One Shot per input: its workflow (input, per-shot prompt/seed/overrides, absolute output paths),
     outputs, fingerprint, and why it cannot run when validation refuses it."""
     from ....model_zoo.errors import AlayaError
-    from ...engine.batch import Shot, default_manifest, fingerprint, json_ready
-    from ...engine.runner import StreamRunner
-    from ...engine.workflow import apply_overrides, parse_workflow
+    from ...render.batch import Shot, default_manifest, fingerprint, json_ready
+    from ...render.runner import StreamRunner
+    from ...render.workflow import apply_overrides, parse_workflow
     from .. import shot_parts
     from ..shots import (PROMPT, SAMPLERS, batch_classes, fingerprint_parts, input_name, output_of, outputs, per_input,
                          refuse_collisions, save_nodes, source_node)
@@ -308,8 +308,8 @@ def run(args) -> int:
     import torch
 
     from ....model_zoo.errors import AlayaError
-    from ...engine.batch import Digests, ManifestLock, default_manifest
-    from ...engine import ray_pool
+    from ...render.batch import Digests, ManifestLock, default_manifest
+    from ...render import ray_pool
 
     use_ray = args.engine == "ray" or (args.engine == "auto" and ray_pool.available())
     if use_ray and not ray_pool.available():
@@ -349,8 +349,8 @@ def run(args) -> int:
 
 def _render(args, manifest_path: Path, shots: list, digests, use_ray: bool, gpu: bool, gpus: float | None) -> int:
     from ....model_zoo.errors import AlayaError
-    from ...engine.batch import LocalPool, Manifest, run_shots, summarize
-    from ...engine import ray_pool
+    from ...render.batch import LocalPool, Manifest, run_shots, summarize
+    from ...render import ray_pool
     from ..shots import ShotWorker
 
     manifest = Manifest(manifest_path)

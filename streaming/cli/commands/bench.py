@@ -5,7 +5,7 @@
 
 Drives the Flash stage list (pipelines.flash_steps: encode, sample, decode, refine when the model
 has a G-buffer refiner) between a generated npy clip read chunk by chunk and an mp4 (or png) writer,
-on the one chunk loop (streaming/engine/driver.py), and reports from its per-step timings: steady-state FPS
+on the one chunk loop (streaming/render/driver.py), and reports from its per-step timings: steady-state FPS
 (after the first chunk), first-frame latency (from the end of setup to the first frames reaching
 the writer), p50/p99 latency of a runner tick (`--chunk` frames, from pulling them to their last
 step), peak resident memory and per-stage milliseconds per frame (read, encode, sample,
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + "; default: random weights, configs below")
     parser.add_argument("--dit", default="dit-small", help="DiT config for random weights (alayarenderer-teacher = full "
                         "1.3B); helios-flash-1.3b / helios-flash-small: the Flash release's Helios backbone with "
-                        "its compressed-history session, its grouped encoder (hidden 128) and taew2_1")
+                        "its compressed-history sampler, its grouped encoder (hidden 128) and taew2_1")
     parser.add_argument("--encoder", default="gbuffer-encoder-slim", help="G-buffer encoder config for random weights")
     parser.add_argument("--decoder", default="taew-slim", help="tiny decoder config for random weights")
     parser.add_argument("--refiner", default="gbuffer-refiner-16-prompt",
@@ -100,8 +100,8 @@ def measure(make_steps, clip: Path, size, frames: int, chunk: int, out: Path, fm
     """Drive read -> make_steps(feed="read") -> write over the clip on the one chunk loop; figures
     from its per-step timings (sync: called after each step, so asynchronous GPU work is billed to
     its own step). Setup (prompt encoding, starting the stages, opening the clip) is timed apart."""
-    from ...engine.driver import RunStats, StageGraph, Step, drive
-    from ...engine.pipelines import gbuffer_chunks
+    from ...render.driver import RunStats, StageGraph, Step, drive
+    from ...values import gbuffer_chunks
     from ...files.readers import open_gbuffers
     from ...files.sinks import FrameWriter
 
@@ -139,7 +139,7 @@ def _percentile(seconds: list[float], q: float) -> float:
 
 def concurrent_sessions(count: int, make_steps, clip: Path, size, frames: int, chunk: int, folder: Path, fmt: str,
                         device, threads: int) -> dict:
-    """`count` streams at once over one model (each its own session state, writer and thread; on CUDA
+    """`count` streams at once over one model (each its own stream state, writer and thread; on CUDA
     each on its own stream), measured like one: per-stream figures, their sum, and memory."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -180,7 +180,7 @@ def shade_timing(clip: Path, size, frames: int, chunk: int) -> dict:
 
     from ....model_zoo.light import Light, pack
     from ....model_zoo.shading_prior import ShadingPrior
-    from ...engine.pipelines import gbuffer_chunks
+    from ...values import gbuffer_chunks
     from ...files.readers import open_gbuffers
 
     prior, light = ShadingPrior(), pack(Light())[0]
@@ -209,9 +209,9 @@ def run(args) -> int:
 
     from ....model_zoo import bundle, folders, precision, runtime
     from ....model_zoo.errors import AlayaError
-    from ...engine import pipelines
-    from ...engine.cpu import cpu_plan
-    from ...engine.pipelines import PromptSchedule
+    from ...render import pipelines
+    from ...render.cpu import cpu_plan
+    from ...values import PromptSchedule
 
     h, w = args.size
     if h % 16 or w % 16:
@@ -233,7 +233,7 @@ def run(args) -> int:
         flash = bundle.make_random_flash(args.dit, args.encoder, args.decoder, device=dev, dtype=dtype,
                                          refiner=None if args.refiner == "none" else args.refiner)
     flash = runtime.accelerate(flash, args.backend)  # (the weights' networks, compiled where chosen)
-    plan = cpu_plan(args.threads, pipeline=not args.no_pipeline and dev.type == "cpu")
+    plan = cpu_plan(args.threads, lanes=not args.no_pipeline and dev.type == "cpu")
     plan.apply()  # (cli.main configured the same plan; this one also knows the device chosen)
     result = {"size": [w, h], "frames": args.frames, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
               "weights": str(args.model) if args.model else f"RANDOM ({args.dit}, {args.encoder}, {args.decoder}, {args.refiner})",

@@ -47,7 +47,7 @@ def node_classes() -> dict:
 
 def load(path: Path, sets: list[str], check: bool = True):
     """Read, override and (unless check=False) validate a workflow; returns (workflow, classes)."""
-    from ...engine.workflow import apply_overrides, load_workflow, validate
+    from ...render.workflow import apply_overrides, load_workflow, validate
 
     classes = node_classes()
     wf = load_workflow(path, classes)
@@ -61,8 +61,8 @@ def execute(wf, classes, quiet: bool, label: str = "", static_cache: dict | None
     """Run one workflow with a tqdm bar (frames, FPS) on stderr; returns RunStats."""
     from tqdm import tqdm
 
-    from ...engine.cpu import configured_lanes
-    from ...engine.runner import StreamRunner
+    from ...render.cpu import configured_lanes
+    from ...render.runner import StreamRunner
 
     bar = tqdm(desc=label or "run", unit="frame", file=sys.stderr, disable=quiet or not sys.stderr.isatty())
 
@@ -78,7 +78,7 @@ def execute(wf, classes, quiet: bool, label: str = "", static_cache: dict | None
 
 
 def run(args) -> int:
-    from ...engine.runner import StreamRunner
+    from ...render.runner import StreamRunner
     from ..shots import input_name, outputs, per_input, refuse_collisions, save_nodes, source_node
 
     wf, classes = load(args.workflow, args.sets, check=not args.inputs)  # with --inputs: checked per input

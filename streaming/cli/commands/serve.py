@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from ....model_zoo.errors import AlayaError
-    from ...live.engine import LiveConfig, LiveEngine
-    from ...live.pipeline import pipeline_factory
+    from ...live.page_session import LiveConfig, PageSession
+    from ...live.renderers import renderer_factory
     from ...live.server import MAX_SESSIONS, LiveServer
 
     height, width = args.size
@@ -112,13 +112,13 @@ def run(args: argparse.Namespace) -> int:
         from .run import node_classes as lookup
 
         node_classes = lookup()
-    make_pipeline = pipeline_factory(model=args.model, workflow=args.workflow, random_model=args.random_model,
+    make_renderer = renderer_factory(model=args.model, workflow=args.workflow, random_model=args.random_model,
                                      seed=args.seed, fps=args.fps, device=args.device,
                                      chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes,
                                      refine=not args.no_refiner)
     token = serve_token(args.host, args.token)
-    server = LiveServer(lambda hub: LiveEngine(make_pipeline, config, hub), host=args.host, port=args.port,
-                        make_pipeline=make_pipeline, max_sessions=args.max_sessions or MAX_SESSIONS,
+    server = LiveServer(lambda hub: PageSession(make_renderer, config, hub), host=args.host, port=args.port,
+                        make_renderer=make_renderer, max_sessions=args.max_sessions or MAX_SESSIONS,
                         use_webrtc=not args.no_webrtc, token=token)
 
     def ready(url: str) -> None:

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def light_schedule(light: str | None, prompt: str):
     """The LightSchedule of --light, else of the prompt through the shipped light head."""
     from ....model_zoo.errors import AlayaError
-    from ...engine.lighting import LightSchedule
+    from ...render.lighting import LightSchedule
     from ...world.traced.presets import named_lights
 
     if light is not None:
@@ -63,9 +63,9 @@ def light_schedule(light: str | None, prompt: str):
 def run(args) -> int:
     from ....model_zoo.errors import AlayaError
     from ....model_zoo.shading_prior import PriorConfig, ShadingPrior
-    from ...engine.driver import StageGraph, Step, drive
-    from ...engine.lighting import Shade
-    from ...engine.pipelines import gbuffer_chunks
+    from ...render.driver import StageGraph, Step, drive
+    from ...render.lighting import Shade
+    from ...values import gbuffer_chunks
     from ...files.conventions import parse_depth_range
     from ...files.readers import open_gbuffers
     from ...files.sinks import FrameWriter

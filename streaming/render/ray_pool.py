@@ -1,5 +1,5 @@
 """A pool of batch workers on Ray: one actor per worker process, each holding the models once and
-rendering one job per task (a whole shot, or one part of a long one). The scheduler, manifest and retries are engine/batch.py's; this
+rendering one job per task (a whole shot, or one part of a long one). The scheduler, manifest and retries are render/batch.py's; this
 module only supplies the workers. Ray is imported here and nowhere else, when a batch uses it.
 
 Without an address a private Ray starts on this machine (127.0.0.1, no dashboard, a small object

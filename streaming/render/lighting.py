@@ -19,7 +19,7 @@ import torch
 
 from ...model_zoo.errors import AlayaError
 from ...model_zoo.light import SLICES, Light, pack, unpack
-from .pipelines import GBuffers, PromptSchedule, parse_schedule
+from ..values import GBuffers, PromptSchedule, parse_schedule
 
 _KEYFRAME = re.compile(r"^\s*(\d+)\s*:\s*(.*)$")
 

@@ -1,19 +1,19 @@
-"""What the live engine renders with: the standard Flash pipeline, or a saved workflow.
+"""What a live session renders with (LiveRenderer): the standard Flash pipeline, or a saved workflow.
 
-`pipeline_factory(...)` returns a zero-argument callable that the render thread calls once, so the
-model loads on the thread that uses it. Every pipeline follows engine.LivePipeline:
+`renderer_factory(...)` returns a zero-argument callable that the render thread calls once, so the
+model loads on the thread that uses it. Every renderer follows LiveRenderer:
 chunk_frames, reset(), set_prompt(text), render(uint8 (T, 5, H, W, 3)) -> uint8 (T', H, W, 3).
 
-FlashLive drives streaming/engine/pipelines.py's Flash stages (G-buffer encoder -> few-step AR sampler
--> tiny streaming decoder) on an endless stream: it never flushes. It asks the engine for exactly
+FlashLive drives streaming/render/pipelines.py's Flash stages (G-buffer encoder -> few-step AR sampler
+-> tiny streaming decoder) on an endless stream: it never flushes. It asks its session for exactly
 the frames that complete the next autoregressive chunk (Wan's arithmetic: the first chunk of c
 latent frames covers 1 + 4(c - 1) pixel frames, every later one 4c), so each render call returns
 the frames it was given. A prompt change recomputes the text keys/values and keeps the KV cache
-(FlashSession.set_prompt), so the style changes mid-stream without a cut; reset() starts the
+(KVCacheSampler.set_prompt), so the style changes mid-stream without a cut; reset() starts the
 stream over with the same seed and the current prompt.
 
 Several sessions (the page's stream and each engine's, streaming/live/ingest.py) share one
-factory: the model is loaded once, on the first call, and every session gets its own pipeline
+factory: the model is loaded once, on the first call, and every session gets its own renderer
 (its own stream state) over the same weights. Their calls take turns on the weights, in arrival
 order (FairLock), one chunk at a time: on a CPU two concurrent renders would only fight for the
 same cores, and on a GPU they would queue on the same device anyway.
@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -34,8 +34,25 @@ from ...model_zoo.latents import TIME_COMPRESSION
 log = logging.getLogger(__name__)
 
 
+class LiveRenderer(Protocol):
+    """What a live session renders with (FlashLive, WorkflowLive below).
+
+    render(chunk uint8 (T, 5, H, W, 3), MODALITIES order) -> uint8 (T', H, W, 3) RGB; T' may
+    differ from T per call (a renderer may hold frames back), but over the stream every input
+    frame gives exactly one output frame, in order.
+    """
+
+    chunk_frames: int
+
+    def reset(self) -> None: ...
+
+    def set_prompt(self, text: str) -> None: ...
+
+    def render(self, chunk: np.ndarray) -> np.ndarray: ...
+
+
 class FlashLive:
-    """engine.LivePipeline over a Flash model (model_zoo.bundle.FlashModel)."""
+    """LiveRenderer over a Flash model (model_zoo.bundle.FlashModel)."""
 
     def __init__(self, model, seed: int = 0, fps: float = 30.0, chunk_latents: int | None = None,
                  steps: int | None = None):
@@ -59,7 +76,8 @@ class FlashLive:
         return TIME_COMPRESSION * self.chunk_latents
 
     def reset(self) -> None:
-        from ..engine.pipelines import FlashPipeline, PromptSchedule
+        from ..render.pipelines import FlashPipeline
+        from ..values import PromptSchedule
 
         self.pipe = FlashPipeline(self.model, PromptSchedule.constant(self._emb, self.text), seed=self.seed,
                                   steps=self.steps, chunk_frames=self.chunk_latents)
@@ -68,7 +86,7 @@ class FlashLive:
     def set_prompt(self, text: str) -> None:
         import torch
 
-        from ..engine.pipelines import PromptSchedule
+        from ..values import PromptSchedule
 
         with torch.no_grad():
             emb = self.encode_text([text]).to(self.model.device)
@@ -79,7 +97,7 @@ class FlashLive:
             self.pipe.set_prompts(PromptSchedule.constant(emb, text))
 
     def render(self, chunk: np.ndarray) -> np.ndarray:
-        from ..engine.pipelines import GBuffers
+        from ..values import GBuffers
         from ..files.sinks import to_uint8
 
         self._frames += len(chunk)
@@ -123,47 +141,47 @@ class FairLock:
 
 
 class TakingTurns:
-    """A live pipeline whose calls hold the shared weights' lock; last_wait: seconds the last render
-    waited for its turn. Everything else reads through to the pipeline."""
+    """A live renderer whose calls hold the shared weights' lock; last_wait: seconds the last render
+    waited for its turn. Everything else reads through to the renderer."""
 
-    def __init__(self, pipeline, lock: FairLock):
-        self.pipeline, self.lock, self.last_wait = pipeline, lock, 0.0
+    def __init__(self, renderer, lock: FairLock):
+        self.renderer, self.lock, self.last_wait = renderer, lock, 0.0
 
     def __getattr__(self, name):
-        return getattr(self.pipeline, name)
+        return getattr(self.renderer, name)
 
     @property
     def chunk_frames(self) -> int:
-        return self.pipeline.chunk_frames
+        return self.renderer.chunk_frames
 
     @property
     def steady_chunk_frames(self) -> int:
-        return getattr(self.pipeline, "steady_chunk_frames", self.pipeline.chunk_frames)
+        return getattr(self.renderer, "steady_chunk_frames", self.renderer.chunk_frames)
 
     @property
     def held_frames(self) -> int:
-        return getattr(self.pipeline, "held_frames", 0)
+        return getattr(self.renderer, "held_frames", 0)
 
     def reset(self) -> None:
         with self.lock:
-            self.pipeline.reset()
+            self.renderer.reset()
 
     def set_prompt(self, text: str) -> None:
         with self.lock:
-            self.pipeline.set_prompt(text)
+            self.renderer.set_prompt(text)
 
     def render(self, chunk: np.ndarray) -> np.ndarray:
         asked = time.perf_counter()
         with self.lock:
             self.last_wait = time.perf_counter() - asked
-            return self.pipeline.render(chunk)
+            return self.renderer.render(chunk)
 
 
-def pipeline_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
+def renderer_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
                      seed: int = 0, fps: float = 30.0, device: str = "cpu", chunk_latents: int | None = None,
                      steps: int | None = None, node_classes: dict | None = None, refine: bool = True) -> Callable:
-    """A callable that builds a live pipeline on the calling render thread (see the module docstring);
-    every call gives a new pipeline (a session's own stream state) over weights loaded once.
+    """A callable that builds a live renderer on the calling render thread (see the module docstring);
+    every call gives a new renderer (a session's own stream state) over weights loaded once.
 
     workflow: a saved workflow run by WorkflowLive; node_classes (the CLI looks them up) is then required.
     refine=False leaves out the model's G-buffer refiner (faster frames, the decoder's own).
@@ -171,16 +189,16 @@ def pipeline_factory(model: Path | None = None, workflow: Path | None = None, ra
     lock = FairLock()
     if workflow is not None:
         if node_classes is None:
-            raise AlayaError("a workflow pipeline needs the node classes")
-        from ..engine.workflow import load_workflow, validate
+            raise AlayaError("a workflow renderer needs the node classes")
+        from ..render.workflow import load_workflow, validate
 
         validate(load_workflow(workflow, node_classes), node_classes)  # report problems now, not in the thread
         static_cache: dict = {}  # run-once node outputs (the loaded models), shared by the sessions
 
         def make_workflow():
             with lock:
-                pipeline = WorkflowLive(workflow, node_classes, fps=fps, static_cache=static_cache)
-            return TakingTurns(pipeline, lock)
+                renderer = WorkflowLive(workflow, node_classes, fps=fps, static_cache=static_cache)
+            return TakingTurns(renderer, lock)
 
         return make_workflow
     if model is not None and not Path(model).is_dir():
@@ -199,14 +217,14 @@ def pipeline_factory(model: Path | None = None, workflow: Path | None = None, ra
                 if not refine:
                     flash.refiner = None
                 loaded.append(flash)
-            pipeline = FlashLive(loaded[0], seed=seed, fps=fps, chunk_latents=chunk_latents, steps=steps)
-        return TakingTurns(pipeline, lock)
+            renderer = FlashLive(loaded[0], seed=seed, fps=fps, chunk_latents=chunk_latents, steps=steps)
+        return TakingTurns(renderer, lock)
 
     return make
 
 
 class WorkflowLive:
-    """engine.LivePipeline over a saved workflow (API or UI format).
+    """LiveRenderer over a saved workflow (API or UI format).
 
     The workflow's one G-buffer source node (Load G-Buffers, Physics World, ...) is replaced by the
     page's source: each render() is one tick of the workflow's stage graph (the runner's, on the one
@@ -221,8 +239,8 @@ class WorkflowLive:
     prompt_restarts = True
 
     def __init__(self, path: Path, node_classes: dict, fps: float = 30.0, static_cache: dict | None = None):
-        from ..engine.runner import StreamRunner
-        from ..engine.workflow import Link, load_workflow, validate
+        from ..render.runner import StreamRunner
+        from ..render.workflow import Link, load_workflow, validate
 
         self.fps = fps
         wf = load_workflow(path, node_classes)
@@ -269,7 +287,7 @@ class WorkflowLive:
         self.reset()
 
     def render(self, chunk: np.ndarray) -> np.ndarray:
-        from ..engine.pipelines import GBuffers
+        from ..values import GBuffers
         from ..files.sinks import to_uint8
 
         self._frames += len(chunk)

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from alaya_flash.model_zoo import bundle
-from alaya_flash.streaming.engine import pipelines as pl
+from alaya_flash.streaming.render import pipelines as pl
+from alaya_flash.streaming.values import GBuffers, PromptSchedule
 from alaya_flash.streaming.files.sinks import to_uint8
-from alaya_flash.streaming.live.pipeline import FlashLive
+from alaya_flash.streaming.live.renderers import FlashLive
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,8 @@ def test_live_equals_the_flash_pipeline_and_reset_repeats(model):
     assert live.chunk_frames == 1
     got = _live(live, frames)
     emb = model.text_encoder()(["a sunny street"])
-    ref = pl.FlashPipeline(model, pl.PromptSchedule.constant(emb), seed=5, chunk_frames=1)
-    want = to_uint8(ref.step(pl.GBuffers(frames, fps=30)))
+    ref = pl.FlashPipeline(model, PromptSchedule.constant(emb), seed=5, chunk_frames=1)
+    want = to_uint8(ref.step(GBuffers(frames, fps=30)))
     assert got.shape == (9, 32, 32, 3) and np.array_equal(got, want)
     live.reset()
     assert live.chunk_frames == 1 and np.array_equal(_live(live, frames), got)
@@ -56,14 +57,14 @@ def test_prompt_change_mid_stream_changes_only_later_frames(model):
     assert later_a.shape == later_b.shape == (4, 32, 32, 3) and not np.array_equal(later_a, later_b)
 
 
-def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
-    """workflows/api/live-preview.json as the live pipeline: the page's frames replace its source."""
+def test_workflow_renderer_equals_the_flash_pipeline_it_describes(tmp_path):
+    """workflows/api/live-preview.json as the live renderer: the page's frames replace its source."""
     import json
     from pathlib import Path
 
     from alaya_flash.model_zoo.errors import AlayaError
     from alaya_flash.nodes import NODE_CLASS_MAPPINGS
-    from alaya_flash.streaming.live.pipeline import WorkflowLive
+    from alaya_flash.streaming.live.renderers import WorkflowLive
 
     path = Path(__file__).resolve().parents[1] / "workflows" / "api" / "live-preview.json"
     live = WorkflowLive(path, NODE_CLASS_MAPPINGS, fps=30)
@@ -74,9 +75,9 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
     flash = live.values["2"][0]  # the model the workflow's Load Flash Model made
     sampler = json.loads(path.read_text())["5"]["inputs"]
     own = {k: None if sampler[k] == -1 else sampler[k] for k in ("steps", "chunk_frames", "window_frames", "sink_frames")}
-    ref = pl.FlashPipeline(flash, pl.PromptSchedule.encode(flash.text_encoder(), "a sunny street"), seed=sampler["seed"],
+    ref = pl.FlashPipeline(flash, PromptSchedule.encode(flash.text_encoder(), "a sunny street"), seed=sampler["seed"],
                            **own)  # -1 in a workflow: the model's own setting
-    assert np.array_equal(got, to_uint8(ref.step(pl.GBuffers(frames, fps=30))))
+    assert np.array_equal(got, to_uint8(ref.step(GBuffers(frames, fps=30))))
     live.reset()
     assert np.array_equal(_live(live, frames), got)
     live.set_prompt("a rainy night")
@@ -92,14 +93,14 @@ def test_workflow_pipeline_equals_the_flash_pipeline_it_describes(tmp_path):
 def test_live_page_renders_with_the_models_refiner_unless_told_not_to(tmp_path):
     """`serve` keeps a model folder's G-buffer refiner (the Flash pipeline's refine stage); `--no-refiner`
     leaves it out, and the frames are then the decoder's."""
-    from alaya_flash.streaming.live.pipeline import pipeline_factory
+    from alaya_flash.streaming.live.renderers import renderer_factory
 
     flash = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16")
     with torch.no_grad():
         flash.refiner.tail[-1].bias.fill_(0.2)
     bundle.save_flash(flash, tmp_path / "m")
-    refined = pipeline_factory(model=tmp_path / "m", chunk_latents=1)()
-    plain = pipeline_factory(model=tmp_path / "m", chunk_latents=1, refine=False)()
+    refined = renderer_factory(model=tmp_path / "m", chunk_latents=1)()
+    plain = renderer_factory(model=tmp_path / "m", chunk_latents=1, refine=False)()
     assert refined.pipe.refine is not None and plain.pipe.refine is None
     frames = _frames(5)
     assert not np.array_equal(_live(refined, frames), _live(plain, frames))

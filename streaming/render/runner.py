@@ -3,7 +3,7 @@
 One graph, two runtimes. ComfyUI calls each node's FUNCTION once with whole sequences; this
 module's `execute_whole` does the same (it is what ComfyUI does, minus the server). `StreamRunner`
 runs the same graph chunk by chunk, so memory stays flat on endless inputs, through the one chunk
-loop of streaming/engine/driver.py:
+loop of streaming/render/driver.py:
 
 - static nodes (loaders, prompt encoding) run once, through FUNCTION;
 - source nodes (STREAM = "source") yield one chunk per tick from `open_stream(**inputs)`;
@@ -124,8 +124,8 @@ class StreamRunner:
         in `bench`: GPU work is asynchronous and would otherwise be billed to whichever node waits).
         targets: the nodes whose outputs are wanted (default: the output nodes); only what they
         depend on runs.
-        lanes: run the stream nodes as a pipeline on worker threads (driver.Lanes; the CLI passes its
-        configured plan, streaming/engine/cpu.py)."""
+        lanes: run the stream nodes on lanes (worker threads) (driver.Lanes; the CLI passes its
+        configured plan, streaming/render/cpu.py)."""
         self.wf, self.classes = wf, node_classes
         self.lanes = lanes
         self.progress, self.should_stop = progress, should_stop

@@ -1,4 +1,4 @@
-"""How the renderer uses the CPU: how many threads, and whether its stages run as a pipeline.
+"""How the renderer uses the CPU: how many threads, and whether its stages run on lanes.
 
 On a small CPU the renderer has two choices: split every operation over all cores (torch's
 intra-op threads), or give each group of stages its own core and overlap chunks (driver.Lanes).
@@ -8,7 +8,7 @@ core: OpenMP's threads spin at every barrier while one of them waits for the bus
 barrier, and on a quiet machine the two lanes keep both cores busy with less overhead per op.
 
     plan = cpu_plan()             # from the CPUs this process may use
-    plan = cpu_plan(threads=1)    # --threads 1: one thread, no pipeline
+    plan = cpu_plan(threads=1)    # --threads 1: one thread, one lane
     drive(graph, sources, lanes=plan.lanes)
 
     configure(threads=None)       # the CLI: this process's plan, which StreamRunner.run and
@@ -38,9 +38,9 @@ class CpuPlan:
 
     def describe(self) -> str:
         if self.lanes is None:
-            return f"{self.threads} thread{'s' if self.threads > 1 else ''}, no pipeline"
+            return f"{self.threads} thread{'s' if self.threads > 1 else ''}, one lane"
         per = "+".join(str(n) for n in self.lanes.threads)
-        return f"{self.threads} threads as a {self.lanes.count}-lane pipeline ({per} per lane)"
+        return f"{self.threads} threads on {self.lanes.count} lanes ({per} per lane)"
 
     def apply(self) -> None:
         """Set the caller's torch threads for a plan without lanes (lanes set their own)."""
@@ -50,13 +50,13 @@ class CpuPlan:
             torch.set_num_threads(self.threads)
 
 
-def cpu_plan(threads: int | None = None, pipeline: bool = True) -> CpuPlan:
-    """threads: in all (default: the usable CPUs); pipeline: two lanes when there are >= 2 threads.
+def cpu_plan(threads: int | None = None, lanes: bool = True) -> CpuPlan:
+    """threads: in all (default: the usable CPUs); lanes: two lanes when there are >= 2 threads.
     The threads are split evenly between the two lanes (the first gets the smaller half)."""
     n = usable_cpus() if threads is None else threads
     if n < 1:
         raise ValueError(f"threads must be at least 1, got {n}")
-    if not pipeline or n < 2:
+    if not lanes or n < 2:
         return CpuPlan(n, None)
     return CpuPlan(n, Lanes(threads=(n // 2, n - n // 2)))
 
@@ -64,20 +64,20 @@ def cpu_plan(threads: int | None = None, pipeline: bool = True) -> CpuPlan:
 _configured: CpuPlan | None = None
 
 
-def configure(threads: int | None = None, pipeline: bool = True) -> CpuPlan:
+def configure(threads: int | None = None, lanes: bool = True) -> CpuPlan:
     """This process's plan (the CLI's --threads / --no-pipeline): applied to the calling thread, and
     what `configured_lanes` gives the runners. No lanes where CUDA is present: the GPU does the work
     there, and its stages already overlap with the CPU's."""
     import torch
 
     global _configured
-    _configured = cpu_plan(threads, pipeline=pipeline and not torch.cuda.is_available())
+    _configured = cpu_plan(threads, lanes=lanes and not torch.cuda.is_available())
     _configured.apply()
     return _configured
 
 
 def configured_lanes() -> Lanes | None:
-    """The configured plan's lanes (None: not configured, or no pipeline)."""
+    """The configured plan's lanes (None: not configured, or one lane)."""
     return None if _configured is None else _configured.lanes
 
 

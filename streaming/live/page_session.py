@@ -1,21 +1,21 @@
-"""The live render loop: source -> pipeline -> JPEG frames for the clients, paced at the stream's fps.
+"""The page's session (session 0): source -> renderer -> JPEG frames for the clients, paced at the stream's fps.
 
-    engine = LiveEngine(make_pipeline, LiveConfig(width=256, height=256), hub)
-    engine.start()                      # the render thread; returns at once
-    engine.command(Command("prompt", {"text": "a snowy street"}))   # any thread
-    engine.status()                     # fps, latency, frames, state, ...
-    engine.stop()                       # joins the thread, finishes a recording
+    page = PageSession(make_renderer, LiveConfig(width=256, height=256), hub)
+    page.start()                        # the render thread; returns at once
+    page.command(Command("prompt", {"text": "a snowy street"}))     # any thread
+    page.status()                       # fps, latency, frames, state, ...
+    page.stop()                         # joins the thread, finishes a recording
 
-One render thread owns the source, the pipeline and the recorder (the world's GL context and the
+One render thread owns the source, the renderer and the recorder (the world's GL context and the
 model's state never cross threads). Per chunk it: 1. applies pending commands (reset, prompt,
-source, recording) at the chunk boundary; 2. captures `pipeline.chunk_frames` G-buffer frames,
+source, recording) at the chunk boundary; 2. captures `renderer.chunk_frames` G-buffer frames,
 stepping the playable world with the held controls; 3. renders them; 4. emits each frame at
 its due time (1 / fps apart; when rendering is slower it emits as soon as ready), JPEG-encoded
 once and handed to `publish(kind, payload)` (transport.Hub.publish: never blocks). So clients
-cannot slow the renderer: the only waits in the loop are the pacing sleep and the pipeline.
+cannot slow the renderer: the only waits in the loop are the pacing sleep and the renderer.
 
-An error while rendering (the pipeline, the source, the recorder) does not end the thread: the
-engine shows it (status "error"), finishes the recording, drops the source and the pipeline, and
+An error while rendering (the renderer, the source, the recorder) does not end the thread: the
+session shows it (status "error"), finishes the recording, drops the source and the renderer, and
 waits; the next start, reset, prompt, preset or source command builds them again and the stream
 starts over (a new epoch), so one bad moment never needs a server restart.
 
@@ -37,33 +37,17 @@ from typing import Callable, Protocol
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
-from ..engine.cpu import use_stream_threads
+from ..render.cpu import use_stream_threads
 from ..world.play import Controls
 from .protocol import Command
 from .recorder import Recorder
+from .renderers import LiveRenderer
 from .sources import FileLiveSource, LiveFrame, WorldLiveSource
 from .wire import pack_frame, unpack_frame  # noqa: F401 (unpack_frame: the frame format's reader, for clients)
 
 log = logging.getLogger(__name__)
 
-MAX_INFLIGHT = 256  # captured G-buffer frames awaiting their rendered frame; beyond: a pipeline bug
-
-
-class LivePipeline(Protocol):
-    """What the engine renders with (streaming/live/pipeline.py has the real ones).
-
-    render(chunk uint8 (T, 5, H, W, 3), MODALITIES order) -> uint8 (T', H, W, 3) RGB; T' may
-    differ from T per call (a pipeline may hold frames back), but over the stream every input
-    frame gives exactly one output frame, in order.
-    """
-
-    chunk_frames: int
-
-    def reset(self) -> None: ...
-
-    def set_prompt(self, text: str) -> None: ...
-
-    def render(self, chunk: np.ndarray) -> np.ndarray: ...
+MAX_INFLIGHT = 256  # captured G-buffer frames awaiting their rendered frame; beyond: a renderer bug
 
 
 class Publisher(Protocol):
@@ -126,7 +110,7 @@ def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
 
 def recent_fps(times, now: float) -> float:
     """Frames/s over the last 64 of `times` (perf_counter stamps) within 10 s, measured up to now:
-    steady for bursty pipelines (a chunk of frames every few seconds), falling to 0 when frames stop."""
+    steady for bursty renderers (a chunk of frames every few seconds), falling to 0 when frames stop."""
     recent = [t for t in list(times)[-64:] if now - t <= 10.0]
     return (len(recent) - 1) / (now - recent[0]) if len(recent) >= 2 and now > recent[0] else 0.0
 
@@ -155,13 +139,13 @@ class _Requests:
     events: list = field(default_factory=list)
 
 
-class LiveEngine:
-    def __init__(self, make_pipeline: Callable[[], LivePipeline], config: LiveConfig, publisher: Publisher):
+class PageSession:
+    def __init__(self, make_renderer: Callable[[], LiveRenderer], config: LiveConfig, publisher: Publisher):
         self.config = config.validate()
         from ..world.shading import PRESETS
 
         self.presets = PRESETS
-        self.make_pipeline, self.publisher = make_pipeline, publisher
+        self.make_renderer, self.publisher = make_renderer, publisher
         self.sources = ("world", "file") if config.gbuffers is not None else ("world",)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -184,7 +168,7 @@ class LiveEngine:
         self.last_recording: Path | None = None
         self.player = None
         self.render_ms = 0.0
-        self.ready = threading.Event()  # set once the source and pipeline are up
+        self.ready = threading.Event()  # set once the source and renderer are up
         self._emit_times: deque[float] = deque(maxlen=256)
         self._latencies: deque[float] = deque(maxlen=64)
 
@@ -230,7 +214,7 @@ class LiveEngine:
                 self._one_shot["jump"] |= a["jump"]
                 self._one_shot["push"] |= a["push"]
             else:
-                return f"{cmd.type}: not an engine command"
+                return f"{cmd.type}: not a page command"
             if cmd.type in ("control", "prompt", "preset", "source") and a.get("action") != "pause":
                 self._restart = True  # after an error: rebuild and go on (no effect otherwise)
         self._wake.set()
@@ -269,22 +253,22 @@ class LiveEngine:
         return WorldLiveSource(c.seed, c.width, c.height, c.fps)
 
     def _build(self) -> None:
-        """(Re)open the source and make the pipeline (again after an error)."""
+        """(Re)open the source and make the renderer (again after an error)."""
         self.source = self._open_source(self.source_name)
-        self.pipeline = self.make_pipeline()
-        self.pipeline.set_prompt(self.prompt)
+        self.renderer = self.make_renderer()
+        self.renderer.set_prompt(self.prompt)
         self._inflight = deque()
         self.ready.set()
         self._clock0, self._paced = time.perf_counter(), 0
 
     def _run(self) -> None:
         use_stream_threads()
-        self.source = self.pipeline = self.recorder = None
+        self.source = self.renderer = self.recorder = None
         self._inflight = deque()
         try:
             while not self._stop.is_set():
                 try:
-                    if self.pipeline is None:
+                    if self.renderer is None:
                         self._build()
                     self._apply_requests()
                     if not self.running:
@@ -304,7 +288,7 @@ class LiveEngine:
             self._drop_source()
 
     def _failed(self, err: Exception) -> None:
-        """Show the error, finish the recording (what was rendered stays), drop the source and pipeline."""
+        """Show the error, finish the recording (what was rendered stays), drop the source and renderer."""
         message = str(err) if isinstance(err, AlayaError) else f"{type(err).__name__}: {err}"
         with self._lock:
             self.error, self._restart = message, False
@@ -315,7 +299,7 @@ class LiveEngine:
         except Exception as rec_err:
             log.error("live: the recording could not be finished: %s", rec_err)
         self._drop_source()
-        self.pipeline = None  # made again on restart: its state is unknown after an error
+        self.renderer = None  # made again on restart: its state is unknown after an error
 
     def _drop_source(self) -> None:
         source, self.source = self.source, None
@@ -353,13 +337,13 @@ class LiveEngine:
                 self.recorder.event(self.index, {"event": "source", "name": req.source})
             req.reset = True
         if req.prompt is not None and req.prompt != self.prompt:
-            self.pipeline.set_prompt(req.prompt)
+            self.renderer.set_prompt(req.prompt)
             self.prompt = req.prompt
-            if getattr(self.pipeline, "prompt_restarts", False):  # its stream restarted: held frames are gone
+            if getattr(self.renderer, "prompt_restarts", False):  # its stream restarted: held frames are gone
                 self._inflight.clear()
         if req.reset:
             self.source.reset()
-            self.pipeline.reset()
+            self.renderer.reset()
             self._inflight.clear()
             self.epoch += 1
             self.index = 0
@@ -396,7 +380,7 @@ class LiveEngine:
 
     def _render_chunk(self) -> None:
         chunk = []
-        for _ in range(self.pipeline.chunk_frames):
+        for _ in range(self.renderer.chunk_frames):
             controls = self._take_controls()
             frame = self.source.next(controls)
             self._inflight.append(_Captured(self.index, time.perf_counter(), frame, time.time()))
@@ -405,9 +389,9 @@ class LiveEngine:
             self.index += 1
             chunk.append(frame.teacher)
         if len(self._inflight) > MAX_INFLIGHT:
-            raise AlayaError(f"live: the pipeline holds back {len(self._inflight)} frames (bound {MAX_INFLIGHT})")
+            raise AlayaError(f"live: the renderer holds back {len(self._inflight)} frames (bound {MAX_INFLIGHT})")
         t0 = time.perf_counter()
-        rgb = self.pipeline.render(np.stack(chunk))
+        rgb = self.renderer.render(np.stack(chunk))
         self.render_ms = 1000 * (time.perf_counter() - t0)
         for image in rgb:
             if self._stop.is_set():

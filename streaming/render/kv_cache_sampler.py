@@ -1,22 +1,20 @@
-"""The Flash sampler session (few-step autoregressive streaming) and the teacher sampler.
+"""The KV-cache sampler: few-step autoregressive streaming over a DiT with a rolling KV cache.
 
-Flash, chunk by chunk (after guandeh17/Self-Forcing pipeline/causal_inference.py):
+Chunk by chunk (after guandeh17/Self-Forcing pipeline/causal_inference.py):
 
-    session = FlashSession(model)                          # model: model_zoo.dit.WanDiT
-    state = session.new_state(prompt_emb, seed=0)           # prompt_emb (B, L, text_dim)
+    sampler = KVCacheSampler(model)                         # model: model_zoo.dit.WanDiT
+    state = sampler.new_state(prompt_emb, seed=0)           # prompt_emb (B, L, text_dim)
     for cond in chunks:                                     # cond (B, 80, T_chunk, h, w) G-buffer latents
-        latents, state = session.step(state, cond)          # latents (B, 16, T_chunk, h, w), clean
-    session.set_prompt(state, other_emb)                    # mid-stream prompt change
-    session.reset(state)                                    # same seed, same prompt, from frame 0
+        latents, state = sampler.step(state, cond)          # latents (B, 16, T_chunk, h, w), clean
+    sampler.set_prompt(state, other_emb)                    # mid-stream prompt change
+    sampler.reset(state)                                    # same seed, same prompt, from frame 0
 
 Each chunk: 1. fresh noise from the state's generator; 2. the few-step x0 loop at the warped
 timesteps, re-noising between steps, every pass against the rolling KV cache (re-denoising
 overwrites the chunk's slot); 3. one clean pass of the result at t = context_t (0) writes the
 chunk's keys/values for later chunks. The state is updated in place and also returned.
 
-Teacher: `teacher_sample(model, cond, prompt_emb, negative_emb)`: bidirectional Euler over the
-whole window, shift 5, CFG 5 with a negative prompt, 50 steps (model.md §1.6).
-
+The teacher's sampler is teacher_sampler.py; the Flash release's compressed history, history_sampler.py.
 Latents are Wan-normalised (the DiT's space), layout BCTHW, float32 on the model's device.
 """
 from __future__ import annotations
@@ -33,7 +31,7 @@ from . import sampler
 
 
 @dataclass(frozen=True)
-class SessionConfig:
+class KVCacheConfig:
     """How a Flash stream samples. Defaults: Self-Forcing's 4 warped steps, LongLive's window + sink."""
 
     nominal_steps: tuple[float, ...] = sampler.FEW_STEP_NOMINAL  # warped with `shift` -> 1000, 937.5, 833.3, 625
@@ -48,11 +46,11 @@ class SessionConfig:
 
     def __post_init__(self):
         if self.rope not in ROPE_MODES:
-            raise AlayaError(f"SessionConfig: rope {self.rope!r} is not one of {', '.join(ROPE_MODES)}")
+            raise AlayaError(f"KVCacheConfig: rope {self.rope!r} is not one of {', '.join(ROPE_MODES)}")
         if self.recache_on_prompt and self.rope != "relative":
-            raise AlayaError("SessionConfig: recache_on_prompt needs rope='relative'")
+            raise AlayaError("KVCacheConfig: recache_on_prompt needs rope='relative'")
         if not self.nominal_steps:
-            raise AlayaError("SessionConfig: nominal_steps is empty")
+            raise AlayaError("KVCacheConfig: nominal_steps is empty")
 
     @property
     def timesteps(self) -> torch.Tensor:
@@ -100,13 +98,13 @@ class StreamState:
     cache: KVCache | None = None  # allocated on the first chunk (its size needs the latent size)
     frame: int = 0  # absolute latent-frame index of the next chunk
     chunks: int = 0
-    history: InputHistory | None = None  # only with SessionConfig.recache_on_prompt
+    history: InputHistory | None = None  # only with KVCacheConfig.recache_on_prompt
 
 
-class FlashSession:
+class KVCacheSampler:
     """Few-step autoregressive sampler over a DiT with a rolling KV cache. Holds no stream state."""
 
-    def __init__(self, model: WanDiT, config: SessionConfig = SessionConfig()):
+    def __init__(self, model: WanDiT, config: KVCacheConfig = KVCacheConfig()):
         self.model = model
         self.config = config
         self.sigmas = [float(t) / 1000 for t in config.timesteps]
@@ -132,7 +130,7 @@ class FlashSession:
 
         By default the self-attention cache is kept: the frames it holds were made under the old
         prompt and keep steering continuity; non-sink frames roll out of the window within
-        window_frames latent frames. With SessionConfig.recache_on_prompt the held frames are
+        window_frames latent frames. With KVCacheConfig.recache_on_prompt the held frames are
         re-encoded under the new prompt (one clean pass per held chunk). docs/model.md,
         "Prompt change". Call reset() for a hard cut.
         """
@@ -211,68 +209,9 @@ def sample_chunk(velocity: Callable[..., torch.Tensor], noise: Callable[[], torc
     t = context_t (without gradients), which leaves the chunk's final keys/values for later chunks.
 
     denoise(x, sigma) -> x0 defaults to x0 from `velocity`; training passes its own (gradients at
-    one exit step, fewer steps). FlashSession.step and the training rollout both run this."""
+    one exit step, fewer steps). KVCacheSampler.step and the training rollout both run this."""
     denoise = denoise or (lambda x, s: sampler.x0_from_velocity(x, velocity(x, s), s))
     x0 = sampler.sample_x0(denoise, noise(), sigmas, lambda _step: noise())
     with torch.no_grad():
         velocity(x0.detach(), context_t / 1000)
     return x0
-
-
-def guided_velocity(model: WanDiT, cond: torch.Tensor, prompt_emb: torch.Tensor, negative_emb: torch.Tensor | None = None,
-                    cfg: float = sampler.TEACHER_CFG, batched: bool = False) -> Callable[[torch.Tensor, float], torch.Tensor]:
-    """The teacher's v(x, sigma) over a whole window with classifier-free guidance:
-    uncond + cfg * (cond - uncond), the negative prompt as uncond (none when cfg == 1 or no
-    negative). batched (training): both branches in one pass of twice the batch, returned in float32."""
-    b, device = cond.shape[0], cond.device
-    use_cfg = negative_emb is not None and cfg != 1.0
-    if batched:
-        ctx = torch.cat([prompt_emb, negative_emb.expand(b, -1, -1)]) if use_cfg else prompt_emb
-    else:
-        pos = model.prepare_prompt(prompt_emb)
-        neg = model.prepare_prompt(negative_emb) if use_cfg else None
-
-    def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
-        inp, t = torch.cat([x, cond], 1), torch.full((b,), 1000 * sigma, device=device)
-        if batched:
-            v = model(torch.cat([inp, inp]) if use_cfg else inp, torch.cat([t, t]) if use_cfg else t, ctx).float()
-            return sampler.cfg_combine(v[:b], v[b:], cfg) if use_cfg else v
-        v = model(inp, t, pos)
-        return sampler.cfg_combine(v, model(inp, t, neg), cfg) if use_cfg else v
-
-    return velocity
-
-
-def teacher_sample(
-    model: WanDiT,
-    cond_latents: torch.Tensor,
-    prompt_emb: torch.Tensor,
-    negative_emb: torch.Tensor | None = None,
-    *,
-    steps: int = sampler.TEACHER_STEPS,
-    shift: float = sampler.TEACHER_SHIFT,
-    cfg: float = sampler.TEACHER_CFG,
-    seed: int = 0,
-    noise: torch.Tensor | None = None,
-    callback: Callable[[int, int], None] | None = None,
-) -> torch.Tensor:
-    """Teacher rendering of one window: bidirectional flow-matching Euler with shift and CFG.
-
-    cond_latents (B, cond_dim, T, h, w); prompt_emb / negative_emb (B, L, text_dim). CFG is
-    uncond + cfg * (cond - uncond) with the negative prompt as uncond (skipped when cfg == 1 or
-    no negative is given). noise (B, out_dim, T, h, w) defaults to a CPU float32 draw from seed.
-    Returns clean latents (B, out_dim, T, h, w) float32.
-    """
-    b, c, frames, h, w = cond_latents.shape
-    if c != model.config.cond_dim:
-        raise AlayaError(f"conditioning latents have {c} channels, the model takes {model.config.cond_dim}")
-    device = next(model.parameters()).device
-    cond = cond_latents.to(device=device, dtype=torch.float32)
-    shape = (b, model.config.out_dim, frames, h, w)
-    if noise is None:
-        noise = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
-    elif tuple(noise.shape) != shape:
-        raise AlayaError(f"teacher noise has shape {tuple(noise.shape)}, expected {shape}")
-    with torch.no_grad():
-        velocity = guided_velocity(model, cond, prompt_emb, negative_emb, cfg)
-        return sampler.sample_euler(velocity, noise.to(device), sampler.teacher_sigmas(steps, shift), callback)

@@ -1,7 +1,7 @@
 """The one chunk loop: sources -> stages -> sinks, written once.
 
 Every way of rendering builds a `StageGraph` and drives it: the fixed Flash and teacher pipelines
-(streaming/engine/pipelines.py: `flash_steps`, `teacher_steps`), a saved workflow (streaming/engine/runner.py
+(streaming/render/pipelines.py: `flash_steps`, `teacher_steps`), a saved workflow (streaming/render/runner.py
 turns its stream nodes into steps), ComfyUI's one call per node (`run_stage_whole`), the live
 page, `bench`, `eval` and the training renders.
 
@@ -186,7 +186,7 @@ def ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]],
     pulled, final). On any error, or when the consumer stops early, the stages are aborted. The time
     spent pulling from each source (reading is work too) adds up in graph.source_seconds.
 
-    lanes: run the steps as a pipeline on worker threads (`Lanes`); the ticks, their values and the
+    lanes: run the steps on lanes (worker threads) (`Lanes`); the ticks, their values and the
     frames are the same, each tick is yielded once its last lane is done with it."""
     if lanes is not None and lanes.count > 1 and len(graph.steps) > 1:
         yield from _lane_ticks(graph, sources, should_stop, lanes)
@@ -211,7 +211,7 @@ def ticks(graph: StageGraph, sources: Mapping[str, Iterator[tuple]],
 
 @dataclass(frozen=True)
 class Lanes:
-    """Run a graph's steps as a pipeline: consecutive groups of steps (lanes), each on its own worker
+    """Run a graph's steps on lanes: consecutive groups of steps (lanes), each on its own worker
     thread with its own number of torch threads, so chunk k+1's first steps run while chunk k's last
     ones do. On a small CPU this beats splitting every operation over all cores: one thread per lane
     never waits at OpenMP's barriers, which is what collapses a 2-thread renderer when another busy
@@ -347,7 +347,7 @@ def drive(graph: StageGraph, sources: Mapping[str, Iterator[tuple]], sinks: list
 
     sinks: the steps whose first input marks the first output (default: steps with no outputs).
     stats/start: the caller's, when it timed a setup before (RunStats.seconds counts from `start`).
-    lanes: run the steps as a pipeline on worker threads (`Lanes`).
+    lanes: run the steps on lanes (worker threads) (`Lanes`).
     """
     stats = stats or RunStats()
     start = time.perf_counter() if start is None else start

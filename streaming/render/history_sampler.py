@@ -1,14 +1,14 @@
-"""The second session kind: few-step autoregressive chunks over a compressed history (Helios).
+"""The second sampler kind: few-step autoregressive chunks over a compressed history (Helios).
 
-The KV-cache session (session.py) keeps every past frame's keys and values in a rolling window.
+The KV-cache sampler (kv_cache_sampler.py) keeps every past frame's keys and values in a rolling window.
 This one keeps past *latents* instead, in three windows that the backbone patchifies at three
 rates (diffusers' Helios: long, mid and short memory patches), and re-reads them as tokens on
 every pass:
 
-    session = HistorySession(dit)                        # dit: model_zoo.helios.HeliosDiT
-    state = session.new_state(prompt_emb, seed=0)
+    sampler = HistorySampler(dit)                        # dit: model_zoo.helios.HeliosDiT
+    state = sampler.new_state(prompt_emb, seed=0)
     for cond in chunks:                                  # (B, 80, T_chunk, h, w) G-buffer latents
-        latents, state = session.step(state, cond)       # (B, 16, T_chunk, h, w), clean
+        latents, state = sampler.step(state, cond)       # (B, 16, T_chunk, h, w), clean
 
 - History: the last sum(history_sizes) finished latent frames (Helios defaults long 16, mid 2,
   short 1), zeros before the stream has that many, and the stream's first latent frame kept apart
@@ -22,7 +22,7 @@ every pass:
 - The chunk's input is [noisy latents | G-buffer latents] on channels, the teacher's 96-channel
   patch embedding exactly.
 - Sampling: "x0", the few-step x0 loop with re-noising between steps at the warped timesteps (the
-  KV-cache session's); or "euler", flow-matching Euler over explicit sigmas (diffusers'
+  KV-cache sampler's); or "euler", flow-matching Euler over explicit sigmas (diffusers'
   HeliosScheduler with scheduler_type "euler"). Noise comes from the state's own CPU generator.
 """
 from __future__ import annotations
@@ -89,7 +89,7 @@ def positions(history_sizes: tuple[int, int, int], chunk: int) -> dict[str, Tens
     return {"long": p_long[None], "mid": p_mid[None], "short": torch.cat([anchor, p_short])[None], "chunk": p_chunk[None]}
 
 
-class HistorySession:
+class HistorySampler:
     """Few-step autoregressive sampler over a Helios backbone with compressed history. Holds no stream state."""
 
     kind = "history"
