@@ -22,6 +22,13 @@ hello says how many) are sent and not yet back (a frame the server refuses, see 
 back); frames that are back wait in an inbox for receive() or poll(). The inbox keeps at most
 `keep` frames: an engine that never reads loses the oldest (counted in `dropped`), not memory.
 
+A dropped connection does not lose the session: the server keeps it for a grace period (the
+hello's resume_grace, `serve --resume-grace`), and the client reconnects with backoff and resumes
+it with the hello's token. The server writes again the answers the client did not get, and the
+client sends again the frames (and prompts) the server did not get, so every frame is rendered
+once and comes back once, in order, exactly as without the drop (`resumes` counts them). A drop
+that cannot be resumed in time raises ClientError with the server's line.
+
 Standard library, aiohttp and numpy only: importing this module does not import torch.
 docs/live.md, "Engine ingest", describes the protocol byte by byte.
 """
@@ -34,7 +41,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -45,6 +52,7 @@ log = logging.getLogger(__name__)
 __all__ = ["AsyncClient", "Client", "ClientError", "Frame", "engine_url"]
 
 MAX_ERRORS = 64  # server refusals kept in `errors` (the oldest go first)
+BACKOFF = (0.05, 2.0)  # seconds between attempts to resume a dropped session: the first, doubling to the last
 
 
 class ClientError(Exception):
@@ -85,13 +93,18 @@ def engine_url(url: str) -> str:
 class AsyncClient:
     """One engine session over asyncio. Use `async with AsyncClient(url) as c:` or `await c.connect()`."""
 
-    def __init__(self, url: str, prompt: str | None = None, timeout: float = 120.0, keep: int = 256):
+    def __init__(self, url: str, prompt: str | None = None, timeout: float = 120.0, keep: int = 256,
+                 reconnect: float | None = None):
         """prompt: the session's prompt from its first frame (default: the server's).
         timeout: seconds connect() waits for the session (the server may load the model first)
-        and send()/receive() wait by default. keep: frames the inbox holds (the oldest go first)."""
+        and send()/receive() wait by default. keep: frames the inbox holds (the oldest go first).
+        reconnect: seconds to keep trying to resume the session after its connection drops (None: as
+        long as the server keeps it, the hello's resume_grace; 0: a drop ends the session)."""
         if keep < 1:
             raise ValueError(f"keep={keep} must be at least 1")
         self.url, self.prompt, self.timeout, self.keep = engine_url(url), prompt, timeout, keep
+        self.reconnect = reconnect
+        self.resumes = 0  # times the session was resumed after its connection dropped
         self.dropped = 0  # frames the inbox let go unread (it was full)
         self.hello: dict = {}  # the server's: session, chunk_frames, max_inflight, limits, prompt
         self.status: dict = {}  # the latest status: fps, frames, latency_ms, inflight, sessions, ...
@@ -102,6 +115,12 @@ class AsyncClient:
         self._failure: str | None = None
         self._http = self._ws = self._reader = None
         self._cond: asyncio.Condition | None = None
+        # what a resume may have to send again: (the number of frames sent before it, frame bytes or
+        # prompt text); entries before the _back-th frame are known to be at the server
+        self._unsure: deque[tuple[int, bytes | str]] = deque()
+        self._send_lock: asyncio.Lock | None = None  # one writer: a resume's resends, then new sends
+        self._live = False  # the socket is up: sends go out now (else a resume sends them)
+        self._closing = False
 
     async def __aenter__(self) -> "AsyncClient":
         return await self.connect()
@@ -113,16 +132,23 @@ class AsyncClient:
     def max_inflight(self) -> int:
         return int(self.hello.get("max_inflight", 1))
 
+    @property
+    def _resumable(self) -> bool:
+        """Whether a drop will be resumed, so what is sent is kept until the server is known to have it
+        (at most max_inflight frames: each until it is back)."""
+        return bool(self.hello.get("resume")) and self.reconnect != 0
+
     async def connect(self) -> "AsyncClient":
         import aiohttp
 
-        self._cond = asyncio.Condition()
+        self._cond, self._send_lock = asyncio.Condition(), asyncio.Lock()
         self._http = aiohttp.ClientSession()
         try:
-            self._ws = await self._http.ws_connect(self.url, max_msg_size=MAX_MESSAGE_BYTES, heartbeat=20.0)
-        except (aiohttp.ClientError, OSError) as err:
+            self._ws = await self._open(self.url, self.timeout)
+        except ClientError:
             await self._http.close()
-            raise ClientError(f"{self.url}: cannot open an engine session ({err})") from None
+            raise
+        self._live = True
         self._reader = asyncio.ensure_future(self._read())
         try:
             await self._wait(lambda: self.hello or self._failure, self.timeout, "the server's hello")
@@ -144,8 +170,11 @@ class AsyncClient:
                          self.timeout if timeout is None else timeout,
                          f"room to send frame {number} ({self.max_inflight} frames are at the server)")
         self._check()
-        await self._ws.send_bytes(data)
-        self._sent += 1
+        async with self._send_lock:
+            if self._resumable:
+                self._unsure.append((self._sent, data))
+            self._sent += 1
+            await self._write(data)
 
     async def receive(self, timeout: float | None = None) -> Frame:
         """The next rendered frame, in send order (waits for it). Refused at once when every frame that
@@ -183,9 +212,18 @@ class AsyncClient:
         """A new prompt: it renders from the first chunk that starts after it reaches the server (the
         stream goes on: no cut)."""
         self._check()
-        await self._ws.send_str(json.dumps({"type": "prompt", "text": text}))
+        message = json.dumps({"type": "prompt", "text": text})
+        async with self._send_lock:
+            if self._unsure and self._unsure[-1][0] == self._sent and isinstance(self._unsure[-1][1], str):
+                self._unsure.pop()  # no frame since the last prompt: only this one counts (as at the server)
+            if self._resumable:
+                self._unsure.append((self._sent, message))
+            await self._write(message)
 
     async def close(self) -> None:
+        self._closing = True
+        if self._reader is not None and not self._live:  # trying to resume: stop trying
+            self._reader.cancel()
         if self._ws is not None:
             await self._ws.close()
         if self._reader is not None:
@@ -210,31 +248,141 @@ class AsyncClient:
             except asyncio.TimeoutError:
                 raise ClientError(f"no {what} after {timeout:g} s") from None
 
-    async def _read(self) -> None:
+    async def _open(self, url: str, timeout: float):
         import aiohttp
 
         try:
-            async for msg in self._ws:
-                if msg.type == aiohttp.WSMsgType.BINARY:
-                    self._back += 1
-                    if len(self._inbox) >= self.keep:
-                        if not self.dropped:
-                            log.warning("alaya-flash client: the inbox is full (%d frames): dropping the oldest; "
-                                        "call receive() or poll()", self.keep)
-                        self._inbox.popleft()
-                        self.dropped += 1
-                    self._inbox.append(self._frame(msg.data))
-                elif msg.type == aiohttp.WSMsgType.TEXT:
-                    self._text(json.loads(msg.data))
-                else:
-                    break
-                async with self._cond:
-                    self._cond.notify_all()
+            return await asyncio.wait_for(
+                self._http.ws_connect(url, max_msg_size=MAX_MESSAGE_BYTES, heartbeat=20.0), timeout)
+        except asyncio.TimeoutError:
+            raise ClientError(f"{self.url}: cannot open an engine session (no answer within {timeout:g} s)") from None
+        except (aiohttp.ClientError, OSError) as err:
+            raise ClientError(f"{self.url}: cannot open an engine session ({err})") from None
+
+    async def _write(self, data: bytes | str) -> None:
+        """Send on the socket if it is up; a send into a dropped connection is left to the resume."""
+        import aiohttp
+
+        if not self._live:
+            return
+        try:
+            await (self._ws.send_bytes(data) if isinstance(data, bytes) else self._ws.send_str(data))
+        except (ConnectionError, aiohttp.ClientError):  # the reader sees the drop; the resume sends it again
+            pass
+
+    async def _read(self) -> None:
+        try:
+            while await self._read_socket() and await self._resume():
+                pass
         finally:
-            code = self._ws.close_code
-            self._failure = self._failure or f"the server closed the session (code {code})"
+            self._live = False
+            self._failure = self._failure or f"the server closed the session (code {self._ws.close_code})"
             async with self._cond:
                 self._cond.notify_all()
+
+    async def _read_socket(self) -> bool:
+        """Read the socket until it ends; True when the connection dropped (no close frame) and the
+        session may be resumed."""
+        import aiohttp
+
+        while True:
+            msg = await self._ws.receive()
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                self._back += 1
+                if len(self._inbox) >= self.keep:
+                    if not self.dropped:
+                        log.warning("alaya-flash client: the inbox is full (%d frames): dropping the oldest; "
+                                    "call receive() or poll()", self.keep)
+                    self._inbox.popleft()
+                    self.dropped += 1
+                self._inbox.append(self._frame(msg.data))
+            elif msg.type == aiohttp.WSMsgType.TEXT:
+                self._text(json.loads(msg.data))
+            else:  # CLOSED / ERROR without a close frame: dropped; CLOSE: the server (or this client) ended it
+                return (msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
+                        and not isinstance(msg.data, aiohttp.WebSocketError) and not self._closing
+                        and not self._failure)
+            while self._unsure and self._unsure[0][0] < self._back:  # the server has these
+                self._unsure.popleft()
+            async with self._cond:
+                self._cond.notify_all()
+
+    async def _resume(self) -> bool:
+        """The connection dropped: reconnect with the session's resume token, with backoff, until
+        `reconnect` seconds have passed; on the server's hello, send again what it has not received.
+        True once resumed (self._ws is the new socket); False with _failure set."""
+        self._live = False
+        token = self.hello.get("resume")
+        budget = float(self.hello.get("resume_grace", 0)) if self.reconnect is None else self.reconnect
+        session = self.hello.get("session")
+        if not self._resumable or budget <= 0:
+            self._failure = (f"the connection to session {session} dropped and this client does not resume it"
+                             + ("" if token else " (the server keeps no dropped session: serve --resume-grace)"))
+            return False
+        log.warning("alaya-flash client: the connection to session %s dropped; resuming it", session)
+        deadline, delay, last = time.monotonic() + budget, BACKOFF[0], "no attempt"
+        while time.monotonic() < deadline:
+            query = urlencode({"resume": token, "have": self._back})
+            url = self.url + ("&" if urlsplit(self.url).query else "?") + query
+            try:
+                ws = await self._open(url, min(self.timeout, max(0.1, deadline - time.monotonic())))
+            except ClientError as err:
+                last = str(err)
+            else:
+                hello = await self._resumed_hello(ws, min(self.timeout, max(1.0, deadline - time.monotonic())))
+                if isinstance(hello, dict):
+                    return await self._send_again(ws, hello)
+                if hello.startswith("resume:"):  # the server's refusal: trying again will not help
+                    self._failure = f"the connection dropped and the session could not be resumed: {hello}"
+                    return False
+                last = hello
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(2 * delay, BACKOFF[1])
+        self._failure = (f"the connection to session {session} dropped and could not be resumed within "
+                         f"{budget:g} s (the last try: {last})")
+        return False
+
+    async def _resumed_hello(self, ws, timeout: float) -> dict | str:
+        """The new socket's first message: the resumed hello (a dict), or what went wrong (a line)."""
+        import aiohttp
+
+        try:
+            msg = await ws.receive(timeout)
+        except asyncio.TimeoutError:
+            problem = f"no hello within {timeout:g} s"
+        except (aiohttp.ClientError, ConnectionError) as err:
+            problem = str(err)
+        else:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                problem = f"the socket closed before the hello (code {ws.close_code})"
+            else:
+                reply = json.loads(msg.data)
+                if reply.get("type") == "hello" and reply.get("resumed"):
+                    return reply
+                problem = str(reply.get("message", f"an unexpected {reply.get('type')!r} message"))
+        await ws.close()
+        return problem
+
+    async def _send_again(self, ws, hello: dict) -> bool:
+        """Resumed: send again every frame and prompt the server has not received (hello["received"]
+        frames), in order, before any new send; then the new socket takes over."""
+        received = int(hello.get("received", -1))
+        async with self._send_lock:
+            if not self._back <= received <= self._sent:
+                await ws.close()
+                self._failure = (f"the session was resumed, but the server has {received} of the {self._sent} "
+                                 f"frames sent and {self._back} are back; cannot go on")
+                return False
+            old, self._ws, self.hello = self._ws, ws, hello
+            self._live = True
+            for number, data in self._unsure:
+                if number >= received:  # a prompt before frame `received` too: sent again, it changes nothing
+                    await self._write(data)
+        await old.close()
+        self.resumes += 1
+        log.warning("alaya-flash client: session %s resumed (%d frame(s) sent again)", hello.get("session"),
+                    self._sent - received)
+        return True
 
     def _frame(self, data: bytes) -> Frame:
         header, pixels = unpack_frame(data)
@@ -263,14 +411,16 @@ class AsyncClient:
 class Client:
     """One engine session, blocking: the AsyncClient's verbs on a private event loop thread.
 
-    Client(url, prompt=None, timeout=120, keep=256) connects at once (raises ClientError when refused).
+    Client(url, prompt=None, timeout=120, keep=256, reconnect=None) connects at once (raises ClientError
+    when refused); a dropped connection is resumed as AsyncClient's.
     """
 
-    def __init__(self, url: str, prompt: str | None = None, timeout: float = 120.0, keep: int = 256):
+    def __init__(self, url: str, prompt: str | None = None, timeout: float = 120.0, keep: int = 256,
+                 reconnect: float | None = None):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="alaya-flash-client", daemon=True)
         self._thread.start()
-        self._async = AsyncClient(url, prompt=prompt, timeout=timeout, keep=keep)
+        self._async = AsyncClient(url, prompt=prompt, timeout=timeout, keep=keep, reconnect=reconnect)
         try:
             self._call(self._async.connect())
         except BaseException:
@@ -302,6 +452,10 @@ class Client:
     @property
     def dropped(self) -> int:
         return self._async.dropped
+
+    @property
+    def resumes(self) -> int:
+        return self._async.resumes
 
     def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
              timeout: float | None = None) -> None:

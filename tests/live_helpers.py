@@ -42,11 +42,12 @@ class TintRenderer:
 
 
 def start_server(renderer=TintRenderer, max_sessions: int = 4, use_webrtc: bool = True, token: str | None = None,
-                 **config) -> LiveServer:
+                 resume_grace: float = 30.0, **config) -> LiveServer:
     """A server on a free 127.0.0.1 port; engine sessions (/engine) render with the same renderer factory."""
     cfg = LiveConfig(**{"width": 64, "height": 64, "fps": 30.0, **config})
     server = LiveServer(lambda hub: PageSession(renderer, cfg, hub), host="127.0.0.1", port=0,
-                        make_renderer=renderer, max_sessions=max_sessions, use_webrtc=use_webrtc, token=token)
+                        make_renderer=renderer, max_sessions=max_sessions, use_webrtc=use_webrtc, token=token,
+                        resume_grace=resume_grace)
     server.start_background()
     return server
 

@@ -278,7 +278,7 @@ def test_two_sessions_share_the_weights_and_keep_their_own_state(flash_server):
     assert all(x != y for x, y in zip(results["rain"], alone))
 
     with Client(flash_server.url) as client:
-        session, _ = flash_server.sessions[client.hello["session"]]
+        session = flash_server.sessions[client.hello["session"]].session
         assert session.renderer.model is flash_server.page.renderer.model
 
 

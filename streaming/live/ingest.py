@@ -2,7 +2,7 @@
 
     session = EngineSession(1, make_renderer, prompt, emit)   # emit(kind, payload), from its thread
     session.start()                          # the render thread; emits "hello" once the renderer is up
-    session.admit(message, answered)         # a checked wire.GBufferMessage, in socket order
+    session.admit(message, pending)          # a checked wire.GBufferMessage, in socket order
     session.offer_prompt("a snowy street")   # in socket order with the frames
     session.close()
 
@@ -18,7 +18,9 @@ message, raw RGB, the frame number and send time echoed, the server's timings) o
 error naming it. At most `max_inflight` frames are admitted and not yet answered (three chunks,
 at least MIN_INFLIGHT): that bounds the queue, the frames held in the renderer and the outbox;
 prompts with no frame between them collapse to the last, so the queue holds at most one per frame.
-A renderer error ends the session (emit "failed"); the engine connects again for a new one.
+A renderer error ends the session (emit "failed"); the engine connects again for a new one. A
+session does not know its socket: when that drops, the server keeps the session (its thread renders
+on) for a client to resume (server.py, --resume-grace).
 
 emit kinds: "hello" (text), "frame" (a frame message, bytes), "frame_error" (text), "failed" (text).
 """
@@ -79,14 +81,13 @@ class EngineSession:
         self._thread = threading.Thread(target=self._run, name=f"alaya-live-session-{self.id}", daemon=True)
         self._thread.start()
 
-    def admit(self, message: GBufferMessage, answered: int) -> None:
+    def admit(self, message: GBufferMessage, pending: int) -> None:
         """Queue a checked frame; FrameError (naming the frame) when this session cannot take it.
-        answered: frames (or their errors) written back so far."""
+        pending: frames received before this one and not yet answered (rendered frame or error written)."""
         where, size = f"frame {message.number}", (message.width, message.height)
         if self.size is not None and size != self.size:
             raise FrameError(f"{where}: {size[0]}x{size[1]}, but this session renders {self.size[0]}x{self.size[1]} "
                              f"(its first frame's size); open another session for another size", message.number)
-        pending = self.accepted - answered
         if pending >= self.max_inflight:
             raise FrameError(f"{where}: {pending} frames are already in flight (sent, not yet answered), the "
                              f"limit is {self.max_inflight}; wait for rendered frames before sending more", message.number)

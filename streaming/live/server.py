@@ -8,8 +8,10 @@
 Routes: GET / (the page), GET /static/NAME (only the files shipped in static/, by exact name),
 GET /ws (the page's WebSocket, protocol.py), GET /engine (an engine's session: it sends G-buffer
 frames and gets its rendered frames back, wire.py and ingest.py; at most max_sessions sessions,
-the page's stream included, all on the same loaded weights). Every other path, and any name not
-in static/, is 404: request paths are never joined to the file system. A WebSocket whose Origin names another host
+the page's stream included, all on the same loaded weights; a session whose connection drops is
+kept resume_grace seconds for its client to resume it: GET /engine?resume=TOKEN&have=N). Every
+other path, and any name not in static/, is 404: request paths are never joined to the file
+system. A WebSocket whose Origin names another host
 is refused (403), so other web sites cannot drive a local server. Every request whose Host header
 is not a loopback name (localhost, 127.0.0.1, [::1]), an IP address, the configured --host or (when
 bound to all addresses) this machine's name is refused (403): a DNS-rebinding page (evil.example
@@ -26,12 +28,14 @@ import hmac
 import ipaddress
 import json
 import logging
+import secrets
 import socket
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from aiohttp import WSMsgType, web
+from aiohttp import WebSocketError, WSMsgType, web
 
 from . import webrtc, wire
 from .page_session import PageSession
@@ -52,6 +56,9 @@ up stalls after a few frames and then skips frames, instead of watching seconds-
 MAX_PEERS = 8
 """WebRTC viewers at once: each has its own video encoder (CPU); more viewers stay on JPEG."""
 STATUS_PERIOD = 0.25  # seconds between status messages to each client
+RESUME_GRACE = 30.0
+"""Seconds an engine session whose connection dropped is kept for its client to resume it (serve
+--resume-grace): its stream state, prompt and unanswered frames wait, and it counts as a session."""
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; connect-src 'self'; "
@@ -94,19 +101,37 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
+@dataclass(eq=False)
+class EngineLink:
+    """An engine session, its outbox and the socket it is on (None while it waits to be resumed)."""
+
+    session: EngineSession
+    outbox: Outbox
+    token: str | None  # the resume token its hello gives (None: --resume-grace 0)
+    ws: web.WebSocketResponse | None = None
+    pump: asyncio.Future | None = None  # the outbox's writer on ws
+    received: int = 0  # frame messages read with a readable number (admitted or refused), every socket
+    hello: dict | None = None  # as sent (a resume sends it again)
+    ended: str | None = None  # why the session cannot go on, once it cannot
+    expiry: asyncio.TimerHandle | None = None  # while kept after a drop
+
+
 class LiveServer:
     """Owns the event loop, the hub of clients and the page session (made on startup by page_factory(hub))."""
 
     def __init__(self, page_factory: Callable[[Hub], PageSession], host: str = "127.0.0.1", port: int = 8765,
                  make_renderer: Callable | None = None, max_sessions: int = MAX_SESSIONS, use_webrtc: bool = True,
-                 token: str | None = None):
+                 token: str | None = None, resume_grace: float = RESUME_GRACE):
         """make_renderer: what engine sessions render with (the page session's own factory, so the weights are
         shared); None refuses /engine. max_sessions counts the page's stream as one. use_webrtc=False:
         JPEG over WebSocket only (WebRTC also needs aiortc). token: every request (the page, the
-        WebSocket, /engine) must carry it, as ?token= or the cookie the page gets with it."""
+        WebSocket, /engine) must carry it, as ?token= or the cookie the page gets with it. resume_grace:
+        seconds an engine session whose connection dropped waits for its client to resume it (0: it ends)."""
         self.page_factory, self.host, self.port, self.token = page_factory, host, port, token
-        self.make_renderer, self.max_sessions = make_renderer, max_sessions
-        self.sessions: dict[int, tuple[EngineSession, Outbox]] = {}  # engine sessions by id
+        self.make_renderer, self.max_sessions, self.resume_grace = make_renderer, max_sessions, resume_grace
+        self.sessions: dict[int, EngineLink] = {}  # engine sessions by id, those kept for a resume included
+        self._resumable: dict[str, EngineLink] = {}  # by resume token, until the session ends or its grace does
+        self._stopping = False
         self._session_ids = 0
         self.files = _static_files()
         self.page: PageSession | None = None
@@ -328,18 +353,22 @@ class LiveServer:
     async def _status_loop(self) -> None:
         while True:
             await asyncio.sleep(STATUS_PERIOD)
-            status = self.page.status()
-            engines = {sid: session.status() for sid, (session, _) in self.sessions.items()}
-            sessions = [{"session": 0, "kind": status["source"], "fps": status["fps"], "frames": status["frames"],
-                         "size": status["size"]}]
-            sessions += [{k: s[k] for k in ("session", "kind", "fps", "frames", "size")} for s in engines.values()]
-            self.hub.broadcast_status(lambda c: json.dumps(
-                {"type": "status", **status, "dropped": c.dropped, "sent": c.sent, "viewers": len(self.hub.clients),
-                 "video": "webrtc" if "video" in c.wants else "jpeg", "sessions": sessions}))
-            for sid, (session, outbox) in list(self.sessions.items()):
-                outbox.offer_status(json.dumps({"type": "status", **engines[sid], "prompt": session.prompt,
-                                                "inflight": session.accepted - outbox.answered,
-                                                "sessions": sessions}))
+            self._send_status()
+
+    def _send_status(self) -> None:
+        """Every viewer's and engine's status (a function, so that no session outlives its end as a local)."""
+        status = self.page.status()
+        engines = {sid: link.session.status() for sid, link in self.sessions.items()}
+        sessions = [{"session": 0, "kind": status["source"], "fps": status["fps"], "frames": status["frames"],
+                     "size": status["size"]}]
+        sessions += [{k: s[k] for k in ("session", "kind", "fps", "frames", "size")} for s in engines.values()]
+        self.hub.broadcast_status(lambda c: json.dumps(
+            {"type": "status", **status, "dropped": c.dropped, "sent": c.sent, "viewers": len(self.hub.clients),
+             "video": "webrtc" if "video" in c.wants else "jpeg", "sessions": sessions}))
+        for sid, link in list(self.sessions.items()):
+            link.outbox.offer_status(json.dumps({"type": "status", **engines[sid], "prompt": link.session.prompt,
+                                                 "inflight": link.received - link.outbox.answered,
+                                                 "sessions": sessions}))
 
     # ---- engine sessions (/engine) ----------------------------------------------------------
 
@@ -354,79 +383,117 @@ class LiveServer:
             raise web.HTTPNotFound(text="this server takes no engine sessions")
         ws = web.WebSocketResponse(max_msg_size=wire.MAX_MESSAGE_BYTES, heartbeat=20.0, compress=False)
         await ws.prepare(request)
-        if 1 + len(self.sessions) >= self.max_sessions:  # the page's stream is one
-            await ws.send_str(json.dumps({"type": "error", "fatal": True, "message":
-                                          f"too many sessions: {self.max_sessions} of {self.max_sessions} are in use "
-                                          f"(the page's stream counts as one; serve --max-sessions); try again later"}))
-            await ws.close(code=1013, message=b"too many sessions")
+        token = request.query.get("resume")
+        if token is None:
+            link = await self._open_engine(ws)
+        else:
+            link = await self._resume_engine(ws, token, request.query.get("have", ""))
+        if link is None:  # refused, in one line
             return ws
-        loop = asyncio.get_running_loop()
-        outbox = Outbox(ws.send_bytes, ws.send_str)
-        pump = asyncio.ensure_future(outbox.pump())
-        self._session_ids += 1
-        sid = self._session_ids
+        await self._serve_engine(ws, link)
+        return ws
 
-        def deliver(kind: str, payload) -> None:  # loop thread
-            if kind in ("frame", "frame_error"):
-                outbox.frame(payload)
-            elif kind == "hello":
-                outbox.reply(payload)
-            elif kind == "failed":
-                asyncio.ensure_future(self._close_engine(ws, outbox, pump, payload, 1011, b"session failed"))
+    async def _open_engine(self, ws) -> EngineLink | None:
+        """A new engine session on this socket, or None (refused: too many sessions)."""
+        if 1 + len(self.sessions) >= self.max_sessions:  # the page's stream is one; kept sessions count
+            await self._refuse_engine(
+                ws, f"too many sessions: {self.max_sessions} of {self.max_sessions} are in use (the page's stream "
+                    f"counts as one; serve --max-sessions); try again later", 1013, b"too many sessions")
+            return None
+        loop = asyncio.get_running_loop()
+        self._session_ids += 1
 
         def emit(kind: str, payload) -> None:  # the session's render thread
             try:
-                loop.call_soon_threadsafe(deliver, kind, payload)
+                loop.call_soon_threadsafe(self._deliver, link, kind, payload)
             except RuntimeError:  # loop closed: the server is shutting down
                 pass
 
-        session = EngineSession(sid, self.make_renderer, self._initial_prompt(), emit)
-        self.sessions[sid] = (session, outbox)
+        session = EngineSession(self._session_ids, self.make_renderer, self._initial_prompt(), emit)
+        token = secrets.token_urlsafe(16) if self.resume_grace > 0 else None
+        link = EngineLink(session, Outbox(ws.send_bytes, ws.send_str), token)
+        self.sessions[session.id] = link
+        if token is not None:
+            self._resumable[token] = link
+        link.ws, link.pump = ws, asyncio.ensure_future(link.outbox.pump())
         session.start()
-        limiter, strikes = RateLimiter(), 0
+        return link
+
+    def _deliver(self, link: EngineLink, kind: str, payload) -> None:
+        """What a session's render thread emits, on the loop thread."""
+        if kind in ("frame", "frame_error"):
+            link.outbox.frame(payload)
+        elif kind == "hello":
+            resume = {"resume": link.token, "resume_grace": self.resume_grace} if link.token else {"resume_grace": 0}
+            link.hello = {**json.loads(payload), **resume}
+            link.outbox.keep_written(link.session.max_inflight if link.token else 0)
+            link.outbox.reply(json.dumps(link.hello))
+        elif kind == "failed":
+            link.ended = json.loads(payload)["message"]
+            if link.ws is not None:
+                asyncio.ensure_future(self._close_engine(link, payload, 1011, b"session failed"))
+            else:  # dropped: a resume hears why until the grace period ends
+                self._end_engine(link, keep_token=True)
+
+    async def _serve_engine(self, ws, link: EngineLink) -> None:
+        """Read one socket's messages into its session until it closes; a dropped connection (no close
+        frame) keeps the session for --resume-grace seconds, any other end ends it."""
+        limiter, strikes, dropped = RateLimiter(), 0, False
         context = {"presets": list(self.page.presets), "types": ENGINE_TYPES}
         try:
-            async for msg in ws:
+            while True:
+                msg = await ws.receive()
+                if msg.type in (WSMsgType.CLOSED, WSMsgType.ERROR):  # no close frame: the connection dropped
+                    dropped = not isinstance(msg.data, WebSocketError)  # (a message over the limit is no drop)
+                    break
                 if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
-                    break  # an error on the socket (a message over wire.MAX_MESSAGE_BYTES, a broken frame)
-                problem = self._handle_engine(msg, session, outbox, limiter, context)
+                    break  # a close frame: the engine (or this server) ended the session
+                problem = self._handle_engine(msg, link, limiter, context)
                 if problem is None:
                     strikes = 0
                     continue
                 strikes += 1
                 text, frame = problem
-                outbox.reply(json.dumps({"type": "error", "message": text, **({"frame": frame} if frame is not None else {})}))
+                link.outbox.reply(json.dumps({"type": "error", "message": text,
+                                              **({"frame": frame} if frame is not None else {})}),
+                                  answer=frame is not None)  # a frame's refusal is its answer
                 if strikes >= MAX_STRIKES:
-                    await self._close_engine(ws, outbox, pump, json.dumps(
+                    await self._close_engine(link, json.dumps(
                         {"type": "error", "fatal": True, "message": f"{text} (closing after {strikes} refused messages)"}),
                         1008, b"too many refused messages")
                     break
         except ConnectionError:
-            log.debug("live: an engine's connection was lost")
+            dropped = True
         finally:
-            self.sessions.pop(sid, None)
-            session.close()
-            outbox.close()
-            pump.cancel()
-            await asyncio.gather(pump, return_exceptions=True)
-        return ws
+            if link.ws is ws:  # (else a resume took the session to another socket)
+                if dropped and link.token and link.ended is None and not self._stopping:
+                    await self._park(link)
+                else:
+                    self._end_engine(link)
 
-    def _handle_engine(self, msg, session: EngineSession, outbox: Outbox, limiter: RateLimiter,
+    def _handle_engine(self, msg, link: EngineLink, limiter: RateLimiter,
                        context: dict) -> tuple[str, int | None] | None:
         """Apply one engine message; returns (error line, frame number or None) to send back, or None."""
         try:
             if msg.type == WSMsgType.BINARY:  # frames are bounded by the in-flight cap, not the rate limit
-                session.admit(wire.unpack_gbuffers(msg.data), outbox.answered)
+                pending = link.received - link.outbox.answered
+                try:
+                    message = wire.unpack_gbuffers(msg.data)
+                except wire.FrameError:
+                    link.received += 1  # its number is readable: it gets one answer, as an admitted frame does
+                    raise
+                link.received += 1
+                link.session.admit(message, pending)
                 return None
             if not limiter.allow():
                 raise ProtocolError("rate limit: too many messages; slow down")
             cmd = parse_message(msg.data, context)
             if cmd.type == "ping":
-                outbox.reply(json.dumps({"type": "pong", "t": cmd.args["t"]}))
+                link.outbox.reply(json.dumps({"type": "pong", "t": cmd.args["t"]}))
             elif cmd.type == "prompt":
-                session.offer_prompt(cmd.args["text"])
+                link.session.offer_prompt(cmd.args["text"])
             elif cmd.type == "preset":
-                session.offer_prompt(self.page.presets[cmd.args["name"]].prompt)
+                link.session.offer_prompt(self.page.presets[cmd.args["name"]].prompt)
         except ProtocolError as err:
             return str(err), getattr(err, "frame", None)
         except Exception as err:  # a bug: say so, keep the socket, the session and the others
@@ -434,16 +501,89 @@ class LiveServer:
             return f"the server could not handle that message ({type(err).__name__}); nothing changed", None
         return None
 
-    async def _close_engine(self, ws, outbox: Outbox, pump, text: str, code: int, reason: bytes) -> None:
-        """Say why, then close an engine's socket (its pump stopped first: one writer per socket)."""
-        outbox.close()
-        pump.cancel()
-        await asyncio.gather(pump, return_exceptions=True)
+    async def _park(self, link: EngineLink) -> None:
+        """The socket dropped: keep the session (its render thread goes on, its answers wait in the
+        outbox) for resume_grace seconds under its token."""
+        link.ws = None
+        link.expiry = asyncio.get_running_loop().call_later(self.resume_grace, self._expire, link)  # (a resume cancels it)
+        link.pump.cancel()
+        await asyncio.gather(link.pump, return_exceptions=True)
+        log.info("live: engine session %d dropped its connection; kept %g s for a resume", link.session.id,
+                 self.resume_grace)
+
+    def _expire(self, link: EngineLink) -> None:
+        self._resumable.pop(link.token, None)
+        if link.ws is None:
+            log.info("live: engine session %d was not resumed within %g s; ended", link.session.id, self.resume_grace)
+            self._end_engine(link)
+
+    async def _resume_engine(self, ws, token: str, have: str) -> EngineLink | None:
+        """Attach a kept session to this socket: its hello again (with `received`, the frames the server
+        has), then the answers after the client's `have` and the rest. None when refused (one line)."""
+        link = self._resumable.get(token)
+        problem = None
+        if link is None:
+            problem = (f"resume: no session to resume with this token (unknown, or not resumed within the "
+                       f"{self.resume_grace:g} s the server keeps a dropped session: serve --resume-grace); "
+                       f"connect without it for a new session")
+        elif link.ended is not None:
+            problem = f"resume: {link.ended}"
+        elif not have.isdigit():
+            problem = f"resume: have={have[:20]!r} must be the number of answers (frames and frame errors) received"
+        elif link.hello is None:
+            problem = f"resume: session {link.session.id} has not started yet (no hello was sent)"
+        if problem is not None:
+            await self._refuse_engine(ws, problem, 1008, b"resume refused")
+            return None
+        old, link.ws = link.ws, ws  # first: the old socket's reader no longer owns the session
+        if link.expiry is not None:
+            link.expiry.cancel()
+            link.expiry = None
+        link.pump.cancel()
+        await asyncio.gather(link.pump, return_exceptions=True)
+        if old is not None:  # its drop not noticed yet (or a second client with the token): this one wins
+            asyncio.ensure_future(old.close(code=1008, message=b"resumed elsewhere"))
+        problem = link.outbox.attach(ws.send_bytes, ws.send_str, int(have))
+        if problem is not None:
+            link.ended = f"resume: {problem}"
+            await self._refuse_engine(ws, link.ended, 1008, b"resume refused")
+            self._end_engine(link)
+            return None
+        link.outbox.reply(json.dumps({**link.hello, "resumed": True, "received": link.received}))
+        link.pump = asyncio.ensure_future(link.outbox.pump())
+        log.info("live: engine session %d resumed (%d frames received, %d answers written again)", link.session.id,
+                 link.received, len(link.outbox.frames))
+        return link
+
+    async def _refuse_engine(self, ws, message: str, code: int, reason: bytes) -> None:
         try:
-            await ws.send_str(text)
+            await ws.send_str(json.dumps({"type": "error", "fatal": True, "message": message}))
             await ws.close(code=code, message=reason)
         except (ConnectionError, RuntimeError):  # already gone
             pass
+
+    def _end_engine(self, link: EngineLink, keep_token: bool = False) -> None:
+        """Stop a session for good (its render thread ends after its current chunk; its state goes with it)."""
+        self.sessions.pop(link.session.id, None)
+        if not keep_token:
+            self._resumable.pop(link.token, None)
+            if link.expiry is not None:
+                link.expiry.cancel()
+                link.expiry = None
+        link.session.close()
+        link.outbox.close()
+        if link.pump is not None:
+            link.pump.cancel()
+
+    async def _close_engine(self, link: EngineLink, text: str, code: int, reason: bytes) -> None:
+        """Say why, then close an engine's socket (its pump stopped first: one writer per socket); the
+        session ends with it."""
+        link.ended = link.ended or json.loads(text)["message"]
+        link.outbox.close()
+        link.pump.cancel()
+        await asyncio.gather(link.pump, return_exceptions=True)
+        if link.ws is not None:
+            await self._refuse_engine(link.ws, json.loads(text)["message"], code, reason)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -469,9 +609,14 @@ class LiveServer:
         for client in list(self.hub.clients):
             self.hub.remove(client)
         await asyncio.gather(*(peer.close() for peer in peers), *self._rtc_tasks, return_exceptions=True)
-        sessions = [session for session, _ in self.sessions.values()]
-        for session in sessions:
-            session.close()
+        self._stopping = True
+        links = list(self.sessions.values())
+        stopping = json.dumps({"type": "error", "fatal": True, "message": "the server is stopping"})
+        await asyncio.gather(*(asyncio.wait_for(self._close_engine(link, stopping, 1001, b"server stopping"), 2.0)
+                               for link in links if link.ws is not None), return_exceptions=True)
+        for link in links:
+            self._end_engine(link)
+        sessions = [link.session for link in links]
 
         def stop_all():
             self.page.stop()

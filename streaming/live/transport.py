@@ -140,20 +140,29 @@ class Hub:
 
 
 class Outbox:
-    """One engine session's replies: every rendered frame, in order, never dropped. Loop thread only.
+    """One engine session's replies: every answer (a rendered frame, or a frame's one-line error), in
+    order, never dropped. Loop thread only.
 
     Unlike a viewer's slot, nothing is replaced: an engine wants each frame it sent. The bound is
     the session's in-flight cap (ingest.EngineSession.max_inflight): frames are refused while that
-    many are accepted and not yet written here (`answered`), so `frames` holds at most that many
-    payloads. Status is latest-wins; other text replies (pongs, refusals) at most MAX_REPLIES.
+    many are received and not yet answered here (`answered`), so `frames` holds at most that many
+    payloads. Text replies go first, in the order given: a frame's refusal (an answer, counted) and
+    pongs and other refusals (at most MAX_REPLIES of those, the oldest go first). Status is latest-wins.
+
+    For a session that may be resumed on a new socket (the server's --resume-grace), the last
+    `replay` answers written stay in `written`: an answer written into a dropped connection may never
+    have arrived, and a resuming client says how many it has (`attach`). A client never has more
+    than its in-flight cap of answers outstanding, so `replay` = that cap covers every gap.
     """
 
-    def __init__(self, send_bytes: Callable[[bytes], Awaitable], send_str: Callable[[str], Awaitable]):
+    def __init__(self, send_bytes: Callable[[bytes], Awaitable], send_str: Callable[[str], Awaitable],
+                 replay: int = 0):
         self.send_bytes, self.send_str = send_bytes, send_str
-        self.frames: deque[bytes | str] = deque()  # rendered frames, or a frame's one-line error (text)
-        self.replies: deque[str] = deque(maxlen=MAX_REPLIES)
+        self.frames: deque[bytes | str] = deque()  # rendered frames (or a render's error, text) not yet written
+        self.replies: deque[tuple[str, bool]] = deque()  # (text, is an answer), in order
+        self.written: deque[bytes | str] = deque(maxlen=replay)  # the last answers written (for a resume)
         self.status: str | None = None
-        self.answered = 0  # frames (or their errors) written to the socket
+        self.answered = 0  # answers written to the socket
         self._ready = asyncio.Event()
         self.closed = False
 
@@ -161,22 +170,63 @@ class Outbox:
         self.frames.append(payload)
         self._ready.set()
 
-    def reply(self, text: str) -> None:
-        self.replies.append(text)
+    def reply(self, text: str, answer: bool = False) -> None:
+        """A text reply; answer=True: a frame's refusal (it is that frame's answer, never dropped)."""
+        if not answer and sum(not a for _, a in self.replies) >= MAX_REPLIES:
+            del self.replies[next(i for i, (_, a) in enumerate(self.replies) if not a)]
+        self.replies.append((text, answer))
         self._ready.set()
 
     def offer_status(self, text: str) -> None:
         self.status = text
         self._ready.set()
 
+    def keep_written(self, replay: int) -> None:
+        """Keep the last `replay` answers written (the session's in-flight cap, once its hello says it)."""
+        self.written = deque(self.written, maxlen=replay)
+
+    def attach(self, send_bytes: Callable[[bytes], Awaitable], send_str: Callable[[str], Awaitable],
+               have: int) -> str | None:
+        """A resumed session's new socket, whose client has received `have` answers: the answers after
+        those are written again, then the rest, in the order the old socket had (or would have). Returns
+        what is wrong (nothing changes) or None. Call with the old socket's pump stopped."""
+        unwritten = [t for t, answer in self.replies if answer] + list(self.frames)  # the pump's order
+        kept = list(self.written) + unwritten
+        first = self.answered - len(self.written)  # the answer number of kept[0]
+        if not first <= have <= first + len(kept):
+            return (f"the client has {have} answers, but the session has {first + len(kept)} and keeps those "
+                    f"from {first} on")
+        self.written = deque(kept[:have - first], maxlen=self.written.maxlen)
+        self.frames = deque(kept[have - first:])
+        self.replies.clear()  # pongs and refusals of other messages were meant for the old socket
+        self.answered = have
+        self.send_bytes, self.send_str = send_bytes, send_str
+        self.closed = False
+        self._ready.set()
+        return None
+
     async def pump(self) -> None:
-        """Send whatever is waiting until closed: text replies first, then frames, then the status."""
+        """Send whatever is waiting until closed: text replies first, then frames, then the status. A
+        payload that fails mid-write (a dropped socket) stays queued, for a resume."""
         while not self.closed:
             if self.replies:
-                await self.send_str(self.replies.popleft())
+                text, answer = item = self.replies.popleft()
+                try:
+                    await self.send_str(text)
+                except BaseException:
+                    self.replies.appendleft(item)
+                    raise
+                if answer:
+                    self.written.append(text)
+                    self.answered += 1
             elif self.frames:
                 payload = self.frames.popleft()
-                await (self.send_str(payload) if isinstance(payload, str) else self.send_bytes(payload))
+                try:
+                    await (self.send_str(payload) if isinstance(payload, str) else self.send_bytes(payload))
+                except BaseException:
+                    self.frames.appendleft(payload)
+                    raise
+                self.written.append(payload)
                 self.answered += 1
             elif self.status is not None:
                 text, self.status = self.status, None

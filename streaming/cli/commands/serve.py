@@ -11,7 +11,8 @@ choice and a record button. In the physics world the keyboard moves the player a
 (WASD, arrows, Q/E, Space, F). The server binds 127.0.0.1 unless --host says otherwise.
 Ctrl-C, SIGTERM and SIGHUP stop it and finish an open recording (a renderer error does not:
 Start or Reset on the page tries again). An external engine renders through the same server with
-`alaya_flash.client` (/engine: its own session on the same weights; --max-sessions bounds them).
+`alaya_flash.client` (/engine: its own session on the same weights; --max-sessions bounds them;
+a dropped connection is resumed within --resume-grace seconds).
 docs/live.md describes the page, the protocols and the limits.
 """
 from __future__ import annotations
@@ -81,6 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sessions", type=args_.bounded(int, 1, 64), default=None,
                         help="render sessions at once, the page's stream included (default 4): engines connecting to "
                         "/engine (alaya_flash.client) each get their own stream on the same loaded weights")
+    parser.add_argument("--resume-grace", type=args_.bounded(float, 0, 3600), default=None, metavar="SECONDS",
+                        help="keep an engine session whose connection dropped this long (default 30) for "
+                        "alaya_flash.client to resume it: its stream state, prompt and unanswered frames wait, and it "
+                        "counts as a session; 0: a drop ends the session")
     parser.add_argument("--no-webrtc", action="store_true",
                         help="send the page's video as JPEG over the WebSocket only (WebRTC needs the webrtc extra: aiortc)")
     args_.add_cpu_arguments(parser)
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from ....model_zoo.errors import AlayaError
     from ...live.page_session import LiveConfig, PageSession
     from ...live.renderers import renderer_factory
-    from ...live.server import MAX_SESSIONS, LiveServer
+    from ...live.server import MAX_SESSIONS, RESUME_GRACE, LiveServer
 
     height, width = args.size
     if args.workflow is not None and args.no_refiner:
@@ -119,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     token = serve_token(args.host, args.token)
     server = LiveServer(lambda hub: PageSession(make_renderer, config, hub), host=args.host, port=args.port,
                         make_renderer=make_renderer, max_sessions=args.max_sessions or MAX_SESSIONS,
-                        use_webrtc=not args.no_webrtc, token=token)
+                        use_webrtc=not args.no_webrtc, token=token,
+                        resume_grace=RESUME_GRACE if args.resume_grace is None else args.resume_grace)
 
     def ready(url: str) -> None:
         video = "WebRTC or JPEG" if server.webrtc_reason is None else f"JPEG (no WebRTC: {server.webrtc_reason})"
