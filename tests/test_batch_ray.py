@@ -5,6 +5,7 @@ retries themselves: test_batch.py."""
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -21,9 +22,9 @@ def cluster():
     """A private Ray on 127.0.0.1 with 2 CPUs, as `batch` starts one; the batches below join it."""
     from alaya_flash.streaming.render.ray_pool import start_local
 
-    start_local(2)
+    local = start_local(2)
     yield
-    ray.shutdown()
+    local.stop()
 
 
 def _kill_when_held(mark, killed: list) -> threading.Thread:
@@ -99,3 +100,32 @@ def test_batch_starts_and_stops_its_own_local_ray(tmp_path):
     for c in clips:
         assert output_bytes(out / f"{c.name}.mp4") == output_bytes(tmp_path / "single" / f"{c.name}.mp4")
     assert manifest(out / "manifest.jsonl")["c0"]["worker"] == "w1"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper reads /proc")
+def test_a_killed_batch_leaves_no_ray_process_behind():
+    """`kill -9` of the process that started a private Ray (batch's start_local, with a task run on a
+    worker): within 20 s none of that Ray's processes runs. Without the reaper the raylet's agents
+    (ray::DashboardAgent, ray::RuntimeEnvAgent) stay for a minute or more, waiting on the dead GCS."""
+    from alaya_flash.streaming.render import ray_reaper
+
+    code = ("import sys, time; sys.path.insert(0, 'tests'); import conftest, ray; "
+            "from alaya_flash.streaming.render.ray_pool import start_local; local = start_local(1); "
+            "ray.get(ray.remote(lambda: 1).remote()); print(local.marker, flush=True); time.sleep(600)")
+    driver = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        marker = driver.stdout.readline().strip()
+        assert marker.startswith(f"{driver.pid}-"), marker
+        names = {pid: open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode()
+                 for pid in ray_reaper.marked(marker)}
+        assert any("raylet" in n for n in names.values()) and any("RuntimeEnvAgent" in n for n in names.values()), names
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 20
+    while ray_reaper.marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = ray_reaper.marked(marker)
+    ray_reaper.stop(left)  # (a failing run leaves nothing either)
+    assert not left, f"still running after the batch process was killed: {sorted(left)}"

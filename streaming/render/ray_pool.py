@@ -3,7 +3,8 @@ rendering one job per task (a whole shot, or one part of a long one). The schedu
 module only supplies the workers. Ray is imported here and nowhere else, when a batch uses it.
 
 Without an address a private Ray starts on this machine (127.0.0.1, no dashboard, a small object
-store: only shot descriptions and results travel through it) and stops with the pool; with one
+store: only shot descriptions and results travel through it) and stops with the pool, or with the
+batch process however it ends (`kill -9` included: ray_reaper.py stops what Ray leaves); with one
 (`ray start --head` on a cluster) the pool joins it and leaves it running. When Ray is already
 initialised in this process (a notebook, a test), the pool uses that.
 
@@ -16,9 +17,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
+import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from ...model_zoo.errors import AlayaError
+from . import ray_reaper
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +42,11 @@ def available() -> bool:
 LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray runs single-node on the loopback address
 
 
-def connect(address: str | None, local_cpus: int | None = None, debug: bool = False) -> bool:
-    """Join the cluster at `address`, or start a private Ray here; True when this call started Ray
-    (its caller stops it). Ray already initialised in this process is used as it is."""
+def connect(address: str | None, local_cpus: int | None = None, debug: bool = False) -> "LocalRay | None":
+    """Join the cluster at `address`, or start a private Ray here; the private Ray when this call
+    started one (its caller stops it), else None. Ray already initialised in this process is used as it is."""
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
-        return False
+        return None
     if address:
         host = address.rsplit(":", 1)[0]
         with _loopback(host in ("127.0.0.1", "localhost")):  # a cluster on this machine's loopback: stay on it
@@ -50,9 +56,8 @@ def connect(address: str | None, local_cpus: int | None = None, debug: bool = Fa
                 ray.init(address=address, log_to_driver=debug, configure_logging=False)
             except Exception as err:  # noqa: BLE001  (Ray raises several kinds; each is one line here)
                 raise AlayaError(join_refusal(address, err)) from None
-        return False
-    start_local(local_cpus or os.cpu_count() or 1, debug)
-    return True
+        return None
+    return start_local(local_cpus or os.cpu_count() or 1, debug)
 
 
 def join_refusal(address: str, err: Exception) -> str:
@@ -77,14 +82,63 @@ def cluster_gpus() -> float:
     return float(ray.cluster_resources().get("GPU", 0))
 
 
-def start_local(cpus: int, debug: bool = False) -> None:
-    """A private single-node Ray that listens on 127.0.0.1 only: no dashboard, `cpus` CPUs, a small
-    object store."""
-    with _loopback():
+@dataclass
+class LocalRay:
+    """A private Ray this process started: its processes carry `marker` (ray_reaper.VAR) and `reaper`
+    stops them once this process is gone. Keep it referenced until stop(): its pipe is the reaper's stdin."""
+
+    marker: str
+    reaper: subprocess.Popen
+
+    def stop(self) -> None:
+        """Stop Ray, then let the reaper stop whatever of it still runs."""
         import ray
 
-        ray.init(num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 object_store_memory=OBJECT_STORE_BYTES, log_to_driver=debug, configure_logging=False)
+        try:
+            ray.shutdown()
+        finally:
+            self.reaper.stdin.close()
+            try:
+                self.reaper.wait(ray_reaper.GRACE_SECONDS + 5)
+            except subprocess.TimeoutExpired:
+                log.warning("the Ray reaper (pid %d) is still stopping Ray's processes", self.reaper.pid)
+
+
+def start_local(cpus: int, debug: bool = False) -> LocalRay:
+    """A private single-node Ray that listens on 127.0.0.1 only: no dashboard, `cpus` CPUs, a small
+    object store; its processes stop with this one however it ends (ray_reaper.py). Processes an
+    earlier private Ray left (its batch and reaper both killed) are stopped first."""
+    stale = ray_reaper.sweep_orphans()
+    if stale:
+        log.warning("stopped %d process(es) a killed batch's private Ray left running", len(stale))
+    marker = f"{os.getpid()}-{secrets.token_hex(8)}"
+    reaper = subprocess.Popen([sys.executable, str(Path(ray_reaper.__file__)), marker, str(os.getpid())],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    local = LocalRay(marker, reaper)
+    try:
+        with _loopback(), _environ(ray_reaper.VAR, marker):  # Ray's processes inherit the marker
+            import ray
+
+            ray.init(num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     object_store_memory=OBJECT_STORE_BYTES, log_to_driver=debug, configure_logging=False)
+    except BaseException:
+        local.stop()
+        raise
+    return local
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str):
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 @contextlib.contextmanager
@@ -124,7 +178,7 @@ class RayPool:
     def __init__(self, worker_cls: type, worker_kwargs: dict, *, workers: int | None, cpus: float, gpus: float = 0.0,
                  address: str | None = None, local_cpus: int | None = None, most: int | None = None,
                  debug: bool = False):
-        self.owned = connect(address, local_cpus, debug)
+        self.local = connect(address, local_cpus, debug)
         import ray
 
         self.ray = ray
@@ -226,5 +280,5 @@ class RayPool:
                 self.ray.kill(actor)
             except Exception:  # noqa: BLE001
                 pass
-        if self.owned:
-            self.ray.shutdown()
+        if self.local is not None:
+            self.local.stop()
