@@ -1,16 +1,22 @@
-"""The seam of a split shot (`batch --split N --preroll P`): how the join looks against the whole render.
+"""The seam of a split shot (`batch --split N --preroll P --overlap O`): the step across the join
+against the clip's own steps between frames.
 
-    alaya-flash world --out w5 --frames 120 --size 128 --seed 5
-    .venv/bin/python benchmarks/batch_seam.py --input w5 --split 40 --preroll 0 8 16 32
+    alaya-flash world --out w5 --frames 160 --size 128 --seed 5
+    .venv/bin/python benchmarks/batch_seam.py --input w5 --split 40 --variants 0:0 48:0 48:8 16:8
 
-Renders the shot whole and split (PNG frames, `batch --engine local`, 1 thread), then, at every
-seam (the first frame of each part after the first), prints for each pre-roll:
-  seam_jump     mean |frame[a] - frame[a-1]| (0-255) across the seam of the split render
-  whole_jump    the same two frames' step in the whole render (the motion that is really there)
-  steady_jump   the whole render's mean step between consecutive frames
-  after_seam    mean |split - whole| over the 8 frames from the seam on (the parts are other streams)
-  first_part    mean |split - whole| over the first part's frames before its end (same stream start)
-A seam shows as seam_jump well above whole_jump. Figures only (docs/runner.md, "Long shots").
+Renders the shot whole and split (PNG frames, `batch --engine local`, 1 thread), each variant
+PRE-ROLL:OVERLAP, then prints per variant (PSNR in dB of one frame against the one before it, a
+"step"; lower is a bigger change):
+  median_step    the split render's median step over the whole clip (the clip's own motion)
+  seam_step      the worst step in each seam's region (from the step into its first crossfaded
+                 frame to the step onto the part's first own frame; the one step across the cut
+                 without overlap), worst over the seams
+  seam_vs_median seam_step - median_step: the seam is within 0.5 dB of the clip's steps when >= -0.5
+  seam_vs_whole  the worst, over the same steps, of split step - whole step (the motion that is
+                 really there at those frames)
+  after_seam     mean |split - whole| (0-255) over the 8 frames from each seam on (the parts are
+                 other streams from their first frame)
+Figures only (docs/runner.md, "Long shots").
 """
 from __future__ import annotations
 
@@ -38,9 +44,15 @@ def frames(folder: Path) -> np.ndarray:
 def render(tmp: Path, out: str, clip: Path, args, extra: list[str]) -> np.ndarray:
     subprocess.run([*CLI, "--quiet", "batch", str(ROOT / "workflows" / "api" / "render-gbuffer-sequence.json"),
                     "--inputs", str(clip), "--out", f"{tmp / out}/{{name}}", "--engine", "local", "--threads", "1",
-                    "--set", f"Load Flash Model.model={args.model}", "--set", f"Encode Prompt.text={args.prompt}", "--set", "Save.format=png",
-                    *extra], cwd=ROOT, check=True)
+                    "--set", f"Load Flash Model.model={args.model}", "--set", f"Encode Prompt.text={args.prompt}",
+                    "--set", "Save.format=png", *extra], cwd=ROOT, check=True)
     return frames(tmp / out / clip.name)
+
+
+def steps_db(video: np.ndarray) -> np.ndarray:
+    """PSNR of each frame against the one before: [k - 1] is the step k - 1 -> k."""
+    mse = ((video[1:] - video[:-1]) ** 2).mean(axis=(1, 2, 3))
+    return 10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-10))
 
 
 def main(argv=None) -> int:
@@ -49,7 +61,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="default")
     p.add_argument("--prompt", default="a sunny street")
     p.add_argument("--split", type=int, default=40)
-    p.add_argument("--preroll", type=int, nargs="+", default=[0, 8, 16, 32])
+    p.add_argument("--variants", nargs="+", default=["0:0", "48:0", "48:8", "16:8"], metavar="PREROLL:OVERLAP")
     args = p.parse_args(argv)
     import_package()
     with tempfile.TemporaryDirectory(prefix="alaya-seam-") as tmp:
@@ -57,19 +69,23 @@ def main(argv=None) -> int:
         clip = tmp / "shot"
         clip.symlink_to(args.input.resolve())
         whole = render(tmp, "whole", clip, args, [])
-        steps = np.abs(np.diff(whole, axis=0)).mean(axis=(1, 2, 3))
+        whole_steps = steps_db(whole)
         seams = list(range(args.split, len(whole), args.split))
-        for preroll in args.preroll:
-            split = render(tmp, f"p{preroll}", clip, args, ["--split", str(args.split), "--preroll", str(preroll)])
+        for variant in args.variants:
+            preroll, overlap = (int(v) for v in variant.split(":"))
+            split = render(tmp, f"p{preroll}-o{overlap}", clip, args,
+                           ["--split", str(args.split), "--preroll", str(preroll), "--overlap", str(overlap)])
             assert split.shape == whole.shape, (split.shape, whole.shape)
-            jump = [float(np.abs(split[a] - split[a - 1]).mean()) for a in seams]
-            after = [float(np.abs(split[a:a + 8] - whole[a:a + 8]).mean()) for a in seams]
-            print(json.dumps({"preroll": preroll, "split": args.split, "seams": seams,
-                              "seam_jump": round(float(np.mean(jump)), 2),
-                              "whole_jump": round(float(np.mean([steps[a - 1] for a in seams])), 2),
-                              "steady_jump": round(float(steps.mean()), 2),
-                              "after_seam": round(float(np.mean(after)), 2),
-                              "first_part": round(float(np.abs(split[:args.split - 4] - whole[:args.split - 4]).mean()), 3)}))
+            s = steps_db(split)
+            region = [k for a in seams for k in range(a - overlap - 1, a)]  # steps into a - overlap .. onto a
+            seam_step = float(s[region].min())
+            print(json.dumps({
+                "preroll": preroll, "overlap": overlap, "split": args.split, "seams": seams,
+                "median_step": round(float(np.median(s)), 2), "whole_median_step": round(float(np.median(whole_steps)), 2),
+                "seam_step": round(seam_step, 2), "seam_vs_median": round(seam_step - float(np.median(s)), 2),
+                "seam_vs_whole": round(float((s[region] - whole_steps[region]).min()), 2),
+                "after_seam": round(float(np.mean([np.abs(split[a:a + 8] - whole[a:a + 8]).mean() for a in seams])), 2),
+            }), flush=True)
     return 0
 
 

@@ -173,7 +173,7 @@ def test_a_split_shot_is_its_parts_pre_roll_dropped_joined_in_order(clips, tmp_p
     its pre-roll frames dropped."""
     png = ["--set", "Save.format=png"]
     code, s = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/split/{{name}}", "--split", "5", "--preroll", "3",
-                    *png, *LOCAL, capsys=capsys)
+                    "--overlap", "0", *png, *LOCAL, capsys=capsys)
     assert code == 0 and s["frames"] == 12
     record = manifest(tmp_path / "split" / "manifest.jsonl")["c0"]
     assert record["frames"] == 12 and record["attempts"] == 1
@@ -189,10 +189,48 @@ def test_a_split_shot_is_its_parts_pre_roll_dropped_joined_in_order(clips, tmp_p
     assert not list((tmp_path / "split").glob(".*parts*")) and not leftovers(tmp_path)
     # the split settings are in the fingerprint; the same split again is complete
     code, s = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/split/{{name}}", "--split", "5", "--preroll", "3",
-                    *png, *LOCAL, capsys=capsys)
+                    "--overlap", "0", *png, *LOCAL, capsys=capsys)
     assert code == 0 and s["skipped"] == 1
     code, s = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/split/{{name}}", *png, *LOCAL, capsys=capsys)
     assert code == 0 and s["rendered"] == 1
+
+
+def test_split_parts_crossfade_the_frames_they_share(clips, tmp_path, capsys):
+    """--split 5 --preroll 3 --overlap 2 on 12 frames: parts read [0, 5), [0, 10), [5, 12) and write
+    [0, 5), [3, 10), [8, 12); the output is the first part's frames, then frames 3 and 4 blended
+    with the second part's first two at weights 1/3 and 2/3, its frames 5..7, frames 8 and 9 blended
+    likewise with the third part's, then its frames 10 and 11: each part equal to that range rendered
+    as a shot of its own. The overlap is in the fingerprint."""
+    from alaya_flash.streaming.files.image_files import read_png
+
+    png = ["--set", "Save.format=png"]
+    code, s = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/split/{{name}}", "--split", "5", "--preroll", "3",
+                    "--overlap", "2", *png, *LOCAL, capsys=capsys)
+    assert code == 0 and s["frames"] == 12
+    ranges = [(0, 5, 0), (0, 10, 3), (5, 7, 3)]  # (start, frames read, pre-roll dropped)
+    write_list(tmp_path / "ranges.jsonl", [{"input": str(clips[0]), "name": f"r{i}", "set": [f"1.start={a}", f"1.frames={n}"]}
+                                           for i, (a, n, _) in enumerate(ranges)])
+    code, _ = batch("--inputs", str(tmp_path / "ranges.jsonl"), "--out", f"{tmp_path}/ranges/{{name}}", *png, *LOCAL,
+                    capsys=capsys)
+    assert code == 0
+    r = [[read_png(p).astype(np.float32) for p in sorted((tmp_path / "ranges" / f"r{i}").glob("*.png"))][drop:]
+         for i, (_, _, drop) in enumerate(ranges)]
+
+    def blend(a, b, w):
+        return np.clip(np.round((1 - w) * a + w * b), 0, 255)
+
+    want = [*r[0][:3], blend(r[0][3], r[1][0], 1 / 3), blend(r[0][4], r[1][1], 2 / 3), *r[1][2:5],
+            blend(r[1][5], r[2][0], 1 / 3), blend(r[1][6], r[2][1], 2 / 3), *r[2][2:]]
+    got = [read_png(p).astype(np.float32) for p in sorted((tmp_path / "split" / "c0").glob("*.png"))]
+    assert len(got) == 12 and all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert not np.array_equal(got[8], r[1][5]) and not np.array_equal(got[8], r[2][0])  # streams from 0 and 5 differ
+    code, s = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/split/{{name}}", "--split", "5", "--preroll", "3",
+                    "--overlap", "1", *png, *LOCAL, capsys=capsys)
+    assert code == 0 and s["rendered"] == 1
+    code, _ = batch("--inputs", str(clips[0]), "--out", f"{tmp_path}/x/{{name}}", "--split", "5", "--overlap", "5",
+                    *png, *LOCAL)
+    err = capsys.readouterr().err
+    assert code == 2 and "--overlap 5 must be below --split 5" in err and len(err.splitlines()) == 1
 
 
 def test_without_ray_the_same_command_renders_here(clips, tmp_path, monkeypatch, capsys):

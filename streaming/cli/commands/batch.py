@@ -16,7 +16,8 @@ A rerun skips shots whose fingerprint matches a complete output and renders chan
 shot is tried again (--retries), then listed; the batch goes on past it and exits with status 1
 at the end. Two inputs that would write the same output are refused before anything runs.
 --split N renders longer shots in parts of N frames on any workers, each warmed up by --preroll
-frames it then drops, and joins them (docs/runner.md, "Long shots": the seam, measured).
+frames it then drops, and joins them, crossfading the --overlap frames two parts both render
+(docs/runner.md, "Long shots": the seam, measured).
 """
 from __future__ import annotations
 
@@ -69,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preroll", type=bounded(int, 0, 10_000), default=48, metavar="FRAMES",
                         help="with --split: frames each part renders before its range to warm up the stream, "
                              "then drops")
+    parser.add_argument("--overlap", type=bounded(int, 0, 10_000), default=None, metavar="FRAMES",
+                        help="with --split: frames before its range each part renders as well (after its pre-roll) "
+                             "and crossfades with the previous part's, so the seam is no jump; below --split "
+                             "(default: 8, at most half of --split)")
     parser.add_argument("--allow-outside", action="store_true",
                         help="let an input list's 'set' send a Save node's output outside the --out folder")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
@@ -204,14 +209,16 @@ def plan(args, settings: dict, digests) -> list:
         try:
             StreamRunner(one, classes)  # validates, and checks the stream roles
             if args.split:
+                overlap = min(8, args.split // 2) if args.overlap is None else args.overlap
                 frames = shot_parts.shot_frames(one, source, classes)
                 if frames > args.split:
                     if len(save_nodes(one)) != 1:
                         raise AlayaError(f"--split needs exactly one Save node, found {len(save_nodes(one))}")
-                    parts = shot_parts.part_jobs(one, name, source, save_nodes(one)[0], frames, args.split, args.preroll)
+                    parts = shot_parts.part_jobs(one, name, source, save_nodes(one)[0], frames, args.split, args.preroll,
+                                                 overlap)
                     for part in parts:
                         StreamRunner(parse_workflow(part["workflow"], classes), classes)
-                    shot_settings = {**settings, "split": args.split, "preroll": args.preroll}
+                    shot_settings = {**settings, "split": args.split, "preroll": args.preroll, "overlap": overlap}
         except AlayaError as err:
             invalid = str(err)
         job = json_ready({"name": name, "workflow": one.to_api()})
@@ -252,7 +259,8 @@ def _join_parts(shot) -> int:
     inputs = shot.local.nodes[save].inputs
     folder = shot_parts.parts_folder(shot.local, save)
     parts = [folder / f"part-{i:04d}" for i in range(len(shot.parts))]
-    return shot_parts.assemble(output_of(shot.local, save), inputs.get("format", "mp4"), inputs.get("fps", 16.0), parts)
+    return shot_parts.assemble(output_of(shot.local, save), inputs.get("format", "mp4"), inputs.get("fps", 16.0), parts,
+                               [job.get("overlap", 0) for job in shot.parts])
 
 
 def _remove_parts(shot) -> None:
@@ -316,6 +324,9 @@ def run(args) -> int:
         raise AlayaError("--engine ray: Ray is not installed; pip install 'alaya-flash[ray]' (or use --engine local)")
     if args.address and not use_ray:
         raise AlayaError("--address needs Ray (pip install 'alaya-flash[ray]') and --engine auto or ray")
+    if args.split and args.overlap is not None and args.overlap >= args.split:
+        raise AlayaError(f"--overlap {args.overlap} must be below --split {args.split} (a part's last frames "
+                         f"crossfade into the next part)")
     template = args.out
     manifest_path = args.manifest
     gpus = args.gpus_per_worker
