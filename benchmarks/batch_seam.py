@@ -11,9 +11,12 @@ PRE-ROLL:OVERLAP, then prints per variant (PSNR in dB of one frame against the o
   seam_step      the worst step in each seam's region (from the step into its first crossfaded
                  frame to the step onto the part's first own frame; the one step across the cut
                  without overlap), worst over the seams
-  seam_vs_median seam_step - median_step: the seam is within 0.5 dB of the clip's steps when >= -0.5
-  seam_vs_whole  the worst, over the same steps, of split step - whole step (the motion that is
-                 really there at those frames)
+  whole_seam_step the whole render's worst step over the same steps (the motion that is really
+                 there: faster than the median near some seams)
+  seam_vs_median seam_step - median_step (>= -0.5: within 0.5 dB of the clip's median step)
+  seam_vs_whole  the worst, over the same steps, of split step - whole step (what the join adds)
+  cut_step       the step onto each part's first own frame (a - 1 -> a), worst over the seams, and
+                 whole_cut_step the whole render's there
   after_seam     mean |split - whole| (0-255) over the 8 frames from each seam on (the parts are
                  other streams from their first frame)
 Figures only (docs/runner.md, "Long shots").
@@ -82,8 +85,11 @@ def main(argv=None) -> int:
             print(json.dumps({
                 "preroll": preroll, "overlap": overlap, "split": args.split, "seams": seams,
                 "median_step": round(float(np.median(s)), 2), "whole_median_step": round(float(np.median(whole_steps)), 2),
-                "seam_step": round(seam_step, 2), "seam_vs_median": round(seam_step - float(np.median(s)), 2),
+                "seam_step": round(seam_step, 2), "whole_seam_step": round(float(whole_steps[region].min()), 2),
+                "seam_vs_median": round(seam_step - float(np.median(s)), 2),
                 "seam_vs_whole": round(float((s[region] - whole_steps[region]).min()), 2),
+                "cut_step": round(float(s[[a - 1 for a in seams]].min()), 2),
+                "whole_cut_step": round(float(whole_steps[[a - 1 for a in seams]].min()), 2),
                 "after_seam": round(float(np.mean([np.abs(split[a:a + 8] - whole[a:a + 8]).mean() for a in seams])), 2),
             }), flush=True)
     return 0
