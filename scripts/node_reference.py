@@ -20,7 +20,9 @@ in `alaya-flash run` (chunk by chunk) with the same frames.
 Custom types: `ALAYA_GBUFFERS` (teacher-form uint8 G-buffers, `streaming.values.GBuffers`),
 `ALAYA_LATENTS` (`streaming.values.Latents`), `ALAYA_PROMPT` (a prompt schedule keyed by pixel
 frame), `ALAYA_FLASH` / `ALAYA_TEACHER` (models), `ALAYA_GBUFFER_ENCODER`, `ALAYA_DECODER`,
-`ALAYA_TEXT_ENCODER` (the parts a loader hands to the other nodes). `IMAGE` is ComfyUI's
+`ALAYA_TEXT_ENCODER`, `ALAYA_REFINER` (the parts a loader hands to the other nodes), `ALAYA_LIGHT` (a
+light schedule, `streaming.render.lighting.LightSchedule`: the Light nodes' output, which Refine with
+G-Buffers and Render G-Buffer Stream pass to a refiner that reads the light). `IMAGE` is ComfyUI's
 `[T, H, W, 3]` float in [0, 1], so ComfyUI's own Preview Image / Save Image nodes take Decode's output.
 """
 
