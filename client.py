@@ -8,6 +8,8 @@
             for frame in client.poll():                     # rendered so far, in order; never waits
                 show(frame.image)                           # uint8 (H, W, 3) RGB, frame.number = n
         client.set_prompt("a snowy street")                 # renders from the next chunk at the latest
+        client.send(n + 1, gbuffers, light={"sun_azimuth": 90, "sun_elevation": 20})  # this frame on: the engine's sun
+        client.set_light(None)                              # back to the prompt's light
         frame = client.receive()                            # waits for the next frame
 
     async with AsyncClient(url) as client:                  # the same verbs, as coroutines
@@ -21,6 +23,13 @@ the server's timings. Flow control: send() waits while `max_inflight` frames (th
 hello says how many) are sent and not yet back (a frame the server refuses, see `errors`, is
 back); frames that are back wait in an inbox for receive() or poll(). The inbox keeps at most
 `keep` frames: an engine that never reads loses the oldest (counted in `dropped`), not memory.
+
+A light (where the engine's sun is) goes with a frame, `send(..., light=...)`, or alone, `set_light`:
+a dict of Light fields (sun_azimuth, sun_elevation, sun_color, ...; docs/lighting.md), its short form
+("sunset_dramatic,az=90,el=20"), an object with to_dict() (alaya_flash.model_zoo.light.Light), or None
+for the prompt's light; it renders from the next frame sent, exactly. The server checks it and answers
+a wrong one (an unknown key, NaN, an elevation outside [-90, 90], a model that reads no light) with an
+error line in `errors`; `hello["reads_light"]` says whether this session's model reads a light at all.
 
 Standard library, aiohttp and numpy only: importing this module does not import torch.
 docs/live.md, "Engine ingest", describes the protocol byte by byte.
@@ -69,6 +78,16 @@ class Frame:
     def round_trip_ms(self) -> float:
         """Send to receipt, when `sent` was the default (time.perf_counter() at send)."""
         return 1000 * (self.received - self.sent)
+
+
+def light_message(light) -> str:
+    """The light message (docs/live.md): a dict of Light fields, its short form, an object with to_dict()
+    (model_zoo.light.Light), or None (the prompt's light). The server checks the values."""
+    if hasattr(light, "to_dict"):
+        light = light.to_dict()
+    if light is not None and not isinstance(light, (dict, str)):
+        raise TypeError(f"light must be a dict of Light fields, its short form, a Light or None, got {type(light).__name__}")
+    return json.dumps({"type": "light", "light": light})
 
 
 def engine_url(url: str) -> str:
@@ -135,15 +154,18 @@ class AsyncClient:
         return self
 
     async def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
-                   timeout: float | None = None) -> None:
+                   timeout: float | None = None, light=None) -> None:
         """Send one G-buffer frame: uint8 (5, H, W, 3) teacher form, or float32 passes (albedo, depth,
         metallic, normal, roughness; depth_near scales their depth, 0 = 0.5). Every frame of a session
-        has the first one's size. Waits while max_inflight frames are at the server."""
+        has the first one's size. Waits while max_inflight frames are at the server. light: the light
+        from this frame on (as set_light takes it; None: unchanged)."""
         data = pack_gbuffers(number, time.perf_counter() if sent is None else sent, gbuffers, depth_near)
         await self._wait(lambda: self._sent - self._back < self.max_inflight or self._failure,
                          self.timeout if timeout is None else timeout,
                          f"room to send frame {number} ({self.max_inflight} frames are at the server)")
         self._check()
+        if light is not None:
+            await self._ws.send_str(light_message(light))
         await self._ws.send_bytes(data)
         self._sent += 1
 
@@ -184,6 +206,12 @@ class AsyncClient:
         stream goes on: no cut)."""
         self._check()
         await self._ws.send_str(json.dumps({"type": "prompt", "text": text}))
+
+    async def set_light(self, light) -> None:
+        """The light from the next frame sent on: a dict of Light fields, its short form, an object with
+        to_dict(), or None for the prompt's light (module docstring)."""
+        self._check()
+        await self._ws.send_str(light_message(light))
 
     async def close(self) -> None:
         if self._ws is not None:
@@ -304,9 +332,14 @@ class Client:
         return self._async.dropped
 
     def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
-             timeout: float | None = None) -> None:
-        """As AsyncClient.send: one G-buffer frame; waits while max_inflight frames are at the server."""
-        self._call(self._async.send(number, gbuffers, depth_near, sent, timeout))
+             timeout: float | None = None, light=None) -> None:
+        """As AsyncClient.send: one G-buffer frame (and the light from it on, when given); waits while
+        max_inflight frames are at the server."""
+        self._call(self._async.send(number, gbuffers, depth_near, sent, timeout, light))
+
+    def set_light(self, light) -> None:
+        """The light from the next frame sent on (None: the prompt's), as AsyncClient.set_light."""
+        self._call(self._async.set_light(light))
 
     def receive(self, timeout: float | None = None) -> Frame:
         """The next rendered frame, in send order (waits for it)."""

@@ -427,6 +427,8 @@ class LiveServer:
                 session.offer_prompt(cmd.args["text"])
             elif cmd.type == "preset":
                 session.offer_prompt(self.page.presets[cmd.args["name"]].prompt)
+            elif cmd.type == "light":
+                session.offer_light(cmd.args["light"])
         except ProtocolError as err:
             return str(err), getattr(err, "frame", None)
         except Exception as err:  # a bug: say so, keep the socket, the session and the others
