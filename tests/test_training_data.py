@@ -1,5 +1,5 @@
 """Training data: the rendered dataset (splits, presets, the turned ground truth of sun_turns),
-its wordings, its config checking, and scripts/sun_side.py."""
+its wordings, its config checking, and benchmarks/sun_side.py."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.streaming.cli import main
-from training_helpers import load_script, write
+from training_helpers import load_benchmark, write
 
 
 def test_turned_ground_truth_is_the_same_whichever_way_the_world_faces(monkeypatch):
@@ -99,9 +99,9 @@ def test_every_preset_has_distinct_training_heldout_refiner_and_anchor_wordings(
 
 
 def test_sun_side_script_scores_the_blend_and_the_wrong_side(capsys):
-    """scripts/sun_side.py: on a new scene the blend of four sun azimuths is nearer bright_sunny's
+    """benchmarks/sun_side.py: on a new scene the blend of four sun azimuths is nearer bright_sunny's
     ground truth than the sun turned to the other side is; the turned sun is nearer overcast's."""
-    script = load_script("sun_side")
+    script = load_benchmark("sun_side")
     assert script.main(["--seeds", "100000", "--size", "48", "--frames", "5", "--stride", "2"]) == 0
     (report,) = json.loads(capsys.readouterr().out)
     assert report["blend"]["psnr_sunny_db"] > report["turned"]["psnr_sunny_db"]
