@@ -127,3 +127,20 @@ def test_a_clip_records_the_light_its_truth_was_shaded_with(tmp_path):
                              up=torch.from_numpy(clip["up"]), sun_visibility=torch.ones(5, 32, 32), ao=False)
         truth = torch.from_numpy(clip["rgb"][p]).permute(0, 3, 1, 2).float() / 255
         assert metrics.psnr(out[:, :3], truth) >= 45.0
+
+
+def test_a_world_v2_clip_records_its_scenes_exposure_in_the_light():
+    """World v2's truth is tone-mapped with the preset's exposure times the scene's (interiors 2x): the
+    recorded light carries both, so the prior exposes as the truth does."""
+    import numpy as np
+
+    from alaya_flash.model_zoo.light import SLICES
+    from alaya_flash.streaming.world.traced import TRACED_PRESETS
+    from alaya_flash.training.data import DataConfig, render_traced_clip
+
+    cfg = DataConfig(width=16, height=16, frames=5, train_clips=1, heldout_clips=0, world="pathtrace",
+                     scenes=("interior",), presets=("bright_sunny",), spp=1).validate()
+    clip, info = render_traced_clip(cfg, 3)
+    assert info["scene"] == "interior"
+    exposure = clip["light"][0, :, SLICES["exposure"]]
+    assert np.allclose(exposure, TRACED_PRESETS["bright_sunny"].base.exposure * 2.0)
