@@ -95,7 +95,7 @@ class RenderGBufferStream:
             bar.total = max(bar.total, stats.frames)
             bar.update(stats.frames - bar.done, preview=saving.last if bar.bar is not None else None)
 
-        # inside ComfyUI on a CPU the stages run as the CLI's 2 lanes (one thread each: node_run), the
+        # inside ComfyUI on a CPU the stages run on 2 lanes as in the CLI (one thread each: node_run), the
         # frames those of one thread; an error or a cancel aborts every stage: the output's temporary file goes
         lanes = cpu_plan().lanes if comfy.in_comfyui() and comfy.torch_device().type == "cpu" else None
         with comfy.node_run():
