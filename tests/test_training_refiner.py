@@ -408,3 +408,18 @@ def test_light_refiner_stage_reads_the_prior_under_each_clips_recorded_light(run
     assert sum(after) < 0.8 * sum(before)
     other = pack(Light(sun_azimuth=-170.0, sun_elevation=5.0)).expand(len(frames), -1)
     assert not torch.allclose(net.refine(frames, gb, text, other), net.refine(frames, gb, text, torch.from_numpy(clips.light[1, q])), atol=1e-3)
+
+
+def test_mix_clips_sets_how_many_of_the_mixed_worlds_clips_are_rendered(mixed, tmp_path, capsys):
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import RefinerStageConfig, model_renders
+
+    cfg = common.config_from_dict({"model": str(mixed / "model"), "data": str(mixed / "data"), "clips": 2,
+                                   "mix_data": str(mixed / "mix-data"), "mix_rate": 0.5, "mix_clips": 1,
+                                   "precision": "fp32", "out": str(tmp_path / "r")}, RefinerStageConfig)
+    mix = ClipSet(mixed / "mix-data", "train")
+    assert len(model_renders(cfg, mix, None, mix=True)[0]) == 1
+    assert len(model_renders(cfg, ClipSet(mixed / "data", "train"), None)[0]) == 2
+    bad = {"out": str(tmp_path / "x"), "model": str(mixed / "model"), "data": str(mixed / "data"), "mix_clips": -1}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "bad.json", bad)]) != 0
+    assert "mix_clips -1" in capsys.readouterr().err
