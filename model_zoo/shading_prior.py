@@ -309,10 +309,15 @@ def ambient_occlusion(depth: Tensor, normal: Tensor, grid: _Grid, cfg: PriorConf
     return torch.lerp(torch.ones(()), open_.reshape(-1), finite_full.float())
 
 
-def _sky(u: Tensor, zenith: Tensor, horizon: Tensor, ground: Tensor) -> Tensor:
-    """The sky (3, P) in directions whose cosine with up is u (P,): zenith above, ground below, horizon between."""
-    return (horizon[:, None] + (zenith - horizon)[:, None] * u.clamp_min(0).sqrt()
-            + (ground - horizon)[:, None] * (-u).clamp(0, 1).sqrt())
+def _sky(u: Tensor, zenith: Tensor, horizon: Tensor, ground: Tensor, extra: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """The sky (3, P) in directions whose cosine with up is u (P,): zenith above, ground below, horizon
+    between (one of the two square roots is 0); `extra` (colour (3,), weight (P,)) adds a term, the sun's disc."""
+    colours = [zenith - horizon, ground - horizon]
+    weights = [u.clamp_min(0).sqrt(), (-u).clamp(0, 1).sqrt()]
+    if extra is not None:
+        colours.append(extra[0])
+        weights.append(extra[1])
+    return torch.addmm(horizon[:, None], torch.stack(colours, 1), torch.stack(weights))
 
 
 def _pow5(x: Tensor) -> Tensor:
@@ -356,7 +361,8 @@ def _ggx(s: _Surface, l: Tensor, radiance: Tensor, visibility: Tensor | None = N
 
 
 def aces(x: Tensor) -> Tensor:
-    return (x * (2.51 * x + 0.03) / (x * (2.43 * x + 0.59) + 0.14)).clamp(0, 1)
+    """Narkowicz's fit, x (2.51 x + 0.03) / (x (2.43 x + 0.59) + 0.14), as multiply-adds."""
+    return (torch.addcmul(x * 0.03, x, x, value=2.51) / torch.addcmul(x * 0.59 + 0.14, x, x, value=2.43)).clamp(0, 1)
 
 
 def to_srgb(x: Tensor) -> Tensor:
@@ -379,11 +385,11 @@ class ShadingPrior(torch.nn.Module):
         up (..., 3) camera-space up (default: estimated per frame); sun_visibility (..., H, W) replaces
         the screen-space shadows (the truth's, in tests and training targets)."""
         lead, (h, w) = images.shape[:-4], images.shape[-3:-1]
-        frames = []
-        for color, shadow, occlusion, light_k in self._frames(images, light, depth_near, up, sun_visibility, ao):
-            shaded = to_srgb(aces(color * light_k[SLICES["exposure"]]))
-            frames.append(torch.cat([shaded, shadow[None], occlusion[None]]))
-        return torch.stack(frames).reshape(*lead, PRIOR_CHANNELS, h, w)
+        out = torch.empty(math.prod(lead), PRIOR_CHANNELS, h * w)
+        for k, (color, shadow, occlusion, light_k) in enumerate(self._frames(images, light, depth_near, up, sun_visibility, ao)):
+            out[k, :3] = to_srgb(aces(color * light_k[SLICES["exposure"]]))
+            out[k, 3], out[k, 4] = shadow, occlusion
+        return out.view(*lead, PRIOR_CHANNELS, h, w)
 
     def radiance(self, images: Tensor, light: Tensor, depth_near: float = 0.5, up: Tensor | None = None,
                  sun_visibility: Tensor | None = None, ao: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -444,7 +450,7 @@ class ShadingPrior(torch.nn.Module):
         n_up = up @ n
         # hemisphere light: ground below, the sky's mean above, by how far the normal turns up; times AO
         t = n_up * 0.5 + 0.5
-        irradiance = (ground[:, None] + ((zenith + horizon) * 0.5 - ground)[:, None] * t) * (ambient * occlusion)
+        irradiance = torch.addmm(ground[:, None], ((zenith + horizon) * 0.5 - ground)[:, None], t[None]) * (ambient * occlusion)
         roughness = g["roughness"]
         f_amb = s.f0 + ((1 - roughness).clamp_min(0) - s.f0).clamp_min(0) * _pow5(1 - s.n_v_raw.clamp_min(0))
         # the sky in the mirror direction m = 2 (n.v) n - v, by its cosine with up
@@ -458,7 +464,11 @@ class ShadingPrior(torch.nn.Module):
             fog = 1 - torch.exp(-density * torch.nan_to_num(depth, posinf=0.0))
             color = color + (fog_color[:, None] - color) * fog
         if not bool(finite.all()):
-            sky = _sky(up @ grid.view, zenith, horizon, ground) + col("sun_color")[:, None] * (sun @ grid.view).clamp_min(0) ** cfg.sun_disc
+            toward_sun = sun @ grid.view
+            # the sun's disc, where it is above 1e-12 of the sun (within 9.5 degrees of it at the default exponent)
+            shows = bool(toward_sun.max() > math.exp(math.log(1e-12) / cfg.sun_disc))
+            disc = (col("sun_color"), toward_sun.clamp_min(0) ** cfg.sun_disc) if shows else None
+            sky = _sky(up @ grid.view, zenith, horizon, ground, disc)
             if foggy:
                 sky = sky + (fog_color[:, None] - sky) * 0.6
             color = torch.lerp(sky, color, finite.float())  # exactly one or the other (a weight of 0 or 1)
