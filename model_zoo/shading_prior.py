@@ -33,6 +33,7 @@ Float32 throughout; its cost per frame on one thread is `alaya-flash bench`'s `s
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -54,7 +55,7 @@ class PriorConfig:
     thickness: float = 0.15  # how far behind a visible surface the solid goes, as a fraction of its distance
     ao_samples: int = 8
     ao_radius: float = 0.6  # scene units
-    ao_stride: int = 2  # ambient occlusion from every n-th pixel, spread back bilinearly (it is low-frequency)
+    ao_stride: int = 4  # ambient occlusion from every n-th pixel, spread back bilinearly (it is low-frequency)
     sun_disc: float = 2000.0  # exponent of the sun's disc on the sky (shade()'s)
 
 
@@ -87,15 +88,16 @@ def decode(frame: Tensor, depth_near: float) -> dict[str, Tensor]:
         raise AlayaError(f"shading prior: expected uint8 G-buffers (5, H, W, 3), got {frame.dtype} {tuple(frame.shape)}")
     p = frame.shape[1] * frame.shape[2]
     x = frame.reshape(5, p, 3)
-    codes = torch.empty(9, p, dtype=torch.long)  # the channels used, channel-major (index_select wants int64)
+    codes = torch.empty(4, p, dtype=torch.int32)  # albedo and inverse depth, channel-major, to look up
     codes[0:3] = x[0].t()
-    codes[3], codes[4] = x[1, :, 0], x[2, :, 0]
-    codes[5:8] = x[3].t()
-    codes[8] = x[4, :, 0]
-    unit = codes[4:].float() / 255  # metallic, normal (3), roughness: the same floats as the table
-    return {"albedo": _SRGB_TO_LINEAR.index_select(0, codes[0:3].reshape(-1)).view(3, p),
-            "depth": _depth_table(depth_near).index_select(0, codes[3]), "metallic": unit[0],
-            "normal": _unit(unit[1:4] * 2 - 1), "roughness": unit[4]}
+    codes[3] = x[1, :, 0]
+    planes = torch.empty(5, p)  # metallic, normal (3), roughness
+    planes[0], planes[1:4], planes[4] = x[2, :, 0], x[3].t(), x[4, :, 0]
+    metallic, roughness = planes[0::4] / 255
+    normal = planes[1:4].mul_(2).sub_(255)  # 255 (code / 255 * 2 - 1): odd integers, never all zero
+    return {"albedo": _SRGB_TO_LINEAR.index_select(0, codes[0:3].view(-1)).view(3, p),
+            "depth": _depth_table(depth_near).index_select(0, codes[3]), "metallic": metallic,
+            "normal": normal * _dot(normal, normal).rsqrt(), "roughness": roughness}
 
 
 def view_rays(h: int, w: int, fov_y: float) -> Tensor:
@@ -274,6 +276,15 @@ def sun_visibility(depth: Tensor, sun: Tensor, grid: _Grid, depth_near: float,
     return torch.lerp(torch.ones(()), lit.reshape(-1), finite_full.float())
 
 
+@functools.lru_cache(maxsize=4)
+def _spiral(samples: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The AO taps' radii (as fractions of the radius) and directions, (samples, 1) each: a golden-angle spiral."""
+    golden = math.pi * (3 - math.sqrt(5))
+    taps = range(samples)
+    return tuple(torch.tensor([f(k) for k in taps])[:, None] for f in (
+        lambda k: math.sqrt((k + 0.5) / samples), lambda k: math.cos(k * golden), lambda k: math.sin(k * golden)))
+
+
 @torch.no_grad()
 def ambient_occlusion(depth: Tensor, normal: Tensor, grid: _Grid, cfg: PriorConfig) -> Tensor:
     """One frame's ambient occlusion (H*W,) in [0, 1], 1 = open: `ao_samples` taps on a spiral around each
@@ -290,11 +301,9 @@ def ambient_occlusion(depth: Tensor, normal: Tensor, grid: _Grid, cfg: PriorConf
     n = normal.view(3, full_h, full_w)[:, ::s, ::s].reshape(3, -1)
     focal = grid.focal / s
     radius_px = (focal * cfg.ao_radius / torch.nan_to_num(d, posinf=1.0)).clamp_(1.0, 0.25 * max(h, w)).view(1, -1)
-    golden = math.pi * (3 - math.sqrt(5))
-    taps = range(cfg.ao_samples)
-    reach = torch.tensor([math.sqrt((k + 0.5) / cfg.ao_samples) for k in taps])[:, None]
-    ox = (radius_px * reach).mul_(torch.tensor([math.cos(k * golden) for k in taps])[:, None]).round_()
-    oy = (radius_px * reach).mul_(torch.tensor([math.sin(k * golden) for k in taps])[:, None]).round_()
+    reach, cos, sin = _spiral(cfg.ao_samples)
+    ox = (radius_px * reach).mul_(cos).round_()
+    oy = (radius_px * reach).mul_(sin).round_()
     px = ox.add_(xs).clamp_(0, w - 1)
     py = oy.add_(ys).clamp_(0, h - 1)
     taps = pos.index_select(1, py.mul_(w).add_(px).long().view(-1)).view(3, cfg.ao_samples, -1)
