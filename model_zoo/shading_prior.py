@@ -197,7 +197,7 @@ def _block_min(g: Tensor, stride: int) -> Tensor:
 
 @torch.no_grad()
 def sun_visibility(depth: Tensor, sun: Tensor, grid: _Grid, depth_near: float,
-                   thickness: float = PriorConfig.thickness, stride: int = 1) -> Tensor:
+                   thickness: float = PriorConfig.thickness, stride: int = 1, geometry: Tensor | None = None) -> Tensor:
     """One frame's sun visibility (H*W,) in [0, 1] ({0, 1} at stride 1): screen-space shadows marched
     along exact shadow lines. depth (H*W,), +inf on background; sun (3,) camera space, unit.
 
@@ -209,9 +209,10 @@ def sun_visibility(depth: Tensor, sun: Tensor, grid: _Grid, depth_near: float,
     the view ray through S then meets P's shadow ray behind S), and not so much nearer that the ray
     passes behind S by more than `thickness` times S's distance (g(S) (1 + thickness) > g(P)).
     With `stride` s it marches s x s blocks, each as its least g (so an edge a pixel wide still
-    casts, and a plane's blocks stay level with each other), and spreads the answer back bilinearly."""
+    casts, and a plane's blocks stay level with each other), and spreads the answer back bilinearly.
+    geometry: (depth < inf).float(), if the caller has it."""
     full_h, full_w = grid.h, grid.w
-    finite_full = depth < math.inf
+    geometry = (depth < math.inf).float() if geometry is None else geometry
     # g = |pos x sun| = depth |ray x sun|; +inf on the background
     along = sun @ grid.rays
     perp = (grid.ray_len2 - along * along).clamp_min(1e-12).sqrt()
@@ -219,7 +220,6 @@ def sun_visibility(depth: Tensor, sun: Tensor, grid: _Grid, depth_near: float,
     blocks = _block_min(g_full, stride)  # each block's least g: what it casts (and, below, what it receives as)
     h, w = blocks.shape
     depth_b = depth.view(full_h, full_w)[::stride, ::stride]
-    finite = depth_b < math.inf
     # A receiver (block) with g = G is shadowed by an occluder with g in (G / (1 + thickness), G - tol), tol the
     # rounding of the 8-bit depth in g's units (it must not shadow its own surface): held as a centre and a
     # half-width, so a window tests |g - centre| < half. +inf depth (background) gives an empty interval.
@@ -270,10 +270,11 @@ def sun_visibility(depth: Tensor, sun: Tensor, grid: _Grid, depth_near: float,
     b = ((torch.sqrt(dx * dx + dy * dy) - r0).div_(d_r)).round_().long().clamp_(0, steps - 1)
     if not toward:
         b = steps - 1 - b
-    lit = 1 - shadowed.index_select(0, (a * steps + b).view(-1)).view(h, w) * finite
+    receives = geometry.view(full_h, full_w)[::stride, ::stride]  # the background is never shadowed
+    lit = 1 - shadowed.index_select(0, (a * steps + b).view(-1)).view(h, w) * receives
     if stride > 1:
         lit = F.interpolate(lit[None, None], size=(full_h, full_w), mode="bilinear", align_corners=False)[0, 0]
-    return torch.lerp(torch.ones(()), lit.reshape(-1), finite_full.float())
+    return torch.lerp(torch.ones(()), lit.reshape(-1), geometry)  # 1 on the background
 
 
 @functools.lru_cache(maxsize=4)
@@ -286,16 +287,16 @@ def _spiral(samples: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 @torch.no_grad()
-def ambient_occlusion(depth: Tensor, normal: Tensor, grid: _Grid, cfg: PriorConfig) -> Tensor:
+def ambient_occlusion(depth: Tensor, normal: Tensor, grid: _Grid, cfg: PriorConfig, geometry: Tensor | None = None) -> Tensor:
     """One frame's ambient occlusion (H*W,) in [0, 1], 1 = open: `ao_samples` taps on a spiral around each
     pixel (of the `ao_stride` grid, spread back bilinearly), occluded by points above its tangent plane."""
     full_h, full_w, s = grid.h, grid.w, cfg.ao_stride
     if full_h < 2 * s or full_w < 2 * s:
         s = 1
-    finite_full = depth < math.inf
+    geometry = (depth < math.inf).float() if geometry is None else geometry
     d = depth.view(full_h, full_w)[::s, ::s]
     h, w = d.shape
-    finite = d < math.inf
+    on = geometry.view(full_h, full_w)[::s, ::s]
     rays, xs, ys = grid.every(s)
     pos = rays * torch.nan_to_num(d, posinf=0.0).reshape(-1)  # the origin on the background
     n = normal.view(3, full_h, full_w)[:, ::s, ::s].reshape(3, -1)
@@ -312,10 +313,10 @@ def ambient_occlusion(depth: Tensor, normal: Tensor, grid: _Grid, cfg: PriorConf
     rise = _dot(v, n[:, None]).div_(dist).sub_(0.15).clamp_min_(0)
     near = dist.mul_(-1 / (2 * cfg.ao_radius)).add_(1).clamp_min_(0)
     occlusion = rise.mul_(near).sum(0)
-    open_ = (1 - occlusion / cfg.ao_samples).clamp_(0, 1).view(h, w) * finite + ~finite
+    open_ = torch.lerp(torch.ones(()), (1 - occlusion / cfg.ao_samples).clamp_(0, 1).view(h, w), on)
     if s > 1:
         open_ = F.interpolate(open_[None, None], size=(full_h, full_w), mode="bilinear", align_corners=False)[0, 0]
-    return torch.lerp(torch.ones(()), open_.reshape(-1), finite_full.float())
+    return torch.lerp(torch.ones(()), open_.reshape(-1), geometry)  # 1 on the background
 
 
 def _sky(u: Tensor, zenith: Tensor, horizon: Tensor, ground: Tensor, extra: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -413,7 +414,8 @@ class ShadingPrior(torch.nn.Module):
     def _frames(self, images, light, depth_near, up, sun_visibility, ao):
         """Per frame: linear RGB (3, P), sun visibility (P,), ambient occlusion (P,), its light (PACKED,)."""
         if images.dtype != torch.uint8 or images.ndim < 4 or images.shape[-4] != 5 or images.shape[-1] != 3:
-            raise AlayaError(f"shading prior: expected uint8 G-buffers (..., 5, H, W, 3), got {images.dtype} {tuple(images.shape)}")
+            raise AlayaError("shading prior: expected uint8 G-buffers (..., 5, H, W, 3), "
+                             f"got {images.dtype} {tuple(images.shape)}")
         lead, (h, w) = images.shape[:-4], images.shape[-3:-1]
         images = images.reshape(-1, *images.shape[-4:])
         n = images.shape[0]
@@ -433,6 +435,7 @@ class ShadingPrior(torch.nn.Module):
         g = decode(images, depth_near)
         depth, n = g["depth"], g["normal"]
         finite = depth < math.inf
+        geometry = finite.float()
         up = estimate_up(n, finite) if up is None else up
 
         def col(name):
@@ -442,10 +445,10 @@ class ShadingPrior(torch.nn.Module):
         if visibility is not None:
             shadow = visibility
         elif cfg.shadows:
-            shadow = sun_visibility(depth, sun.detach(), grid, depth_near, cfg.thickness, cfg.shadow_stride)
+            shadow = sun_visibility(depth, sun.detach(), grid, depth_near, cfg.thickness, cfg.shadow_stride, geometry)
         else:
             shadow = torch.ones_like(depth)
-        occlusion = ambient_occlusion(depth, n, grid, cfg) if ao and cfg.ao_samples else torch.ones_like(depth)
+        occlusion = ambient_occlusion(depth, n, grid, cfg, geometry) if ao and cfg.ao_samples else torch.ones_like(depth)
 
         s = _Surface(g, grid)
         color = _ggx(s, sun, col("sun_color"), shadow)
@@ -480,5 +483,5 @@ class ShadingPrior(torch.nn.Module):
             sky = _sky(up @ grid.view, zenith, horizon, ground, disc)
             if foggy:
                 sky = sky + (fog_color[:, None] - sky) * 0.6
-            color = torch.lerp(sky, color, finite.float())  # exactly one or the other (a weight of 0 or 1)
+            color = torch.lerp(sky, color, geometry)  # exactly one or the other (a weight of 0 or 1)
         return color, shadow, occlusion
