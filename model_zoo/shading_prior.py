@@ -13,7 +13,8 @@ G-buffers (uint8 (..., 5, H, W, 3), streaming/gbuffer.py) and a packed light (mo
                 growing width; an occluder lies nearer the sun's axis than the pixel, by more than
                 the 8-bit depth's rounding and less than `thickness`. Misses what is off the frame.
     ao          ambient occlusion: `ao_samples` depth-buffer taps on a spiral of radius `ao_radius`
-                scene units around each pixel, occlusion from the taps above its tangent plane
+                scene units around every `ao_stride`-th pixel, occlusion from the taps above its
+                tangent plane, spread back bilinearly
     shading     as the physics world's ground truth (streaming/world/shading.py shade()): GGX
                 (Smith-Schlick, Schlick Fresnel, F0 = mix(0.04, albedo, metallic)) + Lambert for the
                 sun (times its visibility) and the fills; hemisphere sky/ground ambient (times AO) and
@@ -64,10 +65,6 @@ def _dot(a: Tensor, b: Tensor) -> Tensor:
     return torch.addcmul(torch.addcmul(a[0] * b[0], a[1], b[1]), a[2], b[2])
 
 
-def _unit(a: Tensor) -> Tensor:
-    return a / _dot(a, a).sqrt().clamp_min(1e-8)
-
-
 def _srgb_to_linear(v: Tensor) -> Tensor:
     return torch.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4)
 
@@ -84,8 +81,7 @@ def _depth_table(depth_near: float) -> Tensor:
 def decode(frame: Tensor, depth_near: float) -> dict[str, Tensor]:
     """One frame's teacher-form uint8 (5, H, W, 3) -> flat float planes (C, H*W): linear albedo (3),
     depth (+inf on background), metallic, unit normal (3), roughness."""
-    if frame.dtype != torch.uint8 or frame.ndim != 4 or frame.shape[0] != 5 or frame.shape[-1] != 3:
-        raise AlayaError(f"shading prior: expected uint8 G-buffers (5, H, W, 3), got {frame.dtype} {tuple(frame.shape)}")
+    _check(frame)
     p = frame.shape[1] * frame.shape[2]
     x = frame.reshape(5, p, 3)
     codes = torch.empty(4, p, dtype=torch.int32)  # albedo and inverse depth, channel-major, to look up
@@ -110,7 +106,7 @@ def view_rays(h: int, w: int, fov_y: float) -> Tensor:
 
 class _Grid:
     """What depends only on the frame size and field of view, built once per size: the view rays and
-    their unit directions (3, H*W), and the strided grids the shadows and AO work on."""
+    their unit directions (3, H*W), and the strided grids AO works on."""
 
     def __init__(self, h: int, w: int, fov_y: float):
         self.h, self.w = h, w
@@ -381,6 +377,11 @@ def to_srgb(x: Tensor) -> Tensor:
     return torch.minimum(x * 12.92, 1.055 * x.clamp_min(0.0031308) ** (1 / 2.4) - 0.055)
 
 
+def _check(images: Tensor) -> None:
+    if images.dtype != torch.uint8 or images.ndim < 4 or images.shape[-4] != 5 or images.shape[-1] != 3:
+        raise AlayaError(f"shading prior: expected uint8 G-buffers (..., 5, H, W, 3), got {images.dtype} {tuple(images.shape)}")
+
+
 class ShadingPrior(torch.nn.Module):
     """G-buffers + light -> (..., PRIOR_CHANNELS, H, W): shaded sRGB, sun visibility, ambient occlusion."""
 
@@ -394,6 +395,7 @@ class ShadingPrior(torch.nn.Module):
         """images uint8 (..., 5, H, W, 3); light float (..., PACKED) (one per frame, or (PACKED,) for all);
         up (..., 3) camera-space up (default: estimated per frame); sun_visibility (..., H, W) replaces
         the screen-space shadows (the truth's, in tests and training targets)."""
+        _check(images)
         lead, (h, w) = images.shape[:-4], images.shape[-3:-1]
         out = torch.empty(math.prod(lead), PRIOR_CHANNELS, h * w)
         for k, (color, shadow, occlusion, light_k) in enumerate(self._frames(images, light, depth_near, up, sun_visibility, ao)):
@@ -405,21 +407,22 @@ class ShadingPrior(torch.nn.Module):
                  sun_visibility: Tensor | None = None, ao: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """forward's light before exposure and tone mapping: linear RGB (N, 3, H, W), sun visibility and
         ambient occlusion (N, 1, H, W), and the light per frame (N, PACKED); N frames of the leading dims."""
+        _check(images)
         h, w = images.shape[-3:-1]
-        parts = list(zip(*self._frames(images, light, depth_near, up, sun_visibility, ao)))
-        color, shadow, occlusion, light = (torch.stack(p) for p in parts)
+        frames = list(self._frames(images, light, depth_near, up, sun_visibility, ao))
+        if not frames:
+            return (torch.empty(0, 3, h, w), torch.empty(0, 1, h, w), torch.empty(0, 1, h, w),
+                    torch.empty(0, light.shape[-1]))
+        color, shadow, occlusion, light = (torch.stack(p) for p in zip(*frames))
         n = len(light)
         return color.view(n, 3, h, w), shadow.view(n, 1, h, w), occlusion.view(n, 1, h, w), light
 
     def _frames(self, images, light, depth_near, up, sun_visibility, ao):
         """Per frame: linear RGB (3, P), sun visibility (P,), ambient occlusion (P,), its light (PACKED,)."""
-        if images.dtype != torch.uint8 or images.ndim < 4 or images.shape[-4] != 5 or images.shape[-1] != 3:
-            raise AlayaError("shading prior: expected uint8 G-buffers (..., 5, H, W, 3), "
-                             f"got {images.dtype} {tuple(images.shape)}")
         lead, (h, w) = images.shape[:-4], images.shape[-3:-1]
         images = images.reshape(-1, *images.shape[-4:])
         n = images.shape[0]
-        light = light.float().expand(*lead, light.shape[-1]).reshape(n, -1)
+        light = light.float().expand(*lead, light.shape[-1]).reshape(n, light.shape[-1])
         ups = None if up is None else up.float().expand(*lead, 3).reshape(n, 3)
         visibility = None if sun_visibility is None else sun_visibility.float().reshape(n, h * w)
         grid = self._grids.get((h, w))
