@@ -480,9 +480,11 @@ class ShadingPrior(torch.nn.Module):
             color = color + (fog_color[:, None] - color) * fog
         if not bool(finite.all()):
             toward_sun = sun @ grid.view
-            # the sun's disc, where it is above 1e-12 of the sun (within 9.5 degrees of it at the default exponent)
-            shows = bool(toward_sun.max() > math.exp(math.log(1e-12) / cfg.sun_disc))
-            disc = (col("sun_color"), toward_sun.clamp_min(0) ** cfg.sun_disc) if shows else None
+            # the sun's disc where it is above 1e-12 of the sun (within 9.5 degrees of it at the default exponent):
+            # 0 elsewhere, which also keeps denormal floats (slow on CPU) out of the sky
+            edge = math.exp(math.log(1e-12) / cfg.sun_disc)
+            shows = bool(toward_sun.max() > edge)
+            disc = (col("sun_color"), F.threshold(toward_sun, edge, 0.0) ** cfg.sun_disc) if shows else None
             sky = _sky(up @ grid.view, zenith, horizon, ground, disc)
             if foggy:
                 sky = sky + (fog_color[:, None] - sky) * 0.6
