@@ -478,15 +478,19 @@ class ShadingPrior(torch.nn.Module):
         if foggy or light.requires_grad:  # no fog leaves the colour as it is (its gradient in the density stays)
             fog = 1 - torch.exp(-density * torch.nan_to_num(depth, posinf=0.0))
             color = color + (fog_color[:, None] - color) * fog
-        if not bool(finite.all()):
-            toward_sun = sun @ grid.view
+        rows = (~finite).view(grid.h, grid.w).any(1).nonzero()  # rows with background: the sky shows there
+        if len(rows):
+            band = slice(int(rows[0]) * grid.w, (int(rows[-1]) + 1) * grid.w)
+            view = grid.view[:, band]
+            toward_sun = sun @ view
             # the sun's disc where it is above 1e-12 of the sun (within 9.5 degrees of it at the default exponent):
             # 0 elsewhere, which also keeps denormal floats (slow on CPU) out of the sky
             edge = math.exp(math.log(1e-12) / cfg.sun_disc)
             shows = bool(toward_sun.max() > edge)
             disc = (col("sun_color"), F.threshold(toward_sun, edge, 0.0) ** cfg.sun_disc) if shows else None
-            sky = _sky(up @ grid.view, zenith, horizon, ground, disc)
+            sky = _sky(up @ view, zenith, horizon, ground, disc)
             if foggy:
                 sky = sky + (fog_color[:, None] - sky) * 0.6
-            color = torch.lerp(sky, color, geometry)  # exactly one or the other (a weight of 0 or 1)
+            shown = torch.lerp(sky, color[:, band], geometry[band])  # exactly one or the other (a weight of 0 or 1)
+            color = torch.cat([color[:, :band.start], shown, color[:, band.stop:]], 1)
         return color, shadow, occlusion
