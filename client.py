@@ -8,6 +8,8 @@
             for frame in client.poll():                     # rendered so far, in order; never waits
                 show(frame.image)                           # uint8 (H, W, 3) RGB, frame.number = n
         client.set_prompt("a snowy street")                 # renders from the next chunk at the latest
+        client.send(n + 1, gbuffers, light={"sun_azimuth": 90, "sun_elevation": 20})  # this frame on: the engine's sun
+        client.set_light(None)                              # back to the prompt's light
         frame = client.receive()                            # waits for the next frame
 
     async with AsyncClient(url) as client:                  # the same verbs, as coroutines
@@ -21,6 +23,13 @@ the server's timings. Flow control: send() waits while `max_inflight` frames (th
 hello says how many) are sent and not yet back (a frame the server refuses, see `errors`, is
 back); frames that are back wait in an inbox for receive() or poll(). The inbox keeps at most
 `keep` frames: an engine that never reads loses the oldest (counted in `dropped`), not memory.
+
+A light (where the engine's sun is) goes with a frame, `send(..., light=...)`, or alone, `set_light`:
+a dict of Light fields (sun_azimuth, sun_elevation, sun_color, ...; docs/lighting.md), its short form
+("sunset_dramatic,az=90,el=20"), an object with to_dict() (alaya_flash.model_zoo.light.Light), or None
+for the prompt's light; it renders from the next frame sent, exactly. The server checks it and answers
+a wrong one (an unknown key, NaN, an elevation outside [-90, 90], a model that reads no light) with an
+error line in `errors`; `hello["reads_light"]` says whether this session's model reads a light at all.
 
 A dropped connection does not lose the session: the server keeps it for a grace period (the
 hello's resume_grace, `serve --resume-grace`), and the client reconnects with backoff and resumes
@@ -79,6 +88,16 @@ class Frame:
         return 1000 * (self.received - self.sent)
 
 
+def light_message(light) -> str:
+    """The light message (docs/live.md): a dict of Light fields, its short form, an object with to_dict()
+    (model_zoo.light.Light), or None (the prompt's light). The server checks the values."""
+    if hasattr(light, "to_dict"):
+        light = light.to_dict()
+    if light is not None and not isinstance(light, (dict, str)):
+        raise TypeError(f"light must be a dict of Light fields, its short form, a Light or None, got {type(light).__name__}")
+    return json.dumps({"type": "light", "light": light})
+
+
 def engine_url(url: str) -> str:
     """The server's page address (http://host:port/) or its ws:// address -> the /engine WebSocket URL."""
     parts = urlsplit(url)
@@ -115,9 +134,9 @@ class AsyncClient:
         self._failure: str | None = None
         self._http = self._ws = self._reader = None
         self._cond: asyncio.Condition | None = None
-        # what a resume may have to send again: (the number of frames sent before it, frame bytes or
-        # prompt text); entries before the _back-th frame are known to be at the server
-        self._unsure: deque[tuple[int, bytes | str]] = deque()
+        # what a resume may have to send again: (frames sent before it, "frame" | "prompt" | "light",
+        # the message); entries before the _back-th frame are known to be at the server
+        self._unsure: deque[tuple[int, str, bytes | str]] = deque()
         self._send_lock: asyncio.Lock | None = None  # one writer: a resume's resends, then new sends
         self._live = False  # the socket is up: sends go out now (else a resume sends them)
         self._closing = False
@@ -161,18 +180,21 @@ class AsyncClient:
         return self
 
     async def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
-                   timeout: float | None = None) -> None:
+                   timeout: float | None = None, light=None) -> None:
         """Send one G-buffer frame: uint8 (5, H, W, 3) teacher form, or float32 passes (albedo, depth,
         metallic, normal, roughness; depth_near scales their depth, 0 = 0.5). Every frame of a session
-        has the first one's size. Waits while max_inflight frames are at the server."""
+        has the first one's size. Waits while max_inflight frames are at the server. light: the light
+        from this frame on (as set_light takes it; None: unchanged)."""
         data = pack_gbuffers(number, time.perf_counter() if sent is None else sent, gbuffers, depth_near)
         await self._wait(lambda: self._sent - self._back < self.max_inflight or self._failure,
                          self.timeout if timeout is None else timeout,
                          f"room to send frame {number} ({self.max_inflight} frames are at the server)")
         self._check()
         async with self._send_lock:
+            if light is not None:
+                await self._say("light", light_message(light))
             if self._resumable:
-                self._unsure.append((self._sent, data))
+                self._unsure.append((self._sent, "frame", data))
             self._sent += 1
             await self._write(data)
 
@@ -212,13 +234,15 @@ class AsyncClient:
         """A new prompt: it renders from the first chunk that starts after it reaches the server (the
         stream goes on: no cut)."""
         self._check()
-        message = json.dumps({"type": "prompt", "text": text})
         async with self._send_lock:
-            if self._unsure and self._unsure[-1][0] == self._sent and isinstance(self._unsure[-1][1], str):
-                self._unsure.pop()  # no frame since the last prompt: only this one counts (as at the server)
-            if self._resumable:
-                self._unsure.append((self._sent, message))
-            await self._write(message)
+            await self._say("prompt", json.dumps({"type": "prompt", "text": text}))
+
+    async def set_light(self, light) -> None:
+        """The light from the next frame sent on: a dict of Light fields, its short form, an object with
+        to_dict(), or None for the prompt's light (module docstring)."""
+        self._check()
+        async with self._send_lock:
+            await self._say("light", light_message(light))
 
     async def close(self) -> None:
         self._closing = True
@@ -258,6 +282,15 @@ class AsyncClient:
             raise ClientError(f"{self.url}: cannot open an engine session (no answer within {timeout:g} s)") from None
         except (aiohttp.ClientError, OSError) as err:
             raise ClientError(f"{self.url}: cannot open an engine session ({err})") from None
+
+    async def _say(self, kind: str, message: str) -> None:
+        """A prompt or light message (it applies from the next frame sent), kept for a resume until the
+        server is known to have it. Of one kind with no frame between only the last counts (so the
+        server takes them), so only that one is kept. Call with _send_lock held."""
+        if self._resumable:
+            self._unsure = deque(e for e in self._unsure if e[:2] != (self._sent, kind))
+            self._unsure.append((self._sent, kind, message))
+        await self._write(message)
 
     async def _write(self, data: bytes | str) -> None:
         """Send on the socket if it is up; a send into a dropped connection is left to the resume."""
@@ -375,8 +408,8 @@ class AsyncClient:
                 return False
             old, self._ws, self.hello = self._ws, ws, hello
             self._live = True
-            for number, data in self._unsure:
-                if number >= received:  # a prompt before frame `received` too: sent again, it changes nothing
+            for number, _, data in self._unsure:
+                if number >= received:  # a prompt or light before frame `received` too: again, it changes nothing
                     await self._write(data)
         await old.close()
         self.resumes += 1
@@ -458,9 +491,14 @@ class Client:
         return self._async.resumes
 
     def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
-             timeout: float | None = None) -> None:
-        """As AsyncClient.send: one G-buffer frame; waits while max_inflight frames are at the server."""
-        self._call(self._async.send(number, gbuffers, depth_near, sent, timeout))
+             timeout: float | None = None, light=None) -> None:
+        """As AsyncClient.send: one G-buffer frame (and the light from it on, when given); waits while
+        max_inflight frames are at the server."""
+        self._call(self._async.send(number, gbuffers, depth_near, sent, timeout, light))
+
+    def set_light(self, light) -> None:
+        """The light from the next frame sent on (None: the prompt's), as AsyncClient.set_light."""
+        self._call(self._async.set_light(light))
 
     def receive(self, timeout: float | None = None) -> Frame:
         """The next rendered frame, in send order (waits for it)."""

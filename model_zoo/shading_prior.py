@@ -9,11 +9,12 @@ G-buffers (uint8 (..., 5, H, W, 3), streaming/gbuffer.py) and a packed light (mo
                 `fov_y` (pixel (i, j) looks through ((j + .5 - W/2) / f, -(i + .5 - H/2) / f, -1))
     up          camera-space up: given (camera.json), else the mean of the upward-facing normals
     shadow      sun visibility, marched through the depth buffer along the exact screen lines that
-                shadow rays follow (epipolar_shadow): every pixel near a caster, then windows of
+                shadow rays follow (sun_visibility): every pixel near a caster, then windows of
                 growing width; an occluder lies nearer the sun's axis than the pixel, by more than
                 the 8-bit depth's rounding and less than `thickness`. Misses what is off the frame.
     ao          ambient occlusion: `ao_samples` depth-buffer taps on a spiral of radius `ao_radius`
-                scene units around each pixel, occlusion from the taps above its tangent plane
+                scene units around every `ao_stride`-th pixel, occlusion from the taps above its
+                tangent plane, spread back bilinearly
     shading     as the physics world's ground truth (streaming/world/shading.py shade()): GGX
                 (Smith-Schlick, Schlick Fresnel, F0 = mix(0.04, albedo, metallic)) + Lambert for the
                 sun (times its visibility) and the fills; hemisphere sky/ground ambient (times AO) and
@@ -22,11 +23,18 @@ G-buffers (uint8 (..., 5, H, W, 3), streaming/gbuffer.py) and a packed light (mo
 
 Given the truth's sun visibility and no AO it reproduces the physics world's truth from its
 teacher-form G-buffers (tests/test_shading_prior.py), so what it misses on a path-traced scene is
-what screen space and one bounce miss. Float32 throughout; its cost per frame on one thread is
-`alaya-flash bench`'s `shade` figure (docs/lighting.md).
+what screen space and one bounce miss.
+
+It runs beside the networks on every frame of a stream, so it is written for one CPU thread: frame
+by frame (its planes stay in the cache), on flat (C, H*W) planes, dot products with a per-frame
+vector as matrix-vector products, no `torch.where` on images (slow on CPU: blends and clamps
+instead), and what depends only on the frame size (view rays, pixel grids) built once per size.
+Float32 throughout; its cost per frame on one thread is `alaya-flash bench`'s `shade` figure
+(docs/lighting.md).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -48,36 +56,44 @@ class PriorConfig:
     thickness: float = 0.15  # how far behind a visible surface the solid goes, as a fraction of its distance
     ao_samples: int = 8
     ao_radius: float = 0.6  # scene units
+    ao_stride: int = 4  # ambient occlusion from every n-th pixel, spread back bilinearly (it is low-frequency)
     sun_disc: float = 2000.0  # exponent of the sun's disc on the sky (shade()'s)
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
-    return (a * b).sum(-3, keepdim=True)
-
-
-def _unit(a: Tensor) -> Tensor:
-    return a / _dot(a, a).sqrt().clamp_min(1e-8)
+    """Per-pixel dot product of two (3, ...) planes (three multiply-adds: faster than a sum over channels)."""
+    return torch.addcmul(torch.addcmul(a[0] * b[0], a[1], b[1]), a[2], b[2])
 
 
 def _srgb_to_linear(v: Tensor) -> Tensor:
     return torch.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4)
 
 
-_SRGB_TO_LINEAR = _srgb_to_linear(torch.arange(256, dtype=torch.float32) / 255)
+_BYTES = torch.arange(256, dtype=torch.float32) / 255  # what an 8-bit code means, as the passes are written
+_SRGB_TO_LINEAR = _srgb_to_linear(_BYTES)  # a table lookup: the same values as the formula, no pow
 
 
-def decode(images: Tensor, depth_near: float) -> dict[str, Tensor]:
-    """Teacher-form uint8 (..., 5, H, W, 3) -> float planes (..., C, H, W): linear albedo, depth
-    (+inf on background), metallic, unit normal, roughness."""
-    if images.dtype != torch.uint8 or images.ndim < 4 or images.shape[-4] != 5 or images.shape[-1] != 3:
-        raise AlayaError(f"shading prior: expected uint8 G-buffers (..., 5, H, W, 3), got {images.dtype} {tuple(images.shape)}")
-    x = images.movedim(-1, -3)  # (..., 5, 3, H, W) uint8
-    albedo = _SRGB_TO_LINEAR[x[..., 0, :, :, :].long()]  # a table lookup: the same values as the formula, no pow
-    inv_depth, metallic, normal, roughness = (x[..., k, :, :, :].float() / 255 for k in range(1, 5))
-    v = inv_depth[..., :1, :, :]
-    depth = torch.where(v > 0, depth_near / v.clamp_min(1 / 255), torch.full_like(v, math.inf))
-    return {"albedo": albedo, "depth": depth, "metallic": metallic[..., :1, :, :],
-            "normal": _unit(normal * 2 - 1), "roughness": roughness[..., :1, :, :]}
+def _depth_table(depth_near: float) -> Tensor:
+    """Depth by 8-bit inverse-depth code: depth_near / (code / 255), +inf for code 0 (background)."""
+    return torch.where(_BYTES > 0, depth_near / _BYTES.clamp_min(1 / 255), torch.full_like(_BYTES, math.inf))
+
+
+def decode(frame: Tensor, depth_near: float) -> dict[str, Tensor]:
+    """One frame's teacher-form uint8 (5, H, W, 3) -> flat float planes (C, H*W): linear albedo (3),
+    depth (+inf on background), metallic, unit normal (3), roughness."""
+    _check(frame)
+    p = frame.shape[1] * frame.shape[2]
+    x = frame.reshape(5, p, 3)
+    codes = torch.empty(4, p, dtype=torch.int32)  # albedo and inverse depth, channel-major, to look up
+    codes[0:3] = x[0].t()
+    codes[3] = x[1, :, 0]
+    planes = torch.empty(5, p)  # metallic, normal (3), roughness
+    planes[0], planes[1:4], planes[4] = x[2, :, 0], x[3].t(), x[4, :, 0]
+    metallic, roughness = planes[0::4] / 255
+    normal = planes[1:4].mul_(2).sub_(255)  # 255 (code / 255 * 2 - 1): odd integers, never all zero
+    return {"albedo": _SRGB_TO_LINEAR.index_select(0, codes[0:3].view(-1)).view(3, p),
+            "depth": _depth_table(depth_near).index_select(0, codes[3]), "metallic": metallic,
+            "normal": normal * _dot(normal, normal).rsqrt(), "roughness": roughness}
 
 
 def view_rays(h: int, w: int, fov_y: float) -> Tensor:
@@ -88,16 +104,39 @@ def view_rays(h: int, w: int, fov_y: float) -> Tensor:
     return torch.stack([j.expand(h, w), i[:, None].expand(h, w), torch.full((h, w), -1.0)])
 
 
-def estimate_up(normal: Tensor, depth: Tensor) -> Tensor:
-    """Camera-space up (..., 3) from the normals: the mean of those facing up-ish (y > 0.5) on geometry,
-    the camera's own +y where fewer than 1% of the pixels do."""
-    keep = (normal[..., 1:2, :, :] > 0.5) & torch.isfinite(depth)
-    total = (normal * keep).sum((-2, -1))
-    count = keep.sum((-2, -1)).float()
-    fallback = torch.tensor([0.0, 1.0, 0.0]).expand_as(total)
-    enough = count >= 0.01 * normal.shape[-1] * normal.shape[-2]
-    up = torch.where(enough, total, fallback)
-    return up / up.norm(dim=-1, keepdim=True).clamp_min(1e-8)
+class _Grid:
+    """What depends only on the frame size and field of view, built once per size: the view rays and
+    their unit directions (3, H*W), and the strided grids AO works on."""
+
+    def __init__(self, h: int, w: int, fov_y: float):
+        self.h, self.w = h, w
+        self.focal = 0.5 * h / math.tan(math.radians(fov_y) / 2)
+        rays = view_rays(h, w, fov_y)
+        self.rays = rays.reshape(3, -1)
+        self.ray_len2 = _dot(self.rays, self.rays)
+        self.view = self.rays / self.ray_len2.sqrt()
+        self.eye = -self.view  # toward the eye
+        self._every: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+
+    def every(self, s: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The grid of every s-th pixel: its view rays (3, P_s) and its column and row numbers (P_s,), float."""
+        if s not in self._every:
+            rays = self.rays.view(3, self.h, self.w)[:, ::s, ::s]
+            h, w = rays.shape[1:]
+            self._every[s] = (rays.reshape(3, -1).clone(), torch.arange(w, dtype=torch.float32).repeat(h),
+                              torch.arange(h, dtype=torch.float32).repeat_interleave(w))
+        return self._every[s]
+
+
+def estimate_up(normal: Tensor, finite: Tensor) -> Tensor:
+    """Camera-space up (3,) from one frame's unit normals (3, P): the mean of those facing up-ish (y > 0.5)
+    on geometry, the camera's own +y where fewer than 1% of the pixels do."""
+    keep = ((normal[1] > 0.5) & finite).float()
+    count = keep.sum()
+    if count < 0.01 * normal.shape[-1]:
+        return torch.tensor([0.0, 1.0, 0.0])
+    up = normal @ keep
+    return up / up.norm().clamp_min(1e-8)
 
 
 def direction(elevation: Tensor, azimuth: Tensor, up: Tensor) -> Tensor:
@@ -139,9 +178,24 @@ def march_windows(longest: int) -> list[tuple[int, int]]:
     return windows
 
 
-def epipolar_shadow(pos: Tensor, depth: Tensor, sun: Tensor, focal: float, depth_near: float,
-                    thickness: float = PriorConfig.thickness, stride: int = 1) -> Tensor:
-    """Sun visibility (N, 1, H, W) in {0, 1}: screen-space shadows marched along exact shadow lines.
+def _block_min(g: Tensor, stride: int) -> Tensor:
+    """The least value of each stride x stride block of an (H, W) plane (partial blocks at the edges)."""
+    if stride == 1:
+        return g
+    h, w = g.shape
+    if h % stride == 0 and w % stride == 0:  # the minimum of strided views: cheaper than pooling on CPU
+        out = g[::stride, ::stride]
+        for k in range(1, stride * stride):
+            out = torch.minimum(out, g[k // stride::stride, k % stride::stride])
+        return out
+    return -F.max_pool2d(-g[None, None], stride, ceil_mode=True)[0, 0]
+
+
+@torch.no_grad()
+def sun_visibility(depth: Tensor, sun: Tensor, grid: _Grid, depth_near: float,
+                   thickness: float = PriorConfig.thickness, stride: int = 1, geometry: Tensor | None = None) -> Tensor:
+    """One frame's sun visibility (H*W,) in [0, 1] ({0, 1} at stride 1): screen-space shadows marched
+    along exact shadow lines. depth (H*W,), +inf on background; sun (3,) camera space, unit.
 
     Every shadow ray of a directional light runs along a screen line through the sun's vanishing
     point v (the projection of the sun's direction, or of its opposite when the sun is behind the
@@ -151,114 +205,125 @@ def epipolar_shadow(pos: Tensor, depth: Tensor, sun: Tensor, focal: float, depth
     the view ray through S then meets P's shadow ray behind S), and not so much nearer that the ray
     passes behind S by more than `thickness` times S's distance (g(S) (1 + thickness) > g(P)).
     With `stride` s it marches s x s blocks, each as its least g (so an edge a pixel wide still
-    casts, and a plane's blocks stay level with each other), and spreads the answer back bilinearly."""
-    full_h, full_w = depth.shape[-2:]
-    full_finite = torch.isfinite(depth)
-    along = (pos * sun[:, :, None, None]).sum(1, keepdim=True)
-    g_full = ((pos * pos).sum(1, keepdim=True) - along * along).clamp_min(0).sqrt()
-    g_full = torch.where(full_finite, g_full, torch.full_like(g_full, math.inf))
-    occluders = -F.max_pool2d(-g_full, stride, ceil_mode=True) if stride > 1 else g_full
+    casts, and a plane's blocks stay level with each other), and spreads the answer back bilinearly.
+    geometry: (depth < inf).float(), if the caller has it."""
+    full_h, full_w = grid.h, grid.w
+    geometry = (depth < math.inf).float() if geometry is None else geometry
+    # g = |pos x sun| = depth |ray x sun|; +inf on the background
+    along = sun @ grid.rays
+    perp = (grid.ray_len2 - along * along).clamp_min(1e-12).sqrt()
+    g_full = (depth * perp).view(full_h, full_w)
+    blocks = _block_min(g_full, stride)  # each block's least g: what it casts (and, below, what it receives as)
+    h, w = blocks.shape
+    depth_b = depth.view(full_h, full_w)[::stride, ::stride]
+    # A receiver (block) with g = G is shadowed by an occluder with g in (G / (1 + thickness), G - tol), tol the
+    # rounding of the 8-bit depth in g's units (it must not shadow its own surface): held as a centre and a
+    # half-width, so a window tests |g - centre| < half. +inf depth (background) gives an empty interval.
+    rel_tol = 0.3 * depth_b / (depth_near * 255) + 1e-3
+    centre = blocks * ((1 + 1 / (1 + thickness) - rel_tol) * 0.5)
+    half = blocks * ((1 - 1 / (1 + thickness) - rel_tol) * 0.5)
+    # the three planes with a one-block border of +inf (off the frame: casts nothing, is never shadowed)
+    table = F.pad(torch.stack([blocks, centre, half]), (1, 1, 1, 1), value=math.inf).reshape(3, -1)
+
+    lx, ly, lz = sun.tolist()
+    toward = lz < 0  # the sun ahead: shadow rays run toward v; behind the camera: away from it
+    z = max(abs(lz), 1e-6)
+    sx, sy = (lx, ly) if toward else (-lx, -ly)
+    v = (grid.focal * sx / z + full_w / 2, -grid.focal * sy / z + full_h / 2)
+    v = ((v[0] - 0.5) / stride + 0.5, (v[1] - 0.5) / stride + 0.5)  # in the strided grid's pixels
+    phi0, span, r0, r_span = _polar_frame(v, h, w)
+    lines = int(min(max(math.ceil(span * (r0 + r_span)), 16), 2 * (h + w)))
+    steps = int(math.ceil(r_span)) + 2
+    d_phi, d_r = span / lines, (r_span + 1) / steps
+    phi = phi0 + (torch.arange(lines, dtype=torch.float32) + 0.5) * d_phi
+    k = torch.arange(steps, dtype=torch.float32)
+    # the march runs toward smaller indices: toward v when the sun is ahead, away from it when behind
+    r = r0 + (k if toward else steps - 1 - k) * d_r
+    px = torch.floor(v[0] + r[None, :] * phi.cos()[:, None]).clamp_(-1, w)
+    py = torch.floor(v[1] + r[None, :] * phi.sin()[:, None]).clamp_(-1, h)
+    idx = ((py + 1) * (w + 2) + (px + 1)).long().view(-1)
+    occluder, centre_l, half_l = table.index_select(1, idx).view(3, lines, steps)
+
+    # the least |g - centre| over the windows before each receiver (window minima built by doubling)
+    nearest = {1: occluder}
+    closest = torch.full((lines, steps), math.inf)
+    scratch = torch.empty(lines, steps)
+    for shift, width in march_windows(int(math.hypot(h, w)) + 2):
+        if shift >= steps:
+            break
+        while width not in nearest:
+            last = max(nearest)
+            nearest[2 * last] = torch.minimum(nearest[last][:, :-last], nearest[last][:, last:])
+        n = steps - shift
+        gap = torch.sub(nearest[width][:, :n], centre_l[:, shift:], out=scratch[:, :n]).abs_()
+        torch.minimum(closest[:, shift:], gap, out=closest[:, shift:])
+    shadowed = (closest < half_l).float().view(-1)  # NaN (an off-frame receiver) compares False
+
+    # each block's place on the lines
+    dx = torch.arange(w, dtype=torch.float32) + 0.5 - v[0]
+    dy = (torch.arange(h, dtype=torch.float32) + 0.5 - v[1])[:, None]
+    a = ((torch.atan2(dy, dx) - phi0).remainder_(2 * math.pi).div_(d_phi)).long().clamp_(0, lines - 1)
+    b = ((torch.sqrt(dx * dx + dy * dy) - r0).div_(d_r)).round_().long().clamp_(0, steps - 1)
+    if not toward:
+        b = steps - 1 - b
+    receives = geometry.view(full_h, full_w)[::stride, ::stride]  # the background is never shadowed
+    lit = 1 - shadowed.index_select(0, (a * steps + b).view(-1)).view(h, w) * receives
     if stride > 1:
-        pos, depth, g_full = pos[..., ::stride, ::stride], depth[..., ::stride, ::stride], occluders
-    n, _, h, w = depth.shape
-    finite = torch.isfinite(depth)
-    out = torch.ones_like(depth)
-    xs = torch.arange(w, dtype=torch.float32) + 0.5
-    ys = torch.arange(h, dtype=torch.float32) + 0.5
-    windows = march_windows(int(math.hypot(h, w)) + 2)
-    for k in range(n):
-        lx, ly, lz = sun[k].detach().tolist()
-        toward = lz < 0  # the sun ahead: shadow rays run toward v; behind the camera: away from it
-        z = max(abs(lz), 1e-6)
-        sx, sy = (lx, ly) if toward else (-lx, -ly)
-        v = (focal * sx / z + full_w / 2, -focal * sy / z + full_h / 2)
-        v = ((v[0] - 0.5) / stride + 0.5, (v[1] - 0.5) / stride + 0.5)  # in the strided grid's pixels
-        phi0, span, r0, r_span = _polar_frame(v, h, w)
-        lines = int(min(max(math.ceil(span * (r0 + r_span)), 16), 2 * (h + w)))
-        steps = int(math.ceil(r_span)) + 2
-        d_phi, d_r = span / lines, (r_span + 1) / steps
-        phi = phi0 + (torch.arange(lines, dtype=torch.float32) + 0.5) * d_phi
-        r = r0 + torch.arange(steps, dtype=torch.float32) * d_r
-        px = torch.floor(v[0] + r[None, :] * phi.cos()[:, None]).long()
-        py = torch.floor(v[1] + r[None, :] * phi.sin()[:, None]).long()
-        on = (px >= 0) & (px < w) & (py >= 0) & (py < h)
-        idx = py.clamp(0, h - 1) * w + px.clamp(0, w - 1)
-        # the rounding of the 8-bit depth in g's units (it must not shadow its own surface)
-        g = g_full[k, 0]
-        d = torch.where(finite[k, 0], depth[k, 0], torch.zeros_like(g))
-        eps = (0.3 * d * d / (depth_near * 255) + 1e-3 * d) * torch.nan_to_num(g, posinf=0.0) / d.clamp_min(1e-6)
-        inf = torch.full(idx.shape, math.inf)
-        samples = torch.where(on, g.reshape(-1)[idx], inf)
-        blocks = torch.where(on, occluders[k, 0].reshape(-1)[idx], inf)
-        tol = eps.reshape(-1)[idx]
-        if not toward:  # march toward larger radii: flip the lines so it always runs to smaller ones
-            samples, blocks, tol = samples.flip(1), blocks.flip(1), tol.flip(1)
-        shadowed = torch.zeros_like(samples, dtype=torch.bool)
-        below, above = samples - tol, samples / (1 + thickness)  # an occluder's g lies between these
-        nearest = {1: blocks}  # per window width: the least g in each window of the line
-        for shift, width in windows:
-            if shift >= steps:
-                break
-            if width not in nearest:
-                nearest[width] = -F.max_pool1d(-blocks[None], width, stride=1)[0]
-            theirs = nearest[width][:, :steps - shift]
-            shadowed[:, shift:] |= (theirs < below[:, shift:]) & (theirs > above[:, shift:])
-        if not toward:
-            shadowed = shadowed.flip(1)
-        # each pixel's place on the lines
-        dx, dy = xs[None, :] - v[0], ys[:, None] - v[1]
-        a = ((torch.atan2(dy, dx) - phi0) % (2 * math.pi) / d_phi).long().clamp(0, lines - 1)
-        b = ((torch.sqrt(dx * dx + dy * dy) - r0) / d_r).round().long().clamp(0, steps - 1)
-        out[k, 0] = torch.where(finite[k, 0] & shadowed[a, b], 0.0, 1.0)
-    if stride > 1:
-        out = F.interpolate(out, size=(full_h, full_w), mode="bilinear", align_corners=False)
-    return torch.where(full_finite, out, torch.ones_like(out))
+        lit = F.interpolate(lit[None, None], size=(full_h, full_w), mode="bilinear", align_corners=False)[0, 0]
+    return torch.lerp(torch.ones(()), lit.reshape(-1), geometry)  # 1 on the background
 
 
-def ambient_occlusion(pos: Tensor, depth: Tensor, normal: Tensor, focal: float, cfg: PriorConfig) -> Tensor:
-    """(N, 1, H, W) in [0, 1], 1 = open: taps on a spiral around each pixel, occluded by points above its tangent plane."""
-    if cfg.ao_samples == 0:
-        return torch.ones_like(depth)
-    n, _, h, w = depth.shape
-    finite = torch.isfinite(depth)
-    d = torch.where(finite, depth, torch.ones_like(depth))
-    radius_px = (focal * cfg.ao_radius / d).clamp(1.0, 0.25 * max(h, w))
-    xs = torch.arange(w).expand(n, 1, h, w)
-    ys = torch.arange(h)[:, None].expand(n, 1, h, w)
-    occlusion = torch.zeros_like(depth)
+@functools.lru_cache(maxsize=4)
+def _spiral(samples: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The AO taps' radii (as fractions of the radius) and directions, (samples, 1) each: a golden-angle spiral."""
     golden = math.pi * (3 - math.sqrt(5))
-    flat = pos.reshape(n, 3, h * w)
-    for k in range(cfg.ao_samples):
-        r = radius_px * math.sqrt((k + 0.5) / cfg.ao_samples)
-        a = k * golden
-        px = (xs + torch.round(r * math.cos(a))).long().clamp(0, w - 1)
-        py = (ys + torch.round(r * math.sin(a))).long().clamp(0, h - 1)
-        idx = (py * w + px).reshape(n, 1, h * w).expand(n, 3, h * w)
-        tap = flat.gather(2, idx).reshape(n, 3, h, w)
-        v = tap - pos
-        dist = _dot(v, v).sqrt().clamp_min(1e-4)
-        rise = (_dot(v, normal) / dist - 0.15).clamp_min(0)
-        near = (1 - dist / (2 * cfg.ao_radius)).clamp_min(0)
-        occlusion = occlusion + torch.nan_to_num(rise * near)
-    return torch.where(finite, 1 - occlusion / cfg.ao_samples, torch.ones_like(depth)).clamp(0, 1)
+    taps = range(samples)
+    return tuple(torch.tensor([f(k) for k in taps])[:, None] for f in (
+        lambda k: math.sqrt((k + 0.5) / samples), lambda k: math.cos(k * golden), lambda k: math.sin(k * golden)))
 
 
-def half_resolution_ao(pos: Tensor, depth: Tensor, normal: Tensor, focal: float, cfg: PriorConfig) -> Tensor:
-    """ambient_occlusion on every second pixel, spread back bilinearly: AO is low-frequency, and a
-    quarter of the taps costs a quarter of the time."""
-    h, w = depth.shape[-2:]
-    if h < 4 or w < 4:
-        return ambient_occlusion(pos, depth, normal, focal, cfg)
-    half = ambient_occlusion(pos[..., ::2, ::2], depth[..., ::2, ::2], normal[..., ::2, ::2], focal / 2, cfg)
-    full = F.interpolate(half, size=(h, w), mode="bilinear", align_corners=False)
-    return torch.where(torch.isfinite(depth), full, torch.ones_like(full))
+@torch.no_grad()
+def ambient_occlusion(depth: Tensor, normal: Tensor, grid: _Grid, cfg: PriorConfig, geometry: Tensor | None = None) -> Tensor:
+    """One frame's ambient occlusion (H*W,) in [0, 1], 1 = open: `ao_samples` taps on a spiral around each
+    pixel (of the `ao_stride` grid, spread back bilinearly), occluded by points above its tangent plane."""
+    full_h, full_w, s = grid.h, grid.w, cfg.ao_stride
+    if full_h < 2 * s or full_w < 2 * s:
+        s = 1
+    geometry = (depth < math.inf).float() if geometry is None else geometry
+    d = depth.view(full_h, full_w)[::s, ::s]
+    h, w = d.shape
+    on = geometry.view(full_h, full_w)[::s, ::s]
+    rays, xs, ys = grid.every(s)
+    pos = rays * torch.nan_to_num(d, posinf=0.0).reshape(-1)  # the origin on the background
+    n = normal.view(3, full_h, full_w)[:, ::s, ::s].reshape(3, -1)
+    focal = grid.focal / s
+    radius_px = (focal * cfg.ao_radius / torch.nan_to_num(d, posinf=1.0)).clamp_(1.0, 0.25 * max(h, w)).view(1, -1)
+    reach, cos, sin = _spiral(cfg.ao_samples)
+    ox = (radius_px * reach).mul_(cos).round_()
+    oy = (radius_px * reach).mul_(sin).round_()
+    px = ox.add_(xs).clamp_(0, w - 1)
+    py = oy.add_(ys).clamp_(0, h - 1)
+    taps = pos.index_select(1, py.mul_(w).add_(px).long().view(-1)).view(3, cfg.ao_samples, -1)
+    v = taps.sub_(pos[:, None])
+    dist = _dot(v, v).sqrt_().clamp_min_(1e-4)
+    rise = _dot(v, n[:, None]).div_(dist).sub_(0.15).clamp_min_(0)
+    near = dist.mul_(-1 / (2 * cfg.ao_radius)).add_(1).clamp_min_(0)
+    occlusion = rise.mul_(near).sum(0)
+    open_ = torch.lerp(torch.ones(()), (1 - occlusion / cfg.ao_samples).clamp_(0, 1).view(h, w), on)
+    if s > 1:
+        open_ = F.interpolate(open_[None, None], size=(full_h, full_w), mode="bilinear", align_corners=False)[0, 0]
+    return torch.lerp(torch.ones(()), open_.reshape(-1), geometry)  # 1 on the background
 
 
-def _sky(dirs: Tensor, up: Tensor, zenith: Tensor, horizon: Tensor, ground: Tensor) -> Tensor:
-    u = _dot(dirs, up)
-    above = horizon + (zenith - horizon) * u.clamp_min(0).sqrt()
-    below = horizon + (ground - horizon) * (-u).clamp(0, 1).sqrt()
-    return torch.where(u >= 0, above, below)
+def _sky(u: Tensor, zenith: Tensor, horizon: Tensor, ground: Tensor, extra: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """The sky (3, P) in directions whose cosine with up is u (P,): zenith above, ground below, horizon
+    between (one of the two square roots is 0); `extra` (colour (3,), weight (P,)) adds a term, the sun's disc."""
+    colours = [zenith - horizon, ground - horizon]
+    weights = [u.clamp_min(0).sqrt(), (-u).clamp(0, 1).sqrt()]
+    if extra is not None:
+        colours.append(extra[0])
+        weights.append(extra[1])
+    return torch.addmm(horizon[:, None], torch.stack(colours, 1), torch.stack(weights))
 
 
 def _pow5(x: Tensor) -> Tensor:
@@ -266,30 +331,55 @@ def _pow5(x: Tensor) -> Tensor:
     return x2 * x2 * x
 
 
-def _ggx(n, v, l, albedo, metallic, roughness, radiance):
-    """Cook-Torrance GGX + Lambert for one directional light: outgoing radiance (N, 3, H, W)."""
-    h = _unit(l + v)
-    n_l = _dot(n, l).clamp_min(0)
-    n_v = _dot(n, v).clamp_min(1e-4)
-    n_h = _dot(n, h).clamp_min(0)
-    v_h = _dot(v, h).clamp_min(0)
-    a2 = roughness.square().clamp_min(2e-3).square()
-    d = a2 / (math.pi * (n_h * n_h * (a2 - 1) + 1).square())
-    k = (roughness + 1).square() / 8
-    g = n_v / (n_v * (1 - k) + k) * n_l / (n_l * (1 - k) + k)
-    f0 = 0.04 * (1 - metallic) + albedo * metallic
-    f = f0 + (1 - f0) * _pow5(1 - v_h)
-    spec = d * g * f / (4 * n_v * n_l + 1e-4)
-    diffuse = (1 - f) * (1 - metallic) * albedo / math.pi
-    return (diffuse + spec) * radiance * n_l
+class _Surface:
+    """One frame's per-pixel terms that every light shares (flat (C, P) planes)."""
+
+    def __init__(self, g: dict[str, Tensor], grid: _Grid):
+        self.n, self.eye = g["normal"], grid.eye
+        albedo, metallic, roughness = g["albedo"], g["metallic"], g["roughness"]
+        self.n_v_raw = _dot(self.n, self.eye)
+        self.n_v = self.n_v_raw.clamp_min(1e-4)
+        self.a2 = roughness.square().clamp_min(2e-3).square()
+        self.k = (roughness + 1).square() / 8
+        self.g_v = self.n_v / (self.n_v * (1 - self.k) + self.k)
+        self.f0 = torch.addcmul(0.04 * (1 - metallic), albedo, metallic)
+        self.base = albedo * (1 - metallic)  # what the diffuse terms scatter
+        self.lambert = self.base / math.pi
+
+
+def _ggx(s: _Surface, l: Tensor, radiance: Tensor, visibility: Tensor | None = None) -> Tensor:
+    """Cook-Torrance GGX + Lambert for one directional light l (3,) of radiance (3,): outgoing radiance (3, P).
+    The half vector enters only through n.h and v.h, from n.l, n.v and v.l (|l + v|^2 = 2 + 2 v.l)."""
+    n_l_raw = l @ s.n
+    v_l = l @ s.eye
+    length = (2 + 2 * v_l).clamp_min(0).sqrt().clamp_min(1e-8)
+    n_h = ((n_l_raw + s.n_v_raw) / length).clamp_min(0)
+    v_h = ((1 + v_l) / length).clamp_min(0)
+    n_l = n_l_raw.clamp_min(0)
+    d = s.a2 / (math.pi * (n_h * n_h * (s.a2 - 1) + 1).square())
+    g = s.g_v * n_l / (n_l * (1 - s.k) + s.k)
+    spec = d * g / (4 * s.n_v * n_l + 1e-4)
+    fresnel = _pow5(1 - v_h)
+    f = torch.addcmul(fresnel, s.f0, 1 - fresnel)  # F0 + (1 - F0) (1 - v.h)^5
+    weight = n_l if visibility is None else n_l * visibility
+    # Lambert (1 - F) + specular F = lambert + F (spec - lambert)
+    return torch.addcmul(s.lambert, f, spec - s.lambert) * (radiance[:, None] * weight)
 
 
 def aces(x: Tensor) -> Tensor:
-    return (x * (2.51 * x + 0.03) / (x * (2.43 * x + 0.59) + 0.14)).clamp(0, 1)
+    """Narkowicz's fit, x (2.51 x + 0.03) / (x (2.43 x + 0.59) + 0.14), as multiply-adds."""
+    return (torch.addcmul(x * 0.03, x, x, value=2.51) / torch.addcmul(x * 0.59 + 0.14, x, x, value=2.43)).clamp(0, 1)
 
 
 def to_srgb(x: Tensor) -> Tensor:
-    return torch.where(x <= 0.0031308, x * 12.92, 1.055 * x.clamp_min(0.0031308) ** (1 / 2.4) - 0.055)
+    """Linear [0, 1] -> sRGB. The lesser of the two segments is the piecewise curve (they meet at 0.0031308,
+    the power one 8e-6 below the line there), and costs no select."""
+    return torch.minimum(x * 12.92, 1.055 * x.clamp_min(0.0031308) ** (1 / 2.4) - 0.055)
+
+
+def _check(images: Tensor) -> None:
+    if images.dtype != torch.uint8 or images.ndim < 4 or images.shape[-4] != 5 or images.shape[-1] != 3:
+        raise AlayaError(f"shading prior: expected uint8 G-buffers (..., 5, H, W, 3), got {images.dtype} {tuple(images.shape)}")
 
 
 class ShadingPrior(torch.nn.Module):
@@ -298,69 +388,109 @@ class ShadingPrior(torch.nn.Module):
     def __init__(self, cfg: PriorConfig = PriorConfig()):
         super().__init__()
         self.config = cfg
+        self._grids: dict[tuple[int, int], _Grid] = {}
 
     def forward(self, images: Tensor, light: Tensor, depth_near: float = 0.5, up: Tensor | None = None,
                 sun_visibility: Tensor | None = None, ao: bool = True) -> Tensor:
         """images uint8 (..., 5, H, W, 3); light float (..., PACKED) (one per frame, or (PACKED,) for all);
         up (..., 3) camera-space up (default: estimated per frame); sun_visibility (..., H, W) replaces
         the screen-space shadows (the truth's, in tests and training targets)."""
+        _check(images)
         lead, (h, w) = images.shape[:-4], images.shape[-3:-1]
-        color, shadow, occlusion, light = self.radiance(images, light, depth_near, up, sun_visibility, ao)
-        shaded = to_srgb(aces(color * light[:, SLICES["exposure"]][:, :, None, None]))
-        return torch.cat([shaded, shadow, occlusion], 1).reshape(*lead, PRIOR_CHANNELS, h, w)
+        out = torch.empty(math.prod(lead), PRIOR_CHANNELS, h * w)
+        for k, (color, shadow, occlusion, light_k) in enumerate(self._frames(images, light, depth_near, up, sun_visibility, ao)):
+            out[k, :3] = to_srgb(aces(color * light_k[SLICES["exposure"]]))
+            out[k, 3], out[k, 4] = shadow, occlusion
+        return out.view(*lead, PRIOR_CHANNELS, h, w)
 
     def radiance(self, images: Tensor, light: Tensor, depth_near: float = 0.5, up: Tensor | None = None,
                  sun_visibility: Tensor | None = None, ao: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """forward's light before exposure and tone mapping: linear RGB (N, 3, H, W), sun visibility and
         ambient occlusion (N, 1, H, W), and the light per frame (N, PACKED); N frames of the leading dims."""
-        cfg = self.config
+        _check(images)
+        h, w = images.shape[-3:-1]
+        frames = list(self._frames(images, light, depth_near, up, sun_visibility, ao))
+        if not frames:
+            return (torch.empty(0, 3, h, w), torch.empty(0, 1, h, w), torch.empty(0, 1, h, w),
+                    torch.empty(0, light.shape[-1]))
+        color, shadow, occlusion, light = (torch.stack(p) for p in zip(*frames))
+        n = len(light)
+        return color.view(n, 3, h, w), shadow.view(n, 1, h, w), occlusion.view(n, 1, h, w), light
+
+    def _frames(self, images, light, depth_near, up, sun_visibility, ao):
+        """Per frame: linear RGB (3, P), sun visibility (P,), ambient occlusion (P,), its light (PACKED,)."""
         lead, (h, w) = images.shape[:-4], images.shape[-3:-1]
-        g = decode(images.reshape(-1, *images.shape[-4:]), depth_near)
-        n_frames = g["depth"].shape[0]
-        light = light.float().expand(*lead, light.shape[-1]).reshape(n_frames, -1)
-        albedo, depth, metallic, n, roughness = g["albedo"], g["depth"], g["metallic"], g["normal"], g["roughness"]
-        focal = 0.5 * h / math.tan(math.radians(cfg.fov_y) / 2)
-        rays = view_rays(h, w, cfg.fov_y)[None]
-        finite = torch.isfinite(depth)
-        pos = rays * torch.where(finite, depth, torch.zeros_like(depth))
-        view = _unit(rays)
-        v = -view
-        up = estimate_up(n, depth) if up is None else up.float().expand(*lead, 3).reshape(n_frames, 3)
+        images = images.reshape(-1, *images.shape[-4:])
+        n = images.shape[0]
+        light = light.float().expand(*lead, light.shape[-1]).reshape(n, light.shape[-1])
+        ups = None if up is None else up.float().expand(*lead, 3).reshape(n, 3)
+        visibility = None if sun_visibility is None else sun_visibility.float().reshape(n, h * w)
+        grid = self._grids.get((h, w))
+        if grid is None:
+            grid = self._grids[(h, w)] = _Grid(h, w, self.config.fov_y)
+        for k in range(n):
+            vis = None if visibility is None else visibility[k]
+            yield self._frame(images[k], light[k], depth_near, None if ups is None else ups[k], vis, ao, grid) + (light[k],)
+
+    def _frame(self, images: Tensor, light: Tensor, depth_near: float, up: Tensor | None, visibility: Tensor | None,
+               ao: bool, grid: _Grid) -> tuple[Tensor, Tensor, Tensor]:
+        cfg = self.config
+        g = decode(images, depth_near)
+        depth, n = g["depth"], g["normal"]
+        finite = depth < math.inf
+        geometry = finite.float()
+        up = estimate_up(n, finite) if up is None else up
 
         def col(name):
-            return light[:, SLICES[name]][:, :, None, None]
+            return light[SLICES[name]]
 
-        sun = direction(light[:, SLICES["sun_elevation"]][:, 0], light[:, SLICES["sun_azimuth"]][:, 0], up)
-        if sun_visibility is not None:
-            shadow = sun_visibility.float().reshape(n_frames, 1, h, w)
+        sun = direction(col("sun_elevation")[0], col("sun_azimuth")[0], up)
+        if visibility is not None:
+            shadow = visibility
         elif cfg.shadows:
-            shadow = epipolar_shadow(pos, depth, sun, focal, depth_near, cfg.thickness, cfg.shadow_stride)
+            shadow = sun_visibility(depth, sun.detach(), grid, depth_near, cfg.thickness, cfg.shadow_stride, geometry)
         else:
             shadow = torch.ones_like(depth)
-        occlusion = half_resolution_ao(pos, depth, n, focal, cfg) if ao else torch.ones_like(depth)
-        up4, sun4 = up[:, :, None, None], sun[:, :, None, None]
+        occlusion = ambient_occlusion(depth, n, grid, cfg, geometry) if ao and cfg.ao_samples else torch.ones_like(depth)
 
-        color = _ggx(n, v, sun4, albedo, metallic, roughness, col("sun_color") * shadow)
-        fills = light[:, SLICES["fills"]].reshape(n_frames, MAX_FILLS, 5)
+        s = _Surface(g, grid)
+        color = _ggx(s, sun, col("sun_color"), shadow)
+        fills = light[SLICES["fills"]].reshape(MAX_FILLS, 5)
         for k in range(MAX_FILLS):
-            if not fills[:, k, 2:5].any():  # an absent fill (no colour) adds nothing: skip its cost
+            if not fills[k, 2:5].any():  # an absent fill (no colour) adds nothing: skip its cost
                 continue
-            fill = direction(fills[:, k, 0], fills[:, k, 1], up)[:, :, None, None]
-            color = color + _ggx(n, v, fill, albedo, metallic, roughness, fills[:, k, 2:5, None, None])
+            color = color + _ggx(s, direction(fills[k, 0], fills[k, 1], up), fills[k, 2:5])
 
         zenith, horizon, ground, ambient = col("sky_zenith"), col("sky_horizon"), col("ground"), col("ambient")
-        t = _dot(n, up4) * 0.5 + 0.5
-        irradiance = (ground + ((zenith + horizon) * 0.5 - ground) * t) * ambient * occlusion
-        n_v = _dot(n, v).clamp_min(0)
-        f0 = 0.04 * (1 - metallic) + albedo * metallic
-        f_amb = f0 + ((1 - roughness).clamp_min(0) - f0).clamp_min(0) * _pow5(1 - n_v)
-        mirror = 2 * _dot(n, v) * n - v
-        spec_amb = _sky(mirror, up4, zenith, horizon, ground) * ambient * f_amb * (1 - 0.7 * roughness)
-        color = color + irradiance * albedo * (1 - metallic) * (1 - f_amb) + spec_amb
+        n_up = up @ n
+        # hemisphere light: ground below, the sky's mean above, by how far the normal turns up; times AO
+        t = n_up * 0.5 + 0.5
+        irradiance = torch.addmm(ground[:, None], ((zenith + horizon) * 0.5 - ground)[:, None], t[None]) * (ambient * occlusion)
+        roughness = g["roughness"]
+        f_amb = s.f0 + ((1 - roughness).clamp_min(0) - s.f0).clamp_min(0) * _pow5(1 - s.n_v_raw.clamp_min(0))
+        # the sky in the mirror direction m = 2 (n.v) n - v, by its cosine with up
+        mirror_up = 2 * s.n_v_raw * n_up - up @ s.eye
+        spec_amb = _sky(mirror_up, zenith, horizon, ground) * f_amb * (ambient * (1 - 0.7 * roughness))
+        color = color + irradiance * s.base * (1 - f_amb) + spec_amb
 
         fog_color, density = col("fog_color"), col("fog_density")
-        fog = 1 - torch.exp(-density * torch.where(finite, depth, torch.zeros_like(depth)))
-        color = color + (fog_color - color) * fog
-        sky = _sky(view, up4, zenith, horizon, ground) + col("sun_color") * _dot(view, sun4).clamp_min(0) ** cfg.sun_disc
-        sky = torch.where(density > 0, sky + (fog_color - sky) * 0.6, sky)
-        return torch.where(finite, color, sky), shadow, occlusion, light
+        foggy = bool(density > 0)
+        if foggy or light.requires_grad:  # no fog leaves the colour as it is (its gradient in the density stays)
+            fog = 1 - torch.exp(-density * torch.nan_to_num(depth, posinf=0.0))
+            color = color + (fog_color[:, None] - color) * fog
+        rows = (~finite).view(grid.h, grid.w).any(1).nonzero()  # rows with background: the sky shows there
+        if len(rows):
+            band = slice(int(rows[0]) * grid.w, (int(rows[-1]) + 1) * grid.w)
+            view = grid.view[:, band]
+            toward_sun = sun @ view
+            # the sun's disc where it is above 1e-12 of the sun (within 9.5 degrees of it at the default exponent):
+            # 0 elsewhere, which also keeps denormal floats (slow on CPU) out of the sky
+            edge = math.exp(math.log(1e-12) / cfg.sun_disc)
+            shows = bool(toward_sun.max() > edge)
+            disc = (col("sun_color"), F.threshold(toward_sun, edge, 0.0) ** cfg.sun_disc) if shows else None
+            sky = _sky(up @ view, zenith, horizon, ground, disc)
+            if foggy:
+                sky = sky + (fog_color[:, None] - sky) * 0.6
+            shown = torch.lerp(sky, color[:, band], geometry[band])  # exactly one or the other (a weight of 0 or 1)
+            color = torch.cat([color[:, :band.start], shown, color[:, band.stop:]], 1)
+        return color, shadow, occlusion

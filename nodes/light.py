@@ -1,6 +1,7 @@
 """Light nodes: a Light made on the canvas (or read from a prompt), and G-buffers shaded with it.
 
-Light (Alaya Flash) gives a LIGHT (streaming/render/lighting.py LightSchedule): a named preset, the
+Light (Alaya Flash) gives a LIGHT (streaming/render/lighting.py LightSchedule), which Refine with G-Buffers
+and Render G-Buffer Stream pass to a refiner that reads the light (nodes/render.py): a named preset, the
 sun's direction relative to the camera and its colour as widgets, or a text light (JSON, key=value
 pairs, 'FRAME: light' keyframes) that wins over the widgets. Light From Prompt reads one with the
 light head (model_zoo/light_head.py). Shade G-Buffers lights the passes with the shading prior alone
@@ -10,10 +11,9 @@ from __future__ import annotations
 
 from .base import Piecewise, StageNode, refuse
 from .gbuffers import GBUFFERS
-from .render import MOST_FRAMES, _last_frame, _Single
+from .render import LIGHT, MOST_FRAMES, _last_frame, _Single
 
 CATEGORY = "alaya-flash/light"
-LIGHT = "ALAYA_LIGHT"
 CUSTOM = "custom"
 
 
@@ -24,7 +24,8 @@ def _named():
 
 
 class Light:
-    DESCRIPTION = ("A light for Shade G-Buffers (and, as the models learn to read it, the sampler and refiner): a "
+    DESCRIPTION = ("A light for Refine with G-Buffers and Render G-Buffer Stream (a model whose refiner reads the "
+                   "light renders under it instead of the prompt's) and for Shade G-Buffers: a "
                    "preset's sun, sky and fog with the sun placed by azimuth (0 ahead of the camera, 90 left, 180 "
                    "behind, -90 right) and elevation; 'text' (JSON, key=value pairs such as az=90,el=30, or "
                    "'FRAME: light' lines the light moves through) wins over the widgets when not empty.")

@@ -45,9 +45,15 @@ class DecoderHandle:
 
 @dataclass
 class RefinerHandle:
-    """ALAYA_REFINER: the model's G-buffer refiner, or None when the model has none (Refine passes frames through)."""
+    """ALAYA_REFINER: the model's G-buffer refiner, or None when the model has none (Refine passes frames through);
+    model: the Flash model it belongs to (its name, and the prompt's light for a refiner that reads the light)."""
 
     module: Any
+    model: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.model.describe() if self.model is not None else "this model"
 
 
 @dataclass
@@ -204,7 +210,7 @@ class LoadFlashModel:
         _text_override(flash, text_encoder, dev)
         flash = runtime.accelerate(flash, backend)
         return (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash),
-                RefinerHandle(flash.refiner))
+                RefinerHandle(flash.refiner, flash))
 
 
 def load_tiny_decoder(path, device, dtype):

@@ -14,6 +14,7 @@ from . import comfy
 from .base import MODEL, Piecewise, StageNode, refuse, settings_line
 
 CATEGORY = "alaya-flash/render"
+LIGHT = "ALAYA_LIGHT"  # a LightSchedule (streaming/render/lighting.py), from the Light nodes (nodes/light.py)
 MOST_FRAMES = 8  # at most this many frames a piece inside one ComfyUI call (pieces are sized by time: base.Piecewise)
 DECODE_PIECE = 3  # latent frames a decoded piece (bounded memory; fixed: the decoders' frames depend on it)
 LATENTS = "ALAYA_LATENTS"
@@ -262,8 +263,9 @@ class Decode(StageNode):
 class Refine(StageNode):
     DESCRIPTION = ("Decoded frames + their G-buffers -> refined frames: the Flash model's G-buffer refiner restores "
                    "detail and colour the 8x-smaller latents lost, frame by frame (and, for a refiner that reads the "
-                   "prompt, the prompted lighting). Frames pass through unchanged when the model has no refiner. "
-                   "Connect the same G-buffers that fed Encode G-Buffers and the prompt that fed the sampler.")
+                   "prompt, the prompted lighting; for one that reads the light, the shading prior under each frame's "
+                   "light). Frames pass through unchanged when the model has no refiner. Connect the same G-buffers "
+                   "that fed Encode G-Buffers and the prompt that fed the sampler.")
     CATEGORY = CATEGORY
     STREAM_INPUTS = ("images", "gbuffers")
     RETURN_TYPES = ("IMAGE",)
@@ -278,19 +280,45 @@ class Refine(StageNode):
         }, "optional": {
             "prompt": ("ALAYA_PROMPT", {"tooltip": "The prompt the frames were sampled with (Encode Prompt); needed by a "
                                                    "refiner that reads the prompt, ignored otherwise."}),
+            "light": (LIGHT, {"tooltip": "The light, frame by frame (Light, Light From Prompt), for a refiner that reads "
+                                         "the light; unconnected: the prompt's, as the light head reads it. A model whose "
+                                         "refiner does not read the light refuses one."}),
         }}
 
-    def start_stream(self, refiner, prompt=None):
+    def start_stream(self, refiner, prompt=None, light=None):
         from ..model_zoo.errors import AlayaError
         from ..streaming.render.pipelines import Refine as RefineStage
 
+        where = "Refine with G-Buffers"
+        lights = refiner_lights(where, refiner, prompt, light)
         if refiner.module is None:  # frames pass through, with the bar and preview every node shows
             return Piecewise(_Refining(None), MOST_FRAMES, _last_frame)
         if refiner.module.text_dim and prompt is None:
-            raise AlayaError("Refine with G-Buffers: this model's refiner reads the prompt; connect the 'prompt' "
+            raise AlayaError(f"{where}: this model's refiner reads the prompt; connect the 'prompt' "
                              "input to the Encode Prompt node that feeds the sampler")
-        return Piecewise(_Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None)), MOST_FRAMES,
-                         _last_frame)
+        return Piecewise(_Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None, lights)),
+                         MOST_FRAMES, _last_frame)
+
+
+def refiner_lights(where: str, refiner, prompt, light):
+    """The LightSchedule a refiner gets: the connected light, or for a refiner that reads the light the prompt's
+    (the light head's reading); None when it reads none. A light connected to a model that does not read
+    one is refused (LightNotRead, naming the model), never ignored."""
+    from ..streaming.render.lighting import LightNotRead, LightSchedule, prompt_lights, unread_light
+
+    if light is not None:
+        refuse(where, [None if isinstance(light, LightSchedule) else
+                       f"light must come from a Light node, got {type(light).__name__}"])
+        why = unread_light(refiner.module, refiner.name)
+        if why:
+            raise LightNotRead(f"{where}: light", why)
+        return light
+    if refiner.module is None or not getattr(refiner.module, "reads_light", False):
+        return None
+    if prompt is None or refiner.model is None:
+        refuse(where, ["this model's refiner reads the light: connect a 'light' (or the 'prompt', whose light the "
+                       "light head reads)"])
+    return prompt_lights(refiner.model, prompt)
 
 
 class _Refining:

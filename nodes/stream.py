@@ -4,7 +4,7 @@ Inside ComfyUI every node runs once over the whole sequence, so a graph of separ
 whole clip in memory (G-buffers, latents, frames). This node reads the clip, encodes, samples, decodes,
 refines and writes it a chunk at a time through the one chunk loop (streaming/render/driver.py), as
 `alaya-flash run` does, so its memory stays flat however long the clip; the frames are those of the
-render workflow for the same seed and chunk.
+render workflow for the same seed and chunk. Its optional light reaches the refiner as Refine's does.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from . import comfy
 from .base import refuse
 from .gbuffers import LoadGBuffers, _chunk_input
 from .output import FORMATS, Save, _Saving, destination
-from .render import SEED, FlashSampler, _own, flash_settings
+from .models import RefinerHandle
+from .render import LIGHT, SEED, FlashSampler, _own, flash_settings, refiner_lights
 
 CATEGORY = "alaya-flash/render"
 
@@ -50,6 +51,10 @@ class RenderGBufferStream:
             "format": (FORMATS, {"default": "mp4", "tooltip": save["format"][1]["tooltip"]}),
             "fps": save["fps"],
             "overwrite": save["overwrite"],
+        }, "optional": {
+            "light": (LIGHT, {"tooltip": "The light, frame by frame (Light, Light From Prompt), for a model whose refiner "
+                                         "reads the light; unconnected: the prompt's. A model whose refiner does not read "
+                                         "the light refuses one."}),
         }}
 
     @classmethod
@@ -61,7 +66,7 @@ class RenderGBufferStream:
         return LoadGBuffers.IS_CHANGED(path)
 
     def render(self, model, prompt, path, start, frames, width, height, chunk, seed, steps, chunk_frames, window_frames,
-               sink_frames, filename, format, fps, overwrite):
+               sink_frames, filename, format, fps, overwrite, light=None):
         from ..streaming.render.cpu import cpu_plan
         from ..streaming.render.driver import StageGraph, Step, drive
         from ..streaming.render.pipelines import flash_steps
@@ -69,8 +74,9 @@ class RenderGBufferStream:
         named = Save.VALIDATE_INPUTS(filename)  # checked here: this node's VALIDATE_INPUTS takes only `path`
         refuse("Render G-Buffer Stream", FlashSampler.check_values(steps, chunk_frames, window_frames, sink_frames)
                + [None if named is True else named] + Save.check_values(filename, format, overwrite))
+        lights = refiner_lights("Render G-Buffer Stream", RefinerHandle(model.refiner, model), prompt, light)
         source = LoadGBuffers().open_stream(path, "auto", start, frames, 1, "stretch", width, height, chunk)
-        steps_ = flash_steps(model, prompt, seed, steps=_own(steps), chunk_frames=_own(chunk_frames),
+        steps_ = flash_steps(model, prompt, seed, lights=lights, steps=_own(steps), chunk_frames=_own(chunk_frames),
                              window_frames=_own(window_frames), sink_frames=_own(sink_frames))
         saving = _Saving(destination(filename, format), format, fps, overwrite)
         wiring = {"images": (steps_[-1].name, 0)} | ({"gbuffers": ("gbuffers", 0)} if format == "npy" else {})
@@ -89,7 +95,7 @@ class RenderGBufferStream:
             bar.total = max(bar.total, stats.frames)
             bar.update(stats.frames - bar.done, preview=saving.last if bar.bar is not None else None)
 
-        # inside ComfyUI on a CPU the stages run as the CLI's 2 lanes (one thread each: node_run), the
+        # inside ComfyUI on a CPU the stages run on 2 lanes as in the CLI (one thread each: node_run), the
         # frames those of one thread; an error or a cancel aborts every stage: the output's temporary file goes
         lanes = cpu_plan().lanes if comfy.in_comfyui() and comfy.torch_device().type == "cpu" else None
         with comfy.node_run():

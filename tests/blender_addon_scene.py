@@ -2,7 +2,7 @@
 
     .venv-bpy/bin/python tests/blender_addon_scene.py OUT_FOLDER
 
-Installs and enables scripts/alaya_flash_blender_addon.py with Blender's own operators (into a
+Installs and enables integrations/blender/alaya_flash_blender_addon.py with Blender's own operators (into a
 throw-away user-resources folder, BLENDER_USER_RESOURCES, set by the caller), builds the scene
 below (a floor, two boxes, three Principled materials with linked and constant inputs, one
 emission-only material, a camera that moves and turns over 4 frames), points the render output at
@@ -19,7 +19,7 @@ import math
 import sys
 from pathlib import Path
 
-ADDON = Path(__file__).resolve().parents[1] / "scripts" / "alaya_flash_blender_addon.py"
+ADDON = Path(__file__).resolve().parents[1] / "integrations" / "blender" / "alaya_flash_blender_addon.py"
 SIZE = 32  # width = height, pixels
 FRAMES = 4
 LENS_MM, SENSOR_MM = 20.0, 24.0  # sensor fit VERTICAL: fov_y = 2 atan(12 / 20) = 61.9 degrees

@@ -22,23 +22,33 @@ class TintRenderer:
 
     chunk_frames = 4
     held_frames = 1  # returned with the next chunk (the hello says so)
+    light_problem = None  # it "reads" a light: a light set live shifts the tint from the next chunk
 
     def __init__(self):
         self.tint = np.zeros(3, np.uint16)
+        self.light_tint = np.zeros(3, np.uint16)
         self.held = None
 
     def reset(self):
         self.held = None
 
     def set_prompt(self, text):
-        self.tint = np.frombuffer(hashlib.sha256(text.encode()).digest()[:3], np.uint8).astype(np.uint16)
+        self.tint = _hash3(text)
+
+    def set_light(self, light, offset=0):
+        self.light_tint = np.zeros(3, np.uint16) if light is None else _hash3(repr(light.to_dict()))
 
     def render(self, chunk):
-        out = ((chunk[:, 0].astype(np.uint16) + self.tint) // 2).astype(np.uint8)
+        tint = (self.tint + self.light_tint) % 256
+        out = ((chunk[:, 0].astype(np.uint16) + tint) // 2).astype(np.uint8)
         if self.held is not None:
             out = np.concatenate([self.held, out])
         self.held = out[-1:]
         return out[:-1]
+
+
+def _hash3(text: str) -> np.ndarray:
+    return np.frombuffer(hashlib.sha256(text.encode()).digest()[:3], np.uint8).astype(np.uint16)
 
 
 def start_server(renderer=TintRenderer, max_sessions: int = 4, use_webrtc: bool = True, token: str | None = None,

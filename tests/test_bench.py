@@ -40,6 +40,7 @@ def test_bench_reports_every_stage_of_the_flash_pipeline(fmt, capsys):
     shade = r["shade"]  # the shading prior on the same G-buffers, one thread, chunks after the first
     assert shade["threads"] == 1 and shade["chunks"] >= 1
     assert 0 < shade["ms_per_frame_median"] <= shade["ms_per_frame_worst"]
+    assert 0 < shade["cpu_ms_per_frame_median"] <= shade["ms_per_frame_median"]  # a thread's CPU time is within its wall time
 
 
 def test_bench_leaves_the_shading_prior_out_when_told(capsys):

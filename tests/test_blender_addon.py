@@ -2,7 +2,7 @@
 
 tests/blender_addon_scene.py runs in a Python with the `bpy` wheel (Blender 5.0.1 as a module; its
 own venv, .venv-bpy, because bpy pins numpy<2 and Python 3.11: see the Makefile): it installs the
-add-on scripts/alaya_flash_blender_addon.py with Blender's own operators, builds a small scene
+add-on integrations/blender/alaya_flash_blender_addon.py with Blender's own operators, builds a small scene
 (a floor, two boxes, a camera that moves and turns over 4 frames, 32x32) and presses the add-on's
 "Render G-Buffers (Fast)" (Cycles, 1 sample, no bounces). This test then runs `alaya-flash gbuffers
 info` and `alaya-flash render` on that folder as it is, and checks every pixel the reader gives

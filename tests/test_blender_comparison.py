@@ -1,4 +1,4 @@
-"""scripts/blender_comparison.py's compare half on a tiny synthetic street (no Blender, no model):
+"""integrations/blender/blender_comparison.py's compare half on a tiny synthetic street (no Blender, no model):
 the report's figures for a render equal to the truth and for one without cast shadows."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bc():
-    spec = importlib.util.spec_from_file_location("blender_comparison", ROOT / "scripts" / "blender_comparison.py")
+    spec = importlib.util.spec_from_file_location("blender_comparison", ROOT / "integrations" / "blender" / "blender_comparison.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -1,6 +1,6 @@
-"""Real Blender exports: tests/data/engines/blender{4,5}/, rendered by scripts/blender_fixtures.py
+"""Real Blender exports: tests/data/engines/blender{4,5}/, rendered by integrations/blender/blender_fixtures.py
 with the bpy wheels 4.5.4 LTS and 5.0.1 (Cycles, 16x16, 3 frames, known scene and materials),
-set up by the Blender add-on scripts/alaya_flash_blender_addon.py (passes, AOVs fed from the
+set up by the Blender add-on integrations/blender/alaya_flash_blender_addon.py (passes, AOVs fed from the
 Principled BSDF, one of them through a link, multilayer EXR, camera.json).
 
 What the files themselves show (and these tests pin): Blender 4.5 writes multilayer EXR as one

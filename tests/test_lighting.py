@@ -63,17 +63,60 @@ def text_encoder():
 
 def test_the_shipped_light_head_reads_held_out_wordings(text_encoder):
     """The shipped head on the paraphrases no stage trains on, with side phrasings none trains on either
-    (training/light_head.py): figures the model card quotes, as floors."""
+    (training/light_head.py): figures docs/lighting.md quotes, as floors (the issue's 90% on every side)."""
     from alaya_flash.model_zoo import light_head
     from alaya_flash.training.light_head import examples, score
 
-    heldout = examples("heldout")
-    train_texts = {t for t, _, _ in examples("train")}
-    assert not train_texts & {t for t, _, _ in heldout}
-    r = score(light_head.load(), text_encoder, heldout)
+    r = score(light_head.load(), text_encoder, examples("heldout"))
     assert r["preset_rate"] >= 0.95 and r["none_rate"] >= 0.95
-    assert r["side_rate_by_side"]["left"] >= 0.9 and r["side_rate_by_side"]["right"] >= 0.9
+    assert all(r["side_rate_by_side"][s] >= 0.9 for s in ("ahead", "left", "behind", "right")), r["side_rate_by_side"]
     assert r["elevation_error_deg"]["within_10"] >= 0.95
+
+
+def test_no_held_out_side_phrase_or_wording_is_trained_on_and_every_side_is_named_as_often():
+    """The held-out set stays held out: no training text contains a held-out side phrase or is a held-out
+    text; the training texts name each side as often (within 1%), each side 60 times in the held-out set."""
+    from collections import Counter
+
+    from alaya_flash.training.light_head import examples
+    from alaya_flash.training.side_phrases import HELDOUT
+
+    train, heldout = examples("train"), examples("heldout")
+    texts = [t for t, _, _ in train]
+    assert not set(texts) & {t for t, _, _ in heldout}
+    phrases = [p.format(light=light) for light in ("sun", "moon") for side in HELDOUT.values() for p in side]
+    assert not [t for t in texts if any(p in t for p in phrases)]
+    assert not [t for t in texts if "photographer" in t or " lens" in t]
+    sides = Counter(s for _, _, s in train)
+    assert max(sides[s] for s in HELDOUT) <= 1.01 * min(sides[s] for s in HELDOUT)
+    assert Counter(s for _, _, s in heldout) == {"none": 22, **{s: 60 for s in HELDOUT}}
+
+
+@pytest.mark.parametrize("word", ["viewer", "camera", " us ", "shadows", "shining", "straight", "far", "towards"])
+def test_the_side_phrases_share_their_incidental_words_across_sides(word):
+    """A word that does not name the side appears in every side's training phrases, at least a fifth as
+    often as in the side that uses it most: the head cannot learn a side from it (the first head read
+    "the sun straight ahead of the viewer" as behind: "viewer" was in behind phrases only)."""
+    import random
+
+    from alaya_flash.training.side_phrases import SIDES, side_phrase
+
+    rng = random.Random(0)
+    counts = {s: sum(word in f" {side_phrase(s, 'sun', rng)} " for _ in range(2000)) for s in SIDES}
+    assert min(counts.values()) >= 0.2 * max(counts.values()) > 0, counts
+
+
+def test_side_phrases_never_draw_a_held_out_phrase():
+    """side_phrase skips what contains a held-out phrase: a grammar that could only make held-out phrases
+    for a side still terminates on the others and never returns one."""
+    import random
+
+    from alaya_flash.training import side_phrases
+
+    rng = random.Random(0)
+    drawn = {side_phrases.side_phrase("left", "sun", rng) for _ in range(2000)}
+    assert "the sun to the viewer's left" not in drawn and "the sun off to the left" not in drawn
+    assert any("the viewer's left" in d for d in drawn)  # other wordings of the same parts are drawn
 
 
 def test_a_prompt_schedule_becomes_a_light_schedule_that_cuts_at_each_entry(text_encoder):
@@ -138,7 +181,7 @@ def test_the_light_head_stage_trains_a_head_that_loads(tmp_path):
 
     out = tmp_path / "head"
     assert main(["--quiet", "train", "light-head", "--config", "training/configs/light-head.json",
-                 "--set", f"out={json.dumps(str(out))}", "--set", "steps=3"]) == 0
+                 "--set", f"out={json.dumps(str(out))}", "--set", "steps=3", "--set", "side_phrases=1"]) == 0
     head = light_head.load(out / "light_head.safetensors")
     assert head.names[0] == "bright_sunny" and "night_lamps" in head.names
     report = json.loads((out / "report.json").read_text())

@@ -353,7 +353,7 @@ def test_bad_input_gets_an_error_and_leaves_another_session_alone():
     assert "shorter than the 32-byte header" in says[3]
     assert "payload of 100 bytes, expected 61440" in says[4]
     assert "frame 1: 32x32, but this session renders 64x64" in says[5] and errors[5]["frame"] == 1
-    assert "unknown message type 'control'; known: prompt, preset, ping" in says[6]
+    assert "unknown message type 'control'; known: prompt, preset, light, ping" in says[6]
     assert "unknown message type 'input'" in says[7] and "not valid JSON" in says[8]
     assert [f.number for f in got] == list(range(7))
 

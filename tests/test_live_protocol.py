@@ -53,7 +53,7 @@ def test_valid_messages_parse():
     ('{"type": "input", "move": ["\\ud800", 0]}', "not valid Unicode"),
     ("[" * 4000, f"nests 4000 levels deep; the limit is {MAX_DEPTH} levels"),
     ('{"type": "ping", "t": ' + "[" * 2000 + "]" * 2000 + "}", "the limit is"),
-    ('{"type": "input", "move": [[[[0]]], 0]}', "the limit is"),
+    ('{"type": "input", "move": [[[[[0]]]], 0]}', "the limit is"),
     ('{"type": "ping", "t": ' + "9" * 4000 + "}", "must be a number in"),
     ('{"type": "input", "move": [-' + "9" * 3000 + ', 0]}', "must be a number in"),
     ('{"type": "ping", "t": 1e99999}', "must be a number in"),

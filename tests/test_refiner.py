@@ -90,7 +90,7 @@ def test_the_pipeline_times_the_refine_stage(flash, prompts):
 
 def test_refine_stage_pairs_in_order_and_refuses_leftovers():
     class Albedo:  # a stand-in refiner whose output is the albedo pass: shows which G-buffer each frame got
-        def refine(self, frames, gbuffers, text=None):
+        def refine(self, frames, gbuffers, text=None, light=None, depth_near=None):
             return gbuffers[:, 0].float() / 255
 
     g = _gbuffers(6)

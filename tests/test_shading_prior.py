@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from alaya_flash.model_zoo.light import PACKED, Light, pack
-from alaya_flash.model_zoo.shading_prior import PRIOR_CHANNELS, PriorConfig, ShadingPrior, direction
+from alaya_flash.model_zoo.light import PACKED, SLICES, Light, pack
+from alaya_flash.model_zoo.shading_prior import PRIOR_CHANNELS, PriorConfig, ShadingPrior, _block_min, direction
 from alaya_flash.streaming import metrics
 from alaya_flash.streaming.gbuffer import GBufferFrame, frame_to_teacher
 
@@ -199,9 +199,24 @@ def test_given_the_truth_sun_visibility_the_prior_is_the_physics_world_truth(pre
 
 
 def test_the_prior_is_differentiable_in_the_light():
+    """Gradients reach the light, and the graph-building pass renders what inference renders (it keeps the fog
+    term that inference skips at zero density)."""
     h = w = 16
     images = _frame(np.full((h, w), 3.0), np.broadcast_to(np.array([0.0, 0.6, 0.8]), (h, w, 3)))
     light = pack(Light())[0].requires_grad_(True)
-    ShadingPrior()(images, light)[:3].mean().backward()
+    out = ShadingPrior()(images, light)
+    out[:3].mean().backward()
     assert light.grad.shape == (PACKED,)
     assert light.grad.abs().sum() > 0 and torch.isfinite(light.grad).all()
+    assert light.grad[SLICES["fog_density"]].abs().sum() > 0  # fog is still a function of its density at 0
+    with torch.inference_mode():
+        assert torch.equal(ShadingPrior()(images, light.detach()), out.detach())
+
+
+def test_block_minima_by_strided_views_are_min_pooling():
+    """The shadows' s x s block minima (a minimum of strided views where s divides the frame) are min-pooling's."""
+    g = torch.rand(48, 40) * 10
+    g[torch.rand(48, 40) < 0.2] = math.inf  # the background
+    for stride in (2, 4):
+        want = -torch.nn.functional.max_pool2d(-g[None, None], stride, ceil_mode=True)[0, 0]
+        assert torch.equal(_block_min(g, stride), want)

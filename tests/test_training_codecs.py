@@ -1,5 +1,5 @@
 """The vae and codecs stages: crops from the cached latents, the motion, boundary and chroma losses,
-resume and init, devices, config checking, and scripts/codec_quality.py."""
+resume and init, devices, config checking, and benchmarks/codec_quality.py."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import torch
 
 from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
-from training_helpers import load_script, write
+from training_helpers import load_benchmark, write
 
 
 def test_codecs_from_cached_latents_cut_aligned_crops(runs, tmp_path, capsys):
@@ -193,9 +193,9 @@ def test_vae_stage_starts_from_another_runs_weights(runs, tmp_path, capsys):
 
 
 def test_codec_quality_script_reports_the_control_ceiling(runs, capsys):
-    """scripts/codec_quality.py: each decoder's round trip of every preset is scored for the eval's
+    """benchmarks/codec_quality.py: each decoder's round trip of every preset is scored for the eval's
     nearest-preset control, with a rate per clip and preset and its smallest margin."""
-    script = load_script("codec_quality")
+    script = load_benchmark("codec_quality")
     assert script.main(["--data", str(runs / "data"), "--vae", str(runs / "vae"), "--codecs", str(runs / "codecs"),
                         "--clips", "1", "--frames", "9"]) == 0
     report = json.loads(capsys.readouterr().out)

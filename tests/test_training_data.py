@@ -1,5 +1,5 @@
 """Training data: the rendered dataset (splits, presets, the turned ground truth of sun_turns),
-its wordings, its config checking, and scripts/sun_side.py."""
+its wordings, its config checking, and benchmarks/sun_side.py."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.streaming.cli import main
-from training_helpers import load_script, write
+from training_helpers import load_benchmark, write
 
 
 def test_turned_ground_truth_is_the_same_whichever_way_the_world_faces(monkeypatch):
@@ -99,9 +99,9 @@ def test_every_preset_has_distinct_training_heldout_refiner_and_anchor_wordings(
 
 
 def test_sun_side_script_scores_the_blend_and_the_wrong_side(capsys):
-    """scripts/sun_side.py: on a new scene the blend of four sun azimuths is nearer bright_sunny's
+    """benchmarks/sun_side.py: on a new scene the blend of four sun azimuths is nearer bright_sunny's
     ground truth than the sun turned to the other side is; the turned sun is nearer overcast's."""
-    script = load_script("sun_side")
+    script = load_benchmark("sun_side")
     assert script.main(["--seeds", "100000", "--size", "48", "--frames", "5", "--stride", "2"]) == 0
     (report,) = json.loads(capsys.readouterr().out)
     assert report["blend"]["psnr_sunny_db"] > report["turned"]["psnr_sunny_db"]
@@ -127,3 +127,20 @@ def test_a_clip_records_the_light_its_truth_was_shaded_with(tmp_path):
                              up=torch.from_numpy(clip["up"]), sun_visibility=torch.ones(5, 32, 32), ao=False)
         truth = torch.from_numpy(clip["rgb"][p]).permute(0, 3, 1, 2).float() / 255
         assert metrics.psnr(out[:, :3], truth) >= 45.0
+
+
+def test_a_world_v2_clip_records_its_scenes_exposure_in_the_light():
+    """World v2's truth is tone-mapped with the preset's exposure times the scene's (interiors 2x): the
+    recorded light carries both, so the prior exposes as the truth does."""
+    import numpy as np
+
+    from alaya_flash.model_zoo.light import SLICES
+    from alaya_flash.streaming.world.traced import TRACED_PRESETS
+    from alaya_flash.training.data import DataConfig, render_traced_clip
+
+    cfg = DataConfig(width=16, height=16, frames=5, train_clips=1, heldout_clips=0, world="pathtrace",
+                     scenes=("interior",), presets=("bright_sunny",), spp=1).validate()
+    clip, info = render_traced_clip(cfg, 3)
+    assert info["scene"] == "interior"
+    exposure = clip["light"][0, :, SLICES["exposure"]]
+    assert np.allclose(exposure, TRACED_PRESETS["bright_sunny"].base.exposure * 2.0)

@@ -1,6 +1,5 @@
 """The refiner stage: fitting the model's own frames, the prompt-reading config, the render cache,
-the turned target, novel wordings, mirrored crops, devices, config checking, and
-scripts/compare_refiners.py."""
+the turned target, novel wordings, mirrored crops, devices and config checking."""
 from __future__ import annotations
 
 import json
@@ -10,7 +9,7 @@ import torch
 
 from alaya_flash.training import common
 from alaya_flash.streaming.cli import main
-from training_helpers import load_script, write
+from training_helpers import write
 
 
 def test_refiner_stage_fits_the_models_frames_to_the_ground_truth(runs, tmp_path):
@@ -373,37 +372,6 @@ def test_mirrored_refiner_crops_turn_the_normals_with_the_image():
     assert torch.equal(back[0], rgb) and torch.allclose(back[1], planes) and torch.equal(back[2], target)
 
 
-def test_compare_refiners_gives_evals_figures_from_frames_rendered_once(runs, tmp_path, capsys):
-    """scripts/compare_refiners.py: a model folder's own refiner, and none, score what `alaya-flash
-    eval` reports with and without it; a second call reads the cached frames; a refiner run scores."""
-    script = load_script("compare_refiners")
-    model, data = str(runs / "model"), str(runs / "data")
-    common_args = ["--clips", "1", "--presets", "bright_sunny,moonlit_night", "--precision", "fp32"]
-    reports = {}
-    for flag in ([], ["--no-refiner"]):
-        assert main(["--quiet", "eval", "--model", model, "--data", data, "--no-teacher", "--runtime-frames", "5",
-                     "--runtime-size", "32", "--heldout-wordings", "1", "--json", *common_args, *flag]) == 0
-        reports[bool(flag)] = json.loads(capsys.readouterr().out)["student"]
-    cache = tmp_path / "frames.safetensors"
-    args = [model, "none", str(runs / "refiner"), "--model", model, "--data", data, "--cache", str(cache), *common_args]
-    for call in range(2):
-        assert script.main(args) == 0
-        captured = capsys.readouterr()
-        assert ("rendered clip 1/1" in captured.err) == (call == 0)  # the second call reads the cache
-        own, plain, run = [json.loads(line) for line in captured.out.splitlines()]
-        for got, report in ((own, reports[False]), (plain, reports[True])):
-            assert got["content"]["psnr_db"] == pytest.approx(report["content"]["psnr_db"], abs=1e-4)
-            assert got["content"]["ssim"] == pytest.approx(report["content"]["ssim"], abs=1e-5)
-            for kind in ("train_wordings", "heldout_wordings"):
-                assert got["control"][kind]["nearest_rate"] == report["control"][kind]["nearest_rate"]
-                assert got["control"][kind]["margin_db"] == pytest.approx(report["control"][kind]["margin_db"], abs=1e-4)
-        assert run["candidate"] == str(runs / "refiner") and run["content"]["psnr_db"] > 0
-    assert script.main([str(tmp_path), "--model", model, "--data", data, *common_args]) == 1
-    assert f"compare_refiners: {tmp_path}: no checkpoint here; run `alaya-flash train refiner` first" in capsys.readouterr().err
-    assert script.main([model, "--model", model, "--data", data, "--cache", str(tmp_path / "frames.pt"), *common_args]) == 1
-    assert "--cache " + str(tmp_path / "frames.pt") + ": frames are kept in a .safetensors file" in capsys.readouterr().err
-
-
 def test_light_refiner_stage_reads_the_prior_under_each_clips_recorded_light(runs, tmp_path):
     """A light-reading refiner trains on the renders beside the shading prior's planes under each clip's
     recorded light (cached: a second run shades nothing again); its frames come nearer the truth, and
@@ -440,3 +408,18 @@ def test_light_refiner_stage_reads_the_prior_under_each_clips_recorded_light(run
     assert sum(after) < 0.8 * sum(before)
     other = pack(Light(sun_azimuth=-170.0, sun_elevation=5.0)).expand(len(frames), -1)
     assert not torch.allclose(net.refine(frames, gb, text, other), net.refine(frames, gb, text, torch.from_numpy(clips.light[1, q])), atol=1e-3)
+
+
+def test_mix_clips_sets_how_many_of_the_mixed_worlds_clips_are_rendered(mixed, tmp_path, capsys):
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import RefinerStageConfig, model_renders
+
+    cfg = common.config_from_dict({"model": str(mixed / "model"), "data": str(mixed / "data"), "clips": 2,
+                                   "mix_data": str(mixed / "mix-data"), "mix_rate": 0.5, "mix_clips": 1,
+                                   "precision": "fp32", "out": str(tmp_path / "r")}, RefinerStageConfig)
+    mix = ClipSet(mixed / "mix-data", "train")
+    assert len(model_renders(cfg, mix, None, mix=True)[0]) == 1
+    assert len(model_renders(cfg, ClipSet(mixed / "data", "train"), None)[0]) == 2
+    bad = {"out": str(tmp_path / "x"), "model": str(mixed / "model"), "data": str(mixed / "data"), "mix_clips": -1}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "bad.json", bad)]) != 0
+    assert "mix_clips -1" in capsys.readouterr().err

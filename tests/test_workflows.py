@@ -52,7 +52,7 @@ def test_no_stray_workflow_files():
 
 def test_every_template_has_its_thumbnail():
     """ComfyUI's template browser shows workflows/NAME.jpg beside each NAME.json (a 404 is a blank card):
-    a small JPEG, rendered from the workflow itself by scripts/make_workflows.py --thumbnails."""
+    a small JPEG, rendered from the workflow itself by integrations/comfyui/make_workflows.py --thumbnails."""
     from PIL import Image
 
     assert {p.stem for p in WORKFLOWS.glob("*.jpg")} == {p.stem for p in WORKFLOWS.glob("*.json")}
@@ -74,10 +74,10 @@ def test_node_pack_conventions():
 
 
 def test_generator_output_is_what_is_saved(tmp_path, monkeypatch):
-    """workflows/ is what scripts/make_workflows.py writes (no hand edits drifting from it)."""
+    """workflows/ is what integrations/comfyui/make_workflows.py writes (no hand edits drifting from it)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_workflows", WORKFLOWS.parent / "scripts" / "make_workflows.py")
+    spec = importlib.util.spec_from_file_location("make_workflows", WORKFLOWS.parent / "integrations" / "comfyui" / "make_workflows.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for name, graph in mod.WORKFLOWS.items():
@@ -106,4 +106,4 @@ def test_every_workflow_runs_as_shipped_on_the_bundled_sample(tmp_path, monkeypa
 def test_node_reference_lists_every_node():
     text = (WORKFLOWS.parent / "docs" / "nodes.md").read_text()
     for node_id in NODES:
-        assert f"(`{node_id}`)" in text, f"docs/nodes.md lacks {node_id}; run scripts/node_reference.py"
+        assert f"(`{node_id}`)" in text, f"docs/nodes.md lacks {node_id}; run integrations/comfyui/node_reference.py"

@@ -406,16 +406,16 @@ def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
 
 
 def test_caption_sides_script_measures_the_side_apart_from_preset_and_scene():
-    """scripts/caption_sides.py: an encoder that drops the side phrase puts sides 0 apart and keeps presets and
+    """benchmarks/caption_sides.py: an encoder that drops the side phrase puts sides 0 apart and keeps presets and
     scene kinds apart; one that reads only the side phrase does the reverse."""
     import re
 
     import torch
-    from training_helpers import load_script
+    from training_helpers import load_benchmark
 
     from alaya_flash.streaming.world.traced.presets import PHRASES
 
-    script = load_script("caption_sides")
+    script = load_benchmark("caption_sides")
     side = re.compile("|".join(re.escape(p.format(light=light)) for p in PHRASES.values() for light in ("sun", "moon")))
 
     vocabulary: dict[str, int] = {}

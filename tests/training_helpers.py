@@ -1,4 +1,4 @@
-"""Shared pieces of the training tests: config files, the tiny DiT, every stage run once, the scripts.
+"""Shared pieces of the training tests: config files, the tiny DiT, every stage run once, the benchmarks.
 
 `build_runs` is the body of the session-scoped `runs` fixture (conftest.py): every test file of the
 training recipe reads the same runs, made once per test session.
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 from alaya_flash.streaming.cli import main
@@ -20,12 +21,17 @@ def write(path, cfg: dict):
     return str(path)
 
 
-def load_script(name: str):
-    """scripts/NAME.py, imported as a module (the scripts folder is not a package)."""
-    path = ROOT / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def load_benchmark(name: str):
+    """benchmarks/NAME.py, imported as a module (the folder is not a package; its scripts import _common
+    as a sibling, as they do when run as files)."""
+    folder = str(ROOT / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
     return module
 
 

@@ -167,7 +167,7 @@ def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dic
     suffix = (lambda n: f"_{n}") if len(names) > 1 else (lambda n: "")
     for frame, camera in world.frames(range(config.num_frames)):
         gbuffers.append(frame_to_teacher(frame))
-        lights.append(frame_lights(world.lighting, camera))
+        lights.append(frame_lights(world.lighting, camera, world.desc.exposure))
         rgb.append([frame.extras["rgb" + suffix(n)] for n in names])
         if passes > 1:
             noise.append([frame.extras["truth_noise_mse" + suffix(n)] for n in names])
@@ -186,14 +186,17 @@ def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dic
     return clip, info
 
 
-def frame_lights(lightings, camera) -> tuple[np.ndarray, np.ndarray]:
+def frame_lights(lightings, camera, exposure: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Each preset's light as the shading prior reads it for this camera (packed, camera-relative: the sun's
-    azimuth from the camera's heading) and the camera's up vector: what each frame was lit by."""
+    azimuth from the camera's heading; `exposure`: the scene's, times the preset's, as world v2's truth is
+    tone-mapped) and the camera's up vector: what each frame was lit by."""
     from ..model_zoo.light import pack
     from ..streaming.world.shading import heading, light_of
 
     facing = heading(camera)
-    return pack([light_of(p, facing) for p in lightings]).numpy(), (camera.rotation @ np.array([0.0, 0.0, 1.0])).astype(np.float32)
+    lights = [light_of(p, facing) for p in lightings]
+    lights = [lt.replace(exposure=lt.exposure * exposure) for lt in lights] if exposure != 1.0 else lights
+    return pack(lights).numpy(), (camera.rotation @ np.array([0.0, 0.0, 1.0])).astype(np.float32)
 
 
 def _stack_lights(lights: list) -> dict[str, np.ndarray]:

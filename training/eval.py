@@ -65,7 +65,7 @@ def _clips(args, size):
     keep = getattr(args, "heldout_wordings", 0) or None
     if keep is not None and keep < 0:
         raise AlayaError(f"--heldout-wordings {keep}: give a count >= 1, or 0 for all")
-    # "heldout": the first paraphrase (scripts/compare_refiners.py's); "heldout_all": those eval scores
+    # "heldout": the first paraphrase; "heldout_all": those eval scores
     return clips, names, {n: {"train": wordings(n, "train")[0], "heldout": wordings(n, "heldout")[0],
                               "heldout_all": wordings(n, "heldout")[:keep]} for n in names}
 

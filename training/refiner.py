@@ -70,6 +70,7 @@ class RefinerStageConfig(StageConfig):
     # a mix_rate share of the crops come from them, so a refiner for two worlds learns both
     mix_data: str = ""
     mix_rate: float = 0.0
+    mix_clips: int = 0  # mix_data's clips to render (0: as many as `clips`)
     # share of a world v2 dataset's crops read with the clip's own caption (the only prompt naming the sun's
     # side; a mirrored crop's caption names the other side) instead of a training wording of the preset
     caption_rate: float = 0.0
@@ -94,8 +95,9 @@ class RefinerStageConfig(StageConfig):
             raise AlayaError(f"refiner stage: novel_share {self.novel_share} is not in [0, 1]")
         if not 0 <= self.prompt_dropout <= 1:
             raise AlayaError(f"refiner stage: prompt_dropout {self.prompt_dropout} is not in [0, 1]")
-        if self.crop <= 0 or self.clips < 0:
-            raise AlayaError(f"refiner stage: crop {self.crop} must be > 0 and clips {self.clips} >= 0")
+        if self.crop <= 0 or self.clips < 0 or self.mix_clips < 0:
+            raise AlayaError(f"refiner stage: crop {self.crop} must be > 0, clips {self.clips} and mix_clips "
+                             f"{self.mix_clips} >= 0")
         if not (Path(self.model) / "config.json").is_file():
             raise AlayaError(f"refiner stage: {self.model} is not a model folder (no config.json)")
 
@@ -133,7 +135,8 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from .prompts import prompts as wordings
 
-    n = len(clips) if cfg.clips == 0 else min(cfg.clips, len(clips))
+    wanted = cfg.mix_clips if mix and cfg.mix_clips else cfg.clips
+    n = len(clips) if wanted == 0 else min(wanted, len(clips))
     folder = Path(cfg.out) / ("renders-mix" if mix else "renders" if split == "train" else f"renders-{split}")
     recipe = {"model": str(cfg.model), "weights": _model_stamp(Path(cfg.model)), "data": str(cfg.mix_data if mix else cfg.data),
               "seed": cfg.seed, "precision": cfg.precision}

@@ -73,6 +73,17 @@ def model_path(text: str) -> Path:
     return shipped_models().get(text, path)  # not a shipped name either: the command says what is missing
 
 
+LIGHT_HELP = ("the light: JSON, key=value pairs (az=90,el=30,...: az 0 ahead, 90 left, 180 behind, -90 right; el "
+              "degrees above the horizon), a preset name first (sunset_dramatic,az=-90), or 'FRAME: light' lines the "
+              "light moves through (docs/lighting.md); wins over the prompt's")
+
+
+def add_light_argument(parser, reads: str = "") -> None:
+    """--light, as every command that renders under a light takes it (parsed by streaming/render/lighting.py
+    user_lights, with every named preset)."""
+    parser.add_argument("--light", metavar="LIGHT", help=LIGHT_HELP + reads)
+
+
 def add_backend_argument(parser) -> None:
     """--backend: which runtime runs the networks (applied by cli.main: model_zoo/runtime.configure)."""
     from ...model_zoo.runtime import BACKENDS

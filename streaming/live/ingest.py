@@ -4,6 +4,7 @@
     session.start()                          # the render thread; emits "hello" once the renderer is up
     session.admit(message, pending)          # a checked wire.GBufferMessage, in socket order
     session.offer_prompt("a snowy street")   # in socket order with the frames
+    session.offer_light(light)               # a Light (None: the prompt's), from the next frame sent on
     session.close()
 
 Each session has its own renderer, so its own stream state (KV cache, codec memories, prompt),
@@ -11,7 +12,10 @@ made by the server's make_renderer, which shares the loaded weights between sess
 (renderers.py). Frames and prompt changes wait in one queue in the order the engine sent them;
 the render thread takes `renderer.chunk_frames` frames per chunk. A prompt that arrives before a
 chunk's first frame renders that chunk; one that arrives mid-chunk renders from the next. So a
-prompt change shows within one chunk, at a frame the engine can tell from its own send order.
+prompt change shows within one chunk, at a frame the engine can tell from its own send order. A
+light change is exact to the frame: the frames sent after it render under it, those before under the
+light they were sent with (the renderer keys it by frame: renderers.py set_light), so an engine that
+moves its sun sends its light with each frame (client.send(..., light=...)).
 
 Every admitted frame is answered exactly once, in order: its rendered frame (wire.py's frame
 message, raw RGB, the frame number and send time echoed, the server's timings) or a one-line
@@ -41,6 +45,7 @@ from ..render.cpu import use_stream_threads
 from ..gbuffer import DEFAULT_DEPTH_NEAR, GBufferFrame, frame_to_teacher
 from .page_session import MAX_INFLIGHT, recent_fps
 from .renderers import LiveRenderer
+from .protocol import ProtocolError
 from .wire import (FORM_UINT8, MAX_PIXELS, MAX_SIDE, VERSION, FrameError, GBufferMessage, float_pass_problem,
                    pack_frame)
 
@@ -56,11 +61,16 @@ class _Item:
     received: float  # perf_counter when the server read it
 
 
+@dataclass
+class _Light:
+    light: object  # a Light (model_zoo/light.py), or None: the prompt's light
+
+
 class EngineSession:
     def __init__(self, session_id: int, make_renderer: Callable[[], LiveRenderer], prompt: str,
                  emit: Callable[[str, bytes | str], None]):
         self.id, self.make_renderer, self.prompt, self.emit = session_id, make_renderer, prompt, emit
-        self._queue: deque[_Item | str] = deque()  # frames and prompt texts, in socket order
+        self._queue: deque[_Item | str | _Light] = deque()  # frames, prompt texts and lights, in socket order
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -96,11 +106,28 @@ class EngineSession:
         self._put(_Item(message, time.perf_counter()))
 
     def offer_prompt(self, text: str) -> None:
+        self._offer(text)
+
+    def offer_light(self, light) -> None:
+        """A Light (None: the prompt's) for the frames sent after it; ProtocolError when this session's renderer
+        does not read a light."""
+        problem = getattr(self.renderer, "light_problem", None)
+        if problem:
+            raise ProtocolError(f"light: {problem}")
+        self._offer(_Light(light))
+
+    def _offer(self, change: str | _Light) -> None:
+        """Queue a prompt or light change; with no frame since the last change of its kind, it replaces that
+        one (so the queue holds at most one prompt and one light between two frames)."""
         with self._cond:
-            if self._queue and isinstance(self._queue[-1], str):  # no frame between: only the last counts
-                self._queue[-1] = text
+            i = len(self._queue) - 1
+            while i >= 0 and not isinstance(self._queue[i], _Item):
+                if type(self._queue[i]) is type(change):
+                    self._queue[i] = change
+                    break
+                i -= 1
             else:
-                self._queue.append(text)
+                self._queue.append(change)
             self._cond.notify()
 
     def _put(self, item: _Item) -> None:
@@ -126,7 +153,7 @@ class EngineSession:
 
     # ---- render thread ----------------------------------------------------------------------
 
-    def _take(self) -> _Item | str | None:
+    def _take(self) -> _Item | str | _Light | None:
         """The next frame or prompt in socket order; None once closed."""
         with self._cond:
             while not self._queue and not self._closed:
@@ -146,7 +173,7 @@ class EngineSession:
                 "type": "hello", "version": VERSION, "session": self.id, "first_chunk_frames": first,
                 "chunk_frames": steady, "held_frames": getattr(self.renderer, "held_frames", 0),
                 "max_inflight": self.max_inflight, "max_side": MAX_SIDE, "max_pixels": MAX_PIXELS,
-                "prompt": self.prompt}))
+                "prompt": self.prompt, "reads_light": not getattr(self.renderer, "light_problem", None)}))
             self._loop()
         except Exception as err:  # the engine hears it, the server and other sessions go on
             message = str(err) if isinstance(err, AlayaError) else f"{type(err).__name__}: {err}"
@@ -174,6 +201,9 @@ class EngineSession:
                     else:
                         self._set_prompt(item)
                     continue
+                if isinstance(item, _Light):
+                    self._set_light(item.light, len(chunk))
+                    continue
                 teacher = self._teacher(item)
                 if teacher is not None:
                     chunk.append((item, teacher))
@@ -192,6 +222,13 @@ class EngineSession:
         if text != self.prompt:
             self.renderer.set_prompt(text)
             self.prompt = text
+
+    def _set_light(self, light, offset: int) -> None:
+        """The light from the chunk's frame `offset` on; refused ones (this renderer reads none) are said, not fatal."""
+        try:
+            self.renderer.set_light(light, offset)
+        except AlayaError as err:
+            self.emit("frame_error", json.dumps({"type": "error", "message": f"light: {err}"}))
 
     def _teacher(self, item: _Item) -> np.ndarray | None:
         """The frame in teacher form, or None (answered with an error) when its float passes hold NaN,

@@ -7,7 +7,7 @@
     page.stop()                         # joins the thread, finishes a recording
 
 One render thread owns the source, the renderer and the recorder (the world's GL context and the
-model's state never cross threads). Per chunk it: 1. applies pending commands (reset, prompt,
+model's state never cross threads). Per chunk it: 1. applies pending commands (reset, prompt, light,
 source, recording) at the chunk boundary; 2. captures `renderer.chunk_frames` G-buffer frames,
 stepping the playable world with the held controls; 3. renders them; 4. emits each frame at
 its due time (1 / fps apart; when rendering is slower it emits as soon as ready), JPEG-encoded
@@ -136,6 +136,7 @@ class _Requests:
     prompt: str | None = None
     source: str | None = None
     record: bool | None = None
+    light: tuple | None = None  # (Light or None,): a light change (None inside: the prompt's light again)
     events: list = field(default_factory=list)
 
 
@@ -168,6 +169,7 @@ class PageSession:
         self.last_recording: Path | None = None
         self.player = None
         self.render_ms = 0.0
+        self.light = None  # the Light the page set (sliders), or None: the prompt's (or serve --light's)
         self.ready = threading.Event()  # set once the source and renderer are up
         self._emit_times: deque[float] = deque(maxlen=256)
         self._latencies: deque[float] = deque(maxlen=64)
@@ -207,6 +209,12 @@ class PageSession:
                 if a["name"] not in self.sources:
                     return f"source {a['name']!r} is not available (start the server with --gbuffers PATH)"
                 self._requests.source = a["name"]
+            elif cmd.type == "light":
+                problem = getattr(self.renderer, "light_problem", None) if self.renderer is not None else None
+                if problem:
+                    return f"light: {problem}"
+                self._requests.light = (a["light"],)
+                self._requests.events.append({"event": "light", "light": a["light"] and a["light"].to_dict()})
             elif cmd.type == "record":
                 self._requests.record = a["on"]
             elif cmd.type == "input":
@@ -235,6 +243,8 @@ class PageSession:
             "index": self.index,
             "prompt": self.prompt,
             "preset": self.preset,
+            "light": self.light.to_dict() if self.light is not None else None,
+            "light_problem": getattr(self.renderer, "light_problem", None) if self.renderer is not None else None,
             "source": self.source_name,
             "sources": list(self.sources),
             "recording": str(self.recording) if self.recording else None,
@@ -257,6 +267,8 @@ class PageSession:
         self.source = self._open_source(self.source_name)
         self.renderer = self.make_renderer()
         self.renderer.set_prompt(self.prompt)
+        if self.light is not None:  # the page's light outlives a rebuild after an error
+            self.renderer.set_light(self.light)
         self._inflight = deque()
         self.ready.set()
         self._clock0, self._paced = time.perf_counter(), 0
@@ -341,6 +353,12 @@ class PageSession:
             self.prompt = req.prompt
             if getattr(self.renderer, "prompt_restarts", False):  # its stream restarted: held frames are gone
                 self._inflight.clear()
+        if req.light is not None:
+            try:
+                self.renderer.set_light(req.light[0])  # from this chunk's first frame on
+                self.light = req.light[0]
+            except AlayaError as err:  # refused (this renderer does not read a light): the stream goes on
+                log.warning("live: the light was not applied: %s", err)
         if req.reset:
             self.source.reset()
             self.renderer.reset()

@@ -5,6 +5,9 @@ Client -> server: JSON text messages, at most MAX_MESSAGE_BYTES, one object with
   {"type": "control", "action": "start" | "pause" | "reset"}
   {"type": "prompt", "text": "..."}                 style change mid-stream (1..MAX_PROMPT_CHARS)
   {"type": "preset", "name": "sunset_dramatic"}     a lighting preset: its prompt (and look)
+  {"type": "light", "light": {...} | "..." | null}  the light from the next frame on: a JSON Light (any of
+                                                    its fields, model_zoo/light.py), its short form
+                                                    ("sunset_dramatic,az=90,el=20"), or null: the prompt's
   {"type": "source", "name": "world" | "file"}      switch source (file: only when the server has one)
   {"type": "input", "move": [right, forward], "yaw": deg, "pitch": deg, "zoom": rel,
    "jump": bool, "push": bool}                      held keys; applied every physics tick until the
@@ -38,9 +41,10 @@ MAX_MESSAGE_BYTES = 4096
 """Largest client message we parse; larger ones are refused (the socket's hard cap is WS_MAX_BYTES)."""
 WS_MAX_BYTES = 65536
 """aiohttp's receive limit: a client sending more is disconnected (close code 1009)."""
-MAX_DEPTH = 4
-"""Deepest nesting of arrays/objects a message may have (the protocol's own messages nest 2 deep:
-the object and input's "move"); checked before parsing, so no message can exhaust the parser's stack."""
+MAX_DEPTH = 5
+"""Deepest nesting of arrays/objects a message may have (the protocol's own messages nest at most 5 deep:
+a light's fill colour, message -> light -> fills -> fill -> [r, g, b]); checked before parsing, so no
+message can exhaust the parser's stack."""
 MAX_PROMPT_CHARS = 1000
 MAX_SDP_MESSAGE_BYTES = 16384
 """An SDP answer's message limit: a browser's answer with every ICE candidate of a machine with
@@ -119,9 +123,10 @@ _SCHEMA = {
     "webrtc": ({"on"}, lambda m, ctx: {"on": _bool(m, "on")}),
     "answer": ({"sdp"}, lambda m, ctx: {"sdp": _sdp(m)}),
     "input": ({"move", "yaw", "pitch", "zoom", "jump", "push"}, lambda m, ctx: _input(m)),
+    "light": ({"light"}, lambda m, ctx: {"light": _light(m)}),
 }
 TYPES = tuple(_SCHEMA)
-ENGINE_TYPES = ("prompt", "preset", "ping")
+ENGINE_TYPES = ("prompt", "preset", "light", "ping")
 """What an engine session (`/engine`) takes as text; its G-buffer frames are binary (wire.py)."""
 
 
@@ -135,6 +140,32 @@ def _input(msg: dict) -> dict:
         out[key] = _number(msg, key, -lim, lim)
     out["jump"], out["push"] = _bool(msg, "jump"), _bool(msg, "push")
     return out
+
+
+def _light(msg: dict):
+    """A checked Light (model_zoo/light.py), or None for the prompt's light. Imported here, on the server:
+    the engine's client imports this module without torch."""
+    if "light" not in msg:
+        raise ProtocolError("light: 'light' is missing: a JSON light object, its short form (az=90,el=30, a preset "
+                            "name first) or null for the prompt's light")
+    value = msg["light"]
+    if value is None:
+        return None
+    from ...model_zoo.errors import AlayaError
+    from ...model_zoo.light import Light
+    from ..render.lighting import named
+
+    try:
+        if isinstance(value, dict):
+            return Light.from_dict(value, "light")
+        if isinstance(value, str) and len(value) <= MAX_PROMPT_CHARS and not value.lstrip().startswith("{"):
+            return Light.parse(value, "light", named=named())
+    except AlayaError as err:
+        raise ProtocolError(" ".join(str(err).split())[:300]) from None
+    except (ArithmeticError, ValueError, TypeError) as err:  # e.g. an integer too large to become a float
+        raise ProtocolError(f"light: not a light ({type(err).__name__}: {str(err)[:80]})") from None
+    raise ProtocolError(f"light: 'light' must be a JSON light object, its short form (at most {MAX_PROMPT_CHARS} "
+                        f"characters) or null, got {value!r:.40}")
 
 
 def _depth(raw: str) -> int:

@@ -2,7 +2,8 @@
 
 `renderer_factory(...)` returns a zero-argument callable that the render thread calls once, so the
 model loads on the thread that uses it. Every renderer follows LiveRenderer:
-chunk_frames, reset(), set_prompt(text), render(uint8 (T, 5, H, W, 3)) -> uint8 (T', H, W, 3).
+chunk_frames, reset(), set_prompt(text), set_light(light, offset), light_problem,
+render(uint8 (T, 5, H, W, 3)) -> uint8 (T', H, W, 3).
 
 FlashLive drives streaming/render/pipelines.py's Flash stages (G-buffer encoder -> few-step AR sampler
 -> tiny streaming decoder) on an endless stream: it never flushes. It asks its session for exactly
@@ -10,7 +11,10 @@ the frames that complete the next autoregressive chunk (Wan's arithmetic: the fi
 latent frames covers 1 + 4(c - 1) pixel frames, every later one 4c), so each render call returns
 the frames it was given. A prompt change recomputes the text keys/values and keeps the KV cache
 (KVCacheSampler.set_prompt), so the style changes mid-stream without a cut; reset() starts the
-stream over with the same seed and the current prompt.
+stream over with the same seed and the current prompt. set_light(light, offset) changes the light a
+refiner that reads it gets, from the frame `offset` frames into the next render call on (a Light, or
+None: the prompt's light again), with no cut; `light_problem` says why a light would go unread (None
+when the model's refiner reads it).
 
 Several sessions (the page's stream and each engine's, streaming/live/ingest.py) share one
 factory: the model is loaded once, on the first call, and every session gets its own renderer
@@ -48,6 +52,10 @@ class LiveRenderer(Protocol):
 
     def set_prompt(self, text: str) -> None: ...
 
+    def set_light(self, light, offset: int = 0) -> None: ...
+
+    light_problem: str | None
+
     def render(self, chunk: np.ndarray) -> np.ndarray: ...
 
 
@@ -55,11 +63,17 @@ class FlashLive:
     """LiveRenderer over a Flash model (model_zoo.bundle.FlashModel)."""
 
     def __init__(self, model, seed: int = 0, fps: float = 30.0, chunk_latents: int | None = None,
-                 steps: int | None = None):
+                 steps: int | None = None, lights=None):
+        """lights: a LightSchedule (serve --light) the stream starts under, else the prompt's light."""
+        from ..render.lighting import unread_light
+
         self.model, self.seed, self.fps = model, seed, fps
         self.chunk_latents = chunk_latents or model.settings.chunk_frames
         self.steps = steps
         self.encode_text = model.text_encoder()
+        self.light_problem = unread_light(model.refiner, model.describe())
+        self.lights = lights  # what a reset starts from: a LightSchedule, or None (the prompt's)
+        self.light = None  # the Light set live (set_light), or None
         self._emb = None
         self.text = None
         self.set_prompt("")
@@ -79,9 +93,18 @@ class FlashLive:
         from ..render.pipelines import FlashPipeline
         from ..values import PromptSchedule
 
+        from ..render.lighting import LightSchedule
+
+        lights = LightSchedule.constant(self.light) if self.light is not None else self.lights
         self.pipe = FlashPipeline(self.model, PromptSchedule.constant(self._emb, self.text), seed=self.seed,
-                                  steps=self.steps, chunk_frames=self.chunk_latents)
+                                  steps=self.steps, chunk_frames=self.chunk_latents,
+                                  lights=lights if self.light_problem is None else None)
         self._frames = 0
+
+    def set_light(self, light, offset: int = 0) -> None:
+        """The light from the frame `offset` frames into the next render call on (a Light; None: the prompt's)."""
+        self.pipe.set_light(light, self._frames + offset)  # LightNotRead when the model does not read one
+        self.light, self.lights = light, None
 
     def set_prompt(self, text: str) -> None:
         import torch
@@ -170,6 +193,10 @@ class TakingTurns:
         with self.lock:
             self.renderer.set_prompt(text)
 
+    def set_light(self, light, offset: int = 0) -> None:
+        with self.lock:
+            self.renderer.set_light(light, offset)
+
     def render(self, chunk: np.ndarray) -> np.ndarray:
         asked = time.perf_counter()
         with self.lock:
@@ -179,25 +206,34 @@ class TakingTurns:
 
 def renderer_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
                      seed: int = 0, fps: float = 30.0, device: str = "cpu", chunk_latents: int | None = None,
-                     steps: int | None = None, node_classes: dict | None = None, refine: bool = True) -> Callable:
+                     steps: int | None = None, node_classes: dict | None = None, refine: bool = True,
+                     light: str | None = None) -> Callable:
     """A callable that builds a live renderer on the calling render thread (see the module docstring);
     every call gives a new renderer (a session's own stream state) over weights loaded once.
 
     workflow: a saved workflow run by WorkflowLive; node_classes (the CLI looks them up) is then required.
     refine=False leaves out the model's G-buffer refiner (faster frames, the decoder's own).
+    light: the light every session starts under, as `--light` takes it (one light or 'FRAME: light'
+    lines); a model whose refiner does not read the light refuses it here (the model is loaded now).
     """
+    from ..render.lighting import user_lights
+
     lock = FairLock()
+    lights = None if light is None else user_lights(light, "--light")
     if workflow is not None:
         if node_classes is None:
             raise AlayaError("a workflow renderer needs the node classes")
-        from ..render.workflow import load_workflow, validate
+        from ..render.workflow import feed_light, load_workflow, validate
 
-        validate(load_workflow(workflow, node_classes), node_classes)  # report problems now, not in the thread
+        wf = load_workflow(workflow, node_classes)
+        if light is not None:
+            feed_light(wf, light, node_classes)
+        validate(wf, node_classes)  # report problems now, not in the thread
         static_cache: dict = {}  # run-once node outputs (the loaded models), shared by the sessions
 
         def make_workflow():
             with lock:
-                renderer = WorkflowLive(workflow, node_classes, fps=fps, static_cache=static_cache)
+                renderer = WorkflowLive(workflow, node_classes, fps=fps, static_cache=static_cache, light=light)
             return TakingTurns(renderer, lock)
 
         return make_workflow
@@ -210,14 +246,24 @@ def renderer_factory(model: Path | None = None, workflow: Path | None = None, ra
             load_flash_model(None, False, device)
     loaded = []  # the model, once loaded (a failed load is tried again by the next call)
 
+    def load():
+        if not loaded:
+            flash = load_flash_model(model, random_model, device)
+            if not refine:
+                flash.refiner = None
+            loaded.append(flash)
+        return loaded[0]
+
+    if lights is not None:  # refused now, in one line, rather than on the page once it runs
+        from ..render.lighting import unread_light
+
+        why = unread_light(load().refiner, load().describe())
+        if why:
+            raise AlayaError(f"--light: {why}" + ("; --no-refiner left its refiner out" if not refine else ""))
+
     def make():
         with lock:
-            if not loaded:
-                flash = load_flash_model(model, random_model, device)
-                if not refine:
-                    flash.refiner = None
-                loaded.append(flash)
-            renderer = FlashLive(loaded[0], seed=seed, fps=fps, chunk_latents=chunk_latents, steps=steps)
+            renderer = FlashLive(load(), seed=seed, fps=fps, chunk_latents=chunk_latents, steps=steps, lights=lights)
         return TakingTurns(renderer, lock)
 
     return make
@@ -238,12 +284,17 @@ class WorkflowLive:
 
     prompt_restarts = True
 
-    def __init__(self, path: Path, node_classes: dict, fps: float = 30.0, static_cache: dict | None = None):
+    def __init__(self, path: Path, node_classes: dict, fps: float = 30.0, static_cache: dict | None = None,
+                 light: str | None = None):
         from ..render.runner import StreamRunner
-        from ..render.workflow import Link, load_workflow, validate
+        from ..render.workflow import Link, feed_light, load_workflow, validate
 
         self.fps = fps
         wf = load_workflow(path, node_classes)
+        if light is not None:  # serve --light: a Light node feeds the workflow's light inputs, as run --light
+            feed_light(wf, light, node_classes)
+        self.light_problem = (f"{path}: a --workflow session renders under its own light (serve --light, or a Light "
+                              "node in the workflow); the page's and engines' light messages go to the Flash pipeline")
         order = validate(wf, node_classes)
         shown = [spec.inputs["images"] for nid in order for spec in [wf.nodes[nid]]
                  if getattr(node_classes[spec.class_type], "OUTPUT_NODE", False) and isinstance(spec.inputs.get("images"), Link)]
@@ -285,6 +336,9 @@ class WorkflowLive:
             self.runner.wf.nodes[nid].inputs["text"] = text
         self.text = text
         self.reset()
+
+    def set_light(self, light, offset: int = 0) -> None:
+        raise AlayaError(self.light_problem)
 
     def render(self, chunk: np.ndarray) -> np.ndarray:
         from ..values import GBuffers

@@ -421,8 +421,10 @@ class LiveServer:
 
     def _deliver(self, link: EngineLink, kind: str, payload) -> None:
         """What a session's render thread emits, on the loop thread."""
-        if kind in ("frame", "frame_error"):
+        if kind == "frame" or kind == "frame_error" and "frame" in json.loads(payload):  # an answer, in order
             link.outbox.frame(payload)
+        elif kind == "frame_error":  # an error naming no frame (a light the renderer refused): no answer
+            link.outbox.reply(payload)
         elif kind == "hello":
             resume = {"resume": link.token, "resume_grace": self.resume_grace} if link.token else {"resume_grace": 0}
             link.hello = {**json.loads(payload), **resume}
@@ -494,6 +496,8 @@ class LiveServer:
                 link.session.offer_prompt(cmd.args["text"])
             elif cmd.type == "preset":
                 link.session.offer_prompt(self.page.presets[cmd.args["name"]].prompt)
+            elif cmd.type == "light":
+                link.session.offer_light(cmd.args["light"])
         except ProtocolError as err:
             return str(err), getattr(err, "frame", None)
         except Exception as err:  # a bug: say so, keep the socket, the session and the others

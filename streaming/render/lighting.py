@@ -6,6 +6,11 @@ mid-stream. It comes from the user (`--light`: one light, or lines 'FRAME: light
 or from the prompt schedule through the light head (model_zoo/light_head.py): each prompt entry's
 light holds from its frame. An explicit light wins over the prompt's.
 
+`user_lights(text)` reads what users type (`--light`, the Light node's text, the live page and
+engines' light messages) with every named preset; `LightNotRead` refuses a light given to a model
+that would ignore it (its refiner does not read the light). `changed()` switches a stream's light
+from a given frame on (a live session's sliders, an engine's per-frame light).
+
 `Shade` is a stage of the chunk loop: G-buffers -> the shading prior's frames (IMAGE, float
 (T, H, W, 3) in [0, 1]) under the schedule's light. `alaya-flash shade` renders with it alone (a
 lighting preview, and eval's prior-only baseline).
@@ -88,6 +93,48 @@ class LightSchedule:
 
     def lights(self) -> list[Light]:
         return unpack(torch.stack([v for _, v in self.keys]))
+
+    def changed(self, frame: int, light: torch.Tensor, since: int = 0) -> "LightSchedule":
+        """This schedule up to pixel frame `frame` - 1, then the packed `light` (PACKED,) held from `frame` on
+        (a step, no blending). Keys before `since` (frames already rendered) are dropped, so a stream whose
+        light changes every frame keeps only the keys still ahead of it."""
+        since = max(0, min(since, frame))
+        keys = [(since, self.at(torch.tensor([since]))[0])] if frame > since else []
+        keys += [(f, v) for f, v in self.keys if since < f < frame - 1]
+        if frame - 1 > since:
+            keys.append((frame - 1, self.at(torch.tensor([frame - 1]))[0]))
+        return LightSchedule(keys + [(frame, light.detach().float().reshape(-1).clone())])
+
+
+def named() -> dict[str, Light]:
+    """Every lighting preset of both worlds as a Light, by name (what a light's text may start from)."""
+    from ..world.traced.presets import named_lights
+
+    return named_lights()
+
+
+def user_lights(text: str, where: str = "--light") -> LightSchedule:
+    """A light as users type it (one light: JSON, key=value pairs, a preset name; or 'FRAME: light' lines),
+    with every named preset; one AlayaError line naming `where` when it is wrong."""
+    return LightSchedule.parse(text, where, named=named())
+
+
+class LightNotRead(AlayaError):
+    """A light given to a model that ignores it; `what` is the reason without the place, so a command can
+    name its own flag (`--light: model ... does not read a light ...`)."""
+
+    def __init__(self, where: str, what: str):
+        super().__init__(f"{where}: {what}")
+        self.what = what
+
+
+def unread_light(refiner, name: str) -> str | None:
+    """Why a light given to a model with this refiner (None: none) would go unread, as one line naming the
+    model (`name`), or None when the refiner reads the light."""
+    if refiner is not None and getattr(refiner, "reads_light", False):
+        return None
+    why = "it has no G-buffer refiner" if refiner is None else "its refiner is not light-reading"
+    return f"{name} does not read a light ({why})"
 
 
 def recorded(lights) -> LightSchedule:

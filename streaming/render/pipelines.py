@@ -496,6 +496,22 @@ class FlashPipeline(Pipeline):
 
             self.refine.lights = prompt_lights(self.model, prompts)
 
+    def set_light(self, light, frame: int) -> None:
+        """Change the light from pixel frame `frame` on (the frames before keep theirs): a Light, or None for
+        the prompt's light again. LightNotRead when the model's refiner does not read the light."""
+        from ...model_zoo.light import pack
+        from .lighting import LightNotRead, prompt_lights, unread_light
+
+        why = unread_light(None if self.refine is None else self.refine.refiner, self.model.describe())
+        if why:
+            raise LightNotRead("light", why)
+        if light is None:
+            packed = prompt_lights(self.model, self.stage("sample").prompts).at(torch.tensor([frame]))[0]
+        else:
+            packed = pack(light)[0]
+        self.refine.lights = self.refine.lights.changed(frame, packed, since=self.refine.frame)
+        self.explicit_lights = light is not None
+
 
 class TeacherPipeline(Pipeline):
     """G-buffers -> RGB with the teacher (teacher_steps)."""

@@ -17,7 +17,12 @@ Wan2.1_VAE.pth and models_t5_umt5-xxl-enc-bf16.pth (read tensors-only) stand in 
 AlayaRenderer's own inference loads them. Without --model the embedded default
 Flash model renders. Sampler settings default to the model's own (config.json, or Wan's for a
 published teacher: 50 steps, CFG 5, shift 5, windows of 81 frames, Wan's negative prompt).
-The prompt may be a schedule keyed by pixel frame ('FRAME: prompt' per line).
+The prompt may be a schedule keyed by pixel frame ('FRAME: prompt' per line). --light renders under a
+given light (one light, or 'FRAME: light' keyframes the sun moves through) instead of the prompt's: a
+Light node carrying it feeds the workflow's Refine node; a model whose refiner does not read the light
+refuses it.
+
+  alaya-flash render samples/courtyard --prompt "a sunny street" --light "bright_sunny,az=90,el=20" --out out/left.mp4
 """
 from __future__ import annotations
 
@@ -58,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cfg", type=args_.bounded(float, 1.0, 30.0), help="teacher: guidance scale (default: the model's)")
     parser.add_argument("--window-frames", type=args_.bounded(int, 1, 1001),
                         help="teacher: pixel frames per bidirectional window, 4k+1 (default: the model's)")
+    args_.add_light_argument(parser, "; for a Flash model whose refiner reads the light (others refuse it)")
     parser.add_argument("--seed", type=args_.SEED, default=0, help="noise seed (same seed, same frames)")
     parser.add_argument("--steps", type=args_.STEPS, help="denoising passes per chunk (default: the model's trained value)")
     parser.add_argument("--size", type=parse_size, metavar="N|WxH", help="resize the input (multiples of 8)")
@@ -85,6 +91,7 @@ def model_choice(model: Path | None) -> tuple[str, str | None]:
 
 def run(args) -> int:
     from ....model_zoo.errors import AlayaError
+    from ...render.workflow import feed_light
     from .run import execute, load
 
     if args.format == "mp4" and args.out.is_dir():  # it wrote OUT.mp4 beside the folder, and said nothing
@@ -98,6 +105,8 @@ def run(args) -> int:
     teacher_flags = [f for f in ("vae", "negative_prompt", "cfg", "window_frames") if getattr(args, f) is not None]
     if teacher_flags and not teacher:
         raise AlayaError(f"--{teacher_flags[0].replace('_', '-')} applies to a teacher; --model names a Flash model")
+    if teacher and args.light is not None:
+        raise AlayaError("--light: a teacher does not read a light (a Flash model whose refiner reads the light does)")
     h, w = args.size or (0, 0)
     # the workflow's nodes by role (their class: each render workflow has one of each), never by number
     g, prompt, save = "AlayaFlash_LoadGBuffers", "AlayaFlash_EncodePrompt", "Save"
@@ -121,12 +130,14 @@ def run(args) -> int:
         if warning:
             print(f"alaya-flash: warning: {warning}", file=sys.stderr)
         wf, classes = load(WORKFLOW, sets + [f"{model_node}.model={model}"])
+        if args.light is not None:
+            feed_light(wf, args.light, classes)  # a Light node into the workflow's Refine: the graph carries it
     from ..shots import outputs
 
     (written,) = outputs(wf)  # what Save writes: an mp4 gets its .mp4 suffix
     if written.exists() and not args.overwrite:
         raise AlayaError(f"{written}: already exists; pass --overwrite to replace it")
-    stats = execute(wf, classes, args.quiet, label="render")
+    stats = execute(wf, classes, args.quiet, label="render", light=args.light is not None)
     if not args.quiet:
         print(f"wrote {stats.frames} frames to {written} ({stats.fps:.2f} FPS overall)", file=sys.stderr)
     return 0

@@ -4,10 +4,11 @@
   alaya-flash serve --gbuffers clips/seed3 --source file --prompt "a rainy street"
   alaya-flash serve --workflow workflows/api/live-preview.json
   alaya-flash serve --record --record-gbuffers       # record from the start
+  alaya-flash serve --model MODEL --light "sunset_dramatic,az=90,el=15"   # a light-reading model under a given light
 
 The page shows the rendered stream (and, on request, the G-buffer passes), a prompt box, the
-lighting presets, FPS / latency / dropped-frame readouts, start / pause / reset, the source
-choice and a record button. In the physics world the keyboard moves the player and the camera
+lighting presets, the sun's sliders (a model whose refiner reads the light renders under them), FPS /
+latency / dropped-frame readouts, start / pause / reset, the source choice and a record button. In the physics world the keyboard moves the player and the camera
 (WASD, arrows, Q/E, Space, F). The server binds 127.0.0.1 unless --host says otherwise.
 Ctrl-C, SIGTERM and SIGHUP stop it and finish an open recording (a renderer error does not:
 Start or Reset on the page tries again). An external engine renders through the same server with
@@ -61,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=tuple(PRESETS), default="bright_sunny",
                         help="initial lighting preset (its prompt is the initial prompt)")
     parser.add_argument("--prompt", default="", help="initial prompt (overrides the preset's)")
+    args_.add_light_argument(parser, "; every session starts under it (the page's sun sliders and an engine's "
+                             "light messages change it mid-stream); a model whose refiner does not read the light "
+                             "refuses it")
     parser.add_argument("--model", type=args_.model_path, help=args_.SHIPPED_MODEL_HELP + "; default: the embedded default model")
     parser.add_argument("--random-model", action="store_true",
                         help="use tiny random weights (no model needed; shows the plumbing, not pictures)")
@@ -120,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     make_renderer = renderer_factory(model=args.model, workflow=args.workflow, random_model=args.random_model,
                                      seed=args.seed, fps=args.fps, device=args.device,
                                      chunk_latents=args.chunk_latents, steps=args.steps, node_classes=node_classes,
-                                     refine=not args.no_refiner)
+                                     refine=not args.no_refiner, light=args.light)
     token = serve_token(args.host, args.token)
     server = LiveServer(lambda hub: PageSession(make_renderer, config, hub), host=args.host, port=args.port,
                         make_renderer=make_renderer, max_sessions=args.max_sessions or MAX_SESSIONS,

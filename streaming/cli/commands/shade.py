@@ -29,8 +29,7 @@ HELP = "light G-buffers with the shading prior alone (a light from --light or th
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("gbuffers", type=Path, help="G-buffer folder or .npy file (any layout Load G-Buffers reads)")
     parser.add_argument("--prompt", default="", help="prompt (or 'FRAME: prompt' lines) the light head reads a light from")
-    parser.add_argument("--light", help="the light: JSON, key=value pairs (az=90,el=30,...), a preset name, or "
-                        "'FRAME: light' lines; wins over the prompt's")
+    args_.add_light_argument(parser)
     parser.add_argument("--out", type=out_path, required=True, help="output file (mp4) or folder (png, exr, npy)")
     parser.add_argument("--format", choices=("mp4", "png", "exr", "npy"), default="mp4", help="output format")
     parser.add_argument("--size", type=parse_size, metavar="N|WxH", help="resize the input")
@@ -47,11 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def light_schedule(light: str | None, prompt: str):
     """The LightSchedule of --light, else of the prompt through the shipped light head."""
     from ....model_zoo.errors import AlayaError
-    from ...render.lighting import LightSchedule
-    from ...world.traced.presets import named_lights
+    from ...render.lighting import LightSchedule, user_lights
 
     if light is not None:
-        return LightSchedule.parse(light, "--light", named=named_lights())
+        return user_lights(light, "--light")
     if not prompt.strip():
         raise AlayaError("shade: give --light, or a --prompt for the light head to read a light from")
     from ....model_zoo import light_head

@@ -196,6 +196,8 @@ function showStatus(s) {
   $("recording").textContent = s.recording ? `recording to ${s.recording}` :
     (s.last_recording ? `saved ${s.last_recording}` : "");
   if (s.preset && $("preset").value !== s.preset) $("preset").value = s.preset;
+  $("sun").disabled = !!s.light_problem; // this model's refiner reads no light: the sliders would do nothing
+  $("sun-note").textContent = s.light_problem || "";
   if ($("source").value !== s.source) $("source").value = s.source;
 }
 
@@ -208,6 +210,13 @@ function onHello(msg) {
   for (const name of msg.sources) sources.add(new Option(name === "world" ? "physics world (playable)" : "G-buffer file (looped)", name));
   $("record").hidden = false;
   $("prompt").value = msg.status.prompt;
+  const bases = $("light-base"); // the sun sliders' sky, colours and fog: a named light (a lighting preset)
+  bases.replaceChildren(new Option("(default light)", ""));
+  for (const name of Object.keys(msg.presets)) bases.add(new Option(name.replace(/_/g, " "), name));
+  bases.value = msg.status.preset || "";
+  const light = msg.status.light;
+  $("light-prompt").checked = !light;
+  if (light) { showSun(light.sun_azimuth, light.sun_elevation); bases.value = ""; }
   alaya.presets = msg.presets;
   alaya.webrtc = !!msg.webrtc;
   if (msg.webrtc && VIDEO_CHOICE !== "jpeg" && typeof RTCPeerConnection === "function") startRtc();
@@ -249,6 +258,35 @@ $("preset").onchange = () => {
   $("prompt").value = alaya.presets[name];
   send({ type: "preset", name });
 };
+// The sun: sliders set the session's light (a preset's sky and colours, the sun where the sliders put
+// it) from the next chunk on, sent at most every LIGHT_MS while dragging; "from the prompt" hands the
+// light back to the prompt (the light head's reading).
+const LIGHT_MS = 100;
+let lightTimer = null;
+function showSun(az, el) {
+  $("sun-azimuth").value = az;
+  $("sun-elevation").value = el;
+  $("sun-azimuth-value").textContent = String(Math.round(az));
+  $("sun-elevation-value").textContent = String(Math.round(el));
+}
+function lightText() {
+  const base = $("light-base").value;
+  return `${base ? base + "," : ""}az=${$("sun-azimuth").value},el=${$("sun-elevation").value}`;
+}
+function sendLight() {
+  lightTimer = null;
+  alaya.light = $("light-prompt").checked ? null : lightText();
+  send({ type: "light", light: alaya.light });
+}
+function moveSun() {
+  showSun(Number($("sun-azimuth").value), Number($("sun-elevation").value));
+  $("light-prompt").checked = false;
+  if (!lightTimer) lightTimer = setTimeout(sendLight, LIGHT_MS);
+}
+$("sun-azimuth").oninput = moveSun;
+$("sun-elevation").oninput = moveSun;
+$("light-base").onchange = moveSun;
+$("light-prompt").onchange = sendLight;
 $("switch-video").onclick = () => { location.search = `?video=${alaya.video === "webrtc" ? "jpeg" : "webrtc"}`; };
 $("source").onchange = () => send({ type: "source", name: $("source").value });
 $("show-passes").onchange = () => {
@@ -266,7 +304,10 @@ function sendInput(extra = {}) {
          yaw: 3 * axis("ArrowLeft", "ArrowRight"), pitch: 2 * axis("ArrowUp", "ArrowDown"),
          zoom: 0.02 * axis("KeyE", "KeyQ"), jump: false, push: false, ...extra });
 }
-function typing(ev) { return ev.target instanceof HTMLTextAreaElement || ev.target instanceof HTMLSelectElement; }
+function typing(ev) {
+  return ev.target instanceof HTMLTextAreaElement || ev.target instanceof HTMLSelectElement ||
+         ev.target instanceof HTMLInputElement; // the sun's sliders take the arrow keys
+}
 document.addEventListener("keydown", (ev) => {
   if (typing(ev) || !(ev.code in KEYS)) return;
   ev.preventDefault();

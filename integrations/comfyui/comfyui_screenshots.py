@@ -1,7 +1,7 @@
 """Screenshots of the real ComfyUI canvas after the pack's example workflows ran (docs/comfyui.md).
 
     cd /path/to/ComfyUI && python main.py --cpu --listen 127.0.0.1 --port 8188 --disable-auto-launch &
-    .venv/bin/python scripts/comfyui_screenshots.py --out docs/images
+    .venv/bin/python integrations/comfyui/comfyui_screenshots.py --out docs/images
 
 Opens the server's own frontend in Debian's headless Chromium (selenium), loads render-gbuffer-videos,
 render-long-clip and live-preview from workflows/ as the templates browser does (app.loadGraphData), cuts
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOTS = {  # workflow -> widget values to set first (node type -> {widget: value})
     "render-gbuffer-videos": {},
     "render-long-clip": {},

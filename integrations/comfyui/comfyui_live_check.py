@@ -1,7 +1,7 @@
 """Check, on a running ComfyUI, that the live-preview workflow streams preview frames to the canvas.
 
     cd /work/comfyui && .venv/bin/python main.py --cpu --listen 127.0.0.1 --port 8190 --disable-auto-launch
-    .venv/bin/python scripts/comfyui_live_check.py --url http://127.0.0.1:8190 --frames 25 --size 64
+    .venv/bin/python integrations/comfyui/comfyui_live_check.py --url http://127.0.0.1:8190 --frames 25 --size 64
 
 Queues workflows/api/live-preview.json (with the Physics World source shortened to --frames at
 --size) with a client_id, listens on ComfyUI's /ws as the canvas does, and counts what arrives
@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def check(url: str, frames: int, size: int, timeout: float) -> int:

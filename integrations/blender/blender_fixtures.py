@@ -1,12 +1,12 @@
 """Render the Blender fixtures under tests/data/engines/ with real Blender (the `bpy` wheel).
 
     python -m venv /tmp/bpyenv && /tmp/bpyenv/bin/pip install bpy==5.0.1
-    /tmp/bpyenv/bin/python scripts/blender_fixtures.py     # -> tests/data/engines/blender5 (Blender 5.x)
+    /tmp/bpyenv/bin/python integrations/blender/blender_fixtures.py     # -> tests/data/engines/blender5 (Blender 5.x)
     python -m venv /tmp/bpy4env && /tmp/bpy4env/bin/pip install bpy==4.5.4
-    /tmp/bpy4env/bin/python scripts/blender_fixtures.py    # -> tests/data/engines/blender4 (Blender 4.x)
+    /tmp/bpy4env/bin/python integrations/blender/blender_fixtures.py    # -> tests/data/engines/blender4 (Blender 4.x)
 
 A 16x16, 3-frame Cycles render of a known scene, set up by the add-on
-(scripts/alaya_flash_blender_addon.py) the way docs/gbuffers.md tells users to export from
+(integrations/blender/alaya_flash_blender_addon.py) the way docs/gbuffers.md tells users to export from
 Blender: multilayer EXR (Blender 5 writes one part per pass) with the Depth, Normal and
 Diffuse Color passes, the Combined image, and three shader AOVs (albedo, metallic, roughness)
 fed from each material's base colour, metallic and roughness; plus camera.json with the camera's
@@ -24,7 +24,7 @@ import bpy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import alaya_flash_blender_addon as addon  # noqa: E402  (the add-on's setup is what users run)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIZE = 16
 CAMERA_HEIGHT = 5.0
 # (location, rotation_euler in degrees) per frame: straight down, then tilted and turned
@@ -38,7 +38,7 @@ MATERIALS = {  # name: (base colour linear RGB, metallic, roughness)
 
 
 def principled(name: str, color, metallic: float, roughness: float):
-    """A new material whose Principled BSDF has these constants (also scripts/blender_comparison.py's)."""
+    """A new material whose Principled BSDF has these constants (also integrations/blender/blender_comparison.py's)."""
     mat = bpy.data.materials.new(name)
     if not mat.node_tree:  # Blender 5 materials always have nodes; 4.x needs use_nodes
         mat.use_nodes = True

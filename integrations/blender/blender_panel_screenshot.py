@@ -2,10 +2,10 @@
 
     apt-get install -y blender xvfb xauth python3-pil   # Debian 12: Blender 3.4.1, drawn by Mesa llvmpipe
     xvfb-run -a -s "-screen 0 2400x1800x24" blender --factory-startup \
-        --python-exit-code 1 --python scripts/blender_panel_screenshot.py -- docs/images
+        --python-exit-code 1 --python integrations/blender/blender_panel_screenshot.py -- docs/images
 
 A real Blender window on a virtual X display: factory settings, no splash; the add-on
-(scripts/alaya_flash_blender_addon.py) installed and enabled with Blender's own operators (Install
+(integrations/blender/alaya_flash_blender_addon.py) installed and enabled with Blender's own operators (Install
 from Disk into a throw-away scripts folder, nothing lands in ~); a small scene (a floor, a cube,
 two Principled materials, a sun, a camera); the panel's "Set Up G-Buffer Export" button pressed
 (its operator, with the Properties editor as context). Then one window screenshot per Properties
@@ -128,4 +128,4 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
-    main(Path(args[0] if args else Path(__file__).resolve().parents[1] / "docs" / "images").resolve())
+    main(Path(args[0] if args else Path(__file__).resolve().parents[2] / "docs" / "images").resolve())

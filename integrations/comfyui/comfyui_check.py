@@ -1,7 +1,7 @@
 """Check the pack against a running ComfyUI server, as an artist meets it on the canvas.
 
     cd /path/to/ComfyUI && python main.py --cpu --listen 127.0.0.1 --port 8188 --disable-auto-launch &
-    .venv/bin/python scripts/comfyui_check.py --comfyui /path/to/ComfyUI --server http://127.0.0.1:8188
+    .venv/bin/python integrations/comfyui/comfyui_check.py --comfyui /path/to/ComfyUI --server http://127.0.0.1:8188
 
 1. nodes: GET /object_info lists every node id of NODE_CLASS_MAPPINGS (the pack imported cleanly), and
    GET /extensions lists web/stream_preview.js once (twice and the frontend refuses the second copy).
@@ -53,7 +53,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FRAMES = 24
 LONG = 1.0  # seconds: a single-step node (a loader) running longer is reported
 MIN_CANCEL = 0.2  # seconds: a node's whole run shorter than this is not interrupted to time cancel

@@ -4,8 +4,8 @@ contexts the DiT reads; for a context of several tokens, the largest distance at
 caption is the only input that names the side (docs/world.md), so a small distance is a small signal
 for the model to learn cast shadows from.
 
-    .venv/bin/python scripts/caption_sides.py            # the sentence embedding (all-minilm-l6-v2)
-    .venv/bin/python scripts/caption_sides.py --tokens   # with its word tokens (all-minilm-l6-v2+tokens)
+    .venv/bin/python benchmarks/caption_sides.py            # the sentence embedding (all-minilm-l6-v2)
+    .venv/bin/python benchmarks/caption_sides.py --tokens   # with its word tokens (all-minilm-l6-v2+tokens)
 
 Prints JSON: the mean distance between sides, presets and scene kinds, and per pair of sides.
 """

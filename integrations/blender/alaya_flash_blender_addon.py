@@ -23,7 +23,7 @@ The same functions run headless with the `bpy` wheel:
     addon.render_gbuffers(bpy.context.scene, "out/shot")   # setup + fast render + camera.json
     # then: alaya-flash render out/shot --prompt "..." --out shot.mp4
 
-(scripts/blender_fixtures.py and tests/blender_addon_scene.py use them). Materials without a
+(integrations/blender/blender_fixtures.py and tests/blender_addon_scene.py use them). Materials without a
 Principled BSDF get no AOV Output: their pixels read albedo/metallic/roughness 0, which
 `alaya-flash gbuffers info` shows.
 """

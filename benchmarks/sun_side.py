@@ -8,7 +8,7 @@ bright_sunny and overcast ground truths, as `alaya-flash eval`'s control does (m
   blend    the mean of the four: the best guess of a model that cannot know the sun's side
   turned   the sun on the opposite side: a confident guess that is wrong
 
-    .venv/bin/python scripts/sun_side.py --seeds 100000 100001 100002 100003 --stride 4
+    .venv/bin/python benchmarks/sun_side.py --seeds 100000 100001 100002 100003 --stride 4
 """
 from __future__ import annotations
 

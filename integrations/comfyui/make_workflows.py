@@ -1,8 +1,8 @@
 """Write the saved workflows in workflows/: each in ComfyUI's UI format (workflows/NAME.json, the pack's
 templates) and its API twin (workflows/api/NAME.json).
 
-    .venv/bin/python scripts/make_workflows.py                  # rewrites workflows/*.json and workflows/api/*.json
-    .venv/bin/python scripts/make_workflows.py --thumbnails [NAME ...]  # also renders workflows/NAME.jpg
+    .venv/bin/python integrations/comfyui/make_workflows.py                  # rewrites workflows/*.json and workflows/api/*.json
+    .venv/bin/python integrations/comfyui/make_workflows.py --thumbnails [NAME ...]  # also renders workflows/NAME.jpg
 
 Each template's thumbnail (NAME.jpg beside NAME.json, where ComfyUI's template browser looks for it) is
 the last frame of its own output, rendered with the workflow as shipped (the physics world cut to
@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 MODEL = {"model": "default", "decoder": "(from model)", "device": "auto", "precision": "auto", "text_encoder": "(from model)"}
 TEACHER = {"model": "default/teacher", "vae": "(from model)", "window_frames": -1, "device": "auto", "precision": "auto",

@@ -1,7 +1,7 @@
 """Reconstruction quality of trained codecs on a dataset's held-out clips: the ceiling the renderer
 can reach (its frames come out of these decoders).
 
-  .venv/bin/python scripts/codec_quality.py --data runs/data --vae runs/vae [--codecs runs/codecs]
+  .venv/bin/python benchmarks/codec_quality.py --data runs/data --vae runs/vae [--codecs runs/codecs]
 
 Prints PSNR (dB, mean over clips and presets) of the VAE round trip of the ground truth, of the
 tiny decoder on the VAE's latents, of the tiny codec's own round trip, and the G-buffer encoder's
@@ -20,20 +20,11 @@ were exactly the VAE's.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def import_package():
-    if "alaya_flash" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("alaya_flash", ROOT / "__init__.py", submodule_search_locations=[str(ROOT)])
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["alaya_flash"] = mod
-        spec.loader.exec_module(mod)
+from _common import import_package
 
 
 def main(argv=None) -> int:

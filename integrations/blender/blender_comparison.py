@@ -1,7 +1,7 @@
 """A Blender street beside its Cycles truth, rendered by the default model (issue #32, item 4).
 
-    nice -n 5 .venv-bpy/bin/python scripts/blender_comparison.py scene --out runs/blender-street
-    nice -n 5 .venv/bin/python scripts/blender_comparison.py compare --in runs/blender-street \\
+    nice -n 5 .venv-bpy/bin/python integrations/blender/blender_comparison.py scene --out runs/blender-street
+    nice -n 5 .venv/bin/python integrations/blender/blender_comparison.py compare --in runs/blender-street \\
         --out docs/images/blender-street.jpg --json docs/eval/blender-street.json
 
 `scene` (Blender's Python: the `bpy` wheel, .venv-bpy) builds a small street from nothing: a road
@@ -10,8 +10,8 @@ and two pavements, three building blocks on the right, a painted-metal car-like 
 wide) that throws the buildings' and the sphere's shadows across the road, and a plain blue sky;
 a camera at eye height (1.6 m) dollies 4 m along the street, 17 frames at 16 fps, 256x256. Then:
 
-  OUT/gbuffers/      the add-on (scripts/alaya_flash_blender_addon.py), installed from the file and
-                     enabled with Blender's own operators into a throw-away user folder, its
+  OUT/gbuffers/      the add-on (integrations/blender/alaya_flash_blender_addon.py), installed from
+                     the file and enabled with Blender's own operators into a throw-away user folder, its
                      "Render G-Buffers (Fast)" operator pressed: multilayer EXRs + camera.json,
                      read by `alaya-flash gbuffers info` as they are
   OUT/truth/         the Cycles truth: CPU, 64 samples, OIDN denoiser, view transform Standard
@@ -52,8 +52,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ADDON = ROOT / "scripts" / "alaya_flash_blender_addon.py"
+ROOT = Path(__file__).resolve().parents[2]
+ADDON = Path(__file__).resolve().parent / "alaya_flash_blender_addon.py"
 
 SIZE = 256
 FRAMES = 17
@@ -108,7 +108,7 @@ def sun_direction() -> tuple[float, float, float]:
 
 
 def _material(bpy, name: str):
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from blender_fixtures import principled  # imports bpy: the scene half only
 
     return principled(name, *MATERIALS[name])
