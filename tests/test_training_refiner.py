@@ -417,9 +417,12 @@ def test_mix_clips_sets_how_many_of_the_mixed_worlds_clips_are_rendered(mixed, t
     cfg = common.config_from_dict({"model": str(mixed / "model"), "data": str(mixed / "data"), "clips": 2,
                                    "mix_data": str(mixed / "mix-data"), "mix_rate": 0.5, "mix_clips": 1,
                                    "precision": "fp32", "out": str(tmp_path / "r")}, RefinerStageConfig)
+    import logging
+
+    log = logging.getLogger("test")
     mix = ClipSet(mixed / "mix-data", "train")
-    assert len(model_renders(cfg, mix, None, mix=True)[0]) == 1
-    assert len(model_renders(cfg, ClipSet(mixed / "data", "train"), None)[0]) == 2
+    assert len(model_renders(cfg, mix, log, mix=True)[0]) == 1
+    assert len(model_renders(cfg, ClipSet(mixed / "data", "train"), log)[0]) == 2
     bad = {"out": str(tmp_path / "x"), "model": str(mixed / "model"), "data": str(mixed / "data"), "mix_clips": -1}
     assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "bad.json", bad)]) != 0
     assert "mix_clips -1" in capsys.readouterr().err
