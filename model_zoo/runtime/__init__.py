@@ -78,7 +78,8 @@ def choose(backend: str = "auto", device="cpu") -> str:
 
 def accelerate(model, backend: str = "auto"):
     """A FlashModel whose networks run on the chosen backend (the same object's networks for torch).
-    A teacher, or a Flash release without the KV-cache DiT, stays on torch."""
+    A teacher, or a Flash release without the KV-cache DiT, stays on torch; so does a refiner that reads the
+    light (its shading prior is eager torch)."""
     if getattr(model, "kind", "") != "flash" or choose(backend, model.device) == "torch":
         return model
     if getattr(model.dit, "sampler_kind", "kv-cache") != "kv-cache":
@@ -87,7 +88,9 @@ def accelerate(model, backend: str = "auto"):
 
     return dataclasses.replace(
         model, dit=ov.CompiledDiT(model.dit), gbuffer_encoder=ov.CompiledEncoder(model.gbuffer_encoder),
-        decoder=ov.CompiledDecoder(model.decoder), refiner=None if model.refiner is None else ov.CompiledRefiner(model.refiner))
+        decoder=ov.CompiledDecoder(model.decoder),
+        refiner=model.refiner if model.refiner is None or getattr(model.refiner, "reads_light", False)
+        else ov.CompiledRefiner(model.refiner))
 
 
 def backend_of(model) -> str:

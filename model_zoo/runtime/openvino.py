@@ -308,7 +308,9 @@ class CompiledRefiner:
         return requests[(height, width)]
 
     @torch.no_grad()
-    def refine(self, frames: torch.Tensor, gbuffers: torch.Tensor, text: torch.Tensor | None = None) -> torch.Tensor:
+    def refine(self, frames: torch.Tensor, gbuffers: torch.Tensor, text: torch.Tensor | None = None,
+               light: torch.Tensor | None = None, depth_near: float = 0.5, up: torch.Tensor | None = None) -> torch.Tensor:
+        """As GBufferRefiner.refine; light, depth_near and up are for light-reading refiners, which stay on torch."""
         if frames.shape[0] != gbuffers.shape[0] or tuple(frames.shape[1:3]) != tuple(gbuffers.shape[2:4]):
             raise AlayaError(f"G-buffer refiner: frames {tuple(frames.shape)} and G-buffers {tuple(gbuffers.shape)} "
                              "differ in count or size")
