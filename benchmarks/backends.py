@@ -1,13 +1,12 @@
-"""The default model on each backend (torch, openvino; openvino-int8 on request), measured alternately in one run.
+"""The default model on both backends (torch, openvino), measured alternately in one run.
 
     python benchmarks/backends.py                          # 256 and 512, 3 runs each
     python benchmarks/backends.py --sizes 256 --runs 3 --busy-neighbour
-    python benchmarks/backends.py --sizes 256 --backends torch openvino openvino-int8
 
 For each size it runs `alaya-flash bench --model model_zoo/default --chunk 4 --json --backend B`
-for each backend B in turn, `runs` times, and prints the medians per backend (steady FPS, first
-frame after warm-up, stage milliseconds a frame, tick latency p99, peak RSS) and each one's ratio to
-torch. The compiled-model cache is warmed by one throwaway run of each compiled backend first (bench's own warm-up
+for B = torch, then openvino, `runs` times, and prints the medians per backend (steady FPS, first
+frame after warm-up, stage milliseconds a frame, tick latency p99, peak RSS) and the ratio openvino
+/ torch. The compiled-model cache is warmed by one throwaway openvino run first (bench's own warm-up
 stream then keeps compilation out of the first-frame figure too). Prints the CPU's model name.
 Prints figures, asserts nothing.
 """
@@ -38,17 +37,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--frames", type=int, default=64)
     parser.add_argument("--busy-neighbour", action="store_true", help="one busy process runs beside every bench")
-    parser.add_argument("--backends", nargs="+", default=["torch", "openvino"],
-                        choices=["torch", "openvino", "openvino-int8"], help="torch first: the ratios are to it")
     parser.add_argument("--bench-args", default="", help="more bench options, e.g. '--threads 1'")
     args = parser.parse_args()
     extra = args.bench_args.split()
     print(f"{cpu_name()}, {os.cpu_count()} CPUs; load average before: {os.getloadavg()[0]:.2f}")
     for size in args.sizes:
-        for backend in args.backends:
-            if backend != "torch":  # converts and caches the compiled models
-                bench(size, 8, ["--backend", backend, *extra], None, False)
-        rows = {backend: [] for backend in args.backends}
+        bench(size, 8, ["--backend", "openvino", *extra], None, False)  # converts and caches the compiled models
+        rows = {"torch": [], "openvino": []}
         for _ in range(args.runs):
             for backend in rows:
                 rows[backend].append(bench(size, args.frames, ["--backend", backend, *extra], None, args.busy_neighbour))
@@ -60,9 +55,8 @@ def main() -> None:
             print(f"{size}x{size} {backend:8s}: {s['fps']:.2f} FPS steady, first frame {s['first']:.3f} s, tick p99 "
                   f"{p99:.0f} ms, ms/frame " + ", ".join(f"{k} {v:.1f}" for k, v in s["ms"].items())
                   + f", peak RSS {s['rss']:.0f} MiB [{s['cpu']}]", flush=True)
-        for backend in args.backends[1:]:
-            print(f"    {backend} / {args.backends[0]}: {figures[backend]['fps'] / figures[args.backends[0]]['fps']:.2f}x"
-                  + (" (beside a busy process)" if args.busy_neighbour else ""))
+        print(f"    openvino / torch: {figures['openvino']['fps'] / figures['torch']['fps']:.2f}x"
+              + (" (beside a busy process)" if args.busy_neighbour else ""))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

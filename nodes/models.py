@@ -162,8 +162,7 @@ class LoadFlashModel:
             **_common_inputs(),
         }, "optional": {
             "backend": (list(BACKENDS), {"default": "auto", "tooltip": "Runtime of the networks: openvino (compiled for "
-                        "the CPU, cached on disk; needs the openvino package), openvino-int8 (the same, the DiT's and the "
-                        "G-buffer encoder's weights in INT8), torch, or auto (the command's --backend, "
+                        "the CPU, cached on disk; needs the openvino package), torch, or auto (the command's --backend, "
                         "else openvino where installed and on the CPU, else torch)."}),
         }}
 

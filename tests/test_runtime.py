@@ -45,18 +45,15 @@ def _clip(size: int, frames: int, length: int = 4) -> list[pl.GBuffers]:
     return list(pl.gbuffer_chunks(synthetic_stream(size, size, frames), length))
 
 
-@pytest.mark.parametrize("dtype, backend, floor", [(torch.float32, "openvino", 60.0), (torch.bfloat16, "openvino", 40.0),
-                                                   (torch.bfloat16, "openvino-int8", 35.0)])
-def test_default_model_renders_the_same_frames_on_openvino(dtype, backend, floor):
+@pytest.mark.parametrize("dtype, floor", [(torch.float32, 60.0), (torch.bfloat16, 40.0)])
+def test_default_model_renders_the_same_frames_on_openvino(dtype, floor):
     """The shipped model, 15 frames at 64x64 (the stream's padding included), torch against OpenVINO
-    at the same precision (and with INT8 weights), on a 2-lane pipeline as the CLI runs it."""
-    if backend == "openvino-int8":
-        pytest.importorskip("nncf")
+    at the same precision, on a 2-lane pipeline as the CLI runs it."""
     flash = folders.load_flash(DEFAULT, torch.device("cpu"), dtype)
     chunks = _clip(64, 15)
     torch_frames = _render(flash, chunks)
-    fast = runtime.accelerate(flash, backend)
-    assert runtime.backend_of(fast) == backend and runtime.backend_of(flash) == "torch"
+    fast = runtime.accelerate(flash, "openvino")
+    assert runtime.backend_of(fast) == "openvino" and runtime.backend_of(flash) == "torch"
     ov_frames = _render(fast, chunks, Lanes(threads=(1, 1)))
     assert ov_frames.shape == torch_frames.shape == (15, 64, 64, 3)
     assert _psnr(ov_frames, torch_frames) >= floor
@@ -124,13 +121,8 @@ def test_backend_choice(monkeypatch, capsys):
     runtime._say_once.cache_clear()
     assert runtime.choose("auto", "cpu") == "torch"
     assert "OpenVINO is not installed: the networks run on torch" in capsys.readouterr().err
-    with pytest.raises(AlayaError, match="the openvino package is not installed"):
+    with pytest.raises(AlayaError, match="not installed"):
         runtime.choose("openvino", "cpu")
-    monkeypatch.setattr(runtime, "openvino_version", lambda: "2026")
-    monkeypatch.setattr(runtime, "nncf_version", lambda: None)
-    assert runtime.choose("openvino", "cpu") == "openvino"
-    with pytest.raises(AlayaError, match="backend openvino-int8: the nncf package is not installed"):
-        runtime.choose("openvino-int8", "cpu")
 
 
 STREAMS_THEN_A_SIGNAL = """

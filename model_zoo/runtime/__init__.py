@@ -8,9 +8,7 @@ The compiled networks keep the torch networks' interfaces (a DiT's cached pass, 
 the encoder and the decoder, the refiner's `refine`), so the chunk loop, the nodes and the tests do
 not care which runtime runs a stage. `configure(backend)` sets this process's choice (the CLI's
 `--backend`), which "auto" then follows; the ALAYA_FLASH_BACKEND environment variable does the same
-for a process that configures nothing (the tests pin torch with it). "openvino-int8" is OpenVINO
-with the DiT's and the G-buffer encoder's weights compressed to INT8 by NNCF (the openvino extra
-installs it too); never chosen by "auto".
+for a process that configures nothing (the tests pin torch with it).
 """
 from __future__ import annotations
 
@@ -21,21 +19,11 @@ import os
 
 from ..errors import AlayaError
 
-BACKENDS = ("auto", "torch", "openvino", "openvino-int8")
+BACKENDS = ("auto", "torch", "openvino")
 ENV = "ALAYA_FLASH_BACKEND"
 log = logging.getLogger(__name__)
 
 _configured: str | None = None
-
-
-@functools.lru_cache(maxsize=None)
-def nncf_version() -> str | None:
-    """The installed NNCF's version (the openvino-int8 backend compresses weights with it), or None."""
-    try:
-        import nncf
-    except ImportError:
-        return None
-    return nncf.__version__
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,7 +53,7 @@ def _check(backend: str) -> None:
 
 
 def choose(backend: str = "auto", device="cpu") -> str:
-    """'torch', 'openvino' or 'openvino-int8' for a choice: 'auto' follows configure(), else $ALAYA_FLASH_BACKEND, else
+    """'torch' or 'openvino' for a choice: 'auto' follows configure(), else $ALAYA_FLASH_BACKEND, else
     OpenVINO where it is installed and the model is on the CPU (it ran the default model 1.19x faster
     than the torch path at 256x256 on the EPYC measured, docs/benchmarks.md), else torch, saying once
     why when OpenVINO is missing. 'openvino' without the package, or on a GPU, is an error that says so."""
@@ -81,14 +69,12 @@ def choose(backend: str = "auto", device="cpu") -> str:
             _say_once("OpenVINO is not installed: the networks run on torch (pip install \"alaya-flash[openvino]\" "
                       "for the faster CPU runtime)")
         return "openvino" if on_cpu and openvino_version() else "torch"
-    if backend in ("openvino", "openvino-int8"):
-        missing = [p for p, v in (("openvino", openvino_version()), ("nncf", nncf_version())) if v is None
-                   and (p == "openvino" or backend == "openvino-int8")]
-        if missing:
-            raise AlayaError(f"backend {backend}: the {' and '.join(missing)} package is not installed "
+    if backend == "openvino":
+        if openvino_version() is None:
+            raise AlayaError("backend openvino: the openvino package is not installed "
                              "(pip install \"alaya-flash[openvino]\"), or choose --backend torch")
         if not on_cpu:
-            raise AlayaError(f"backend {backend} runs on the CPU; the model is on {device} (use --backend torch)")
+            raise AlayaError(f"backend openvino runs on the CPU; the model is on {device} (use --backend torch)")
     return backend
 
 
@@ -109,12 +95,11 @@ def accelerate(model, backend: str = "auto"):
         return model
     from . import openvino as ov
 
-    weights = "int8" if choose(backend, model.device) == "openvino-int8" else None  # (the DiT and the encoder)
     return dataclasses.replace(
-        model, dit=ov.CompiledDiT(model.dit, weights), gbuffer_encoder=ov.CompiledEncoder(model.gbuffer_encoder, weights),
+        model, dit=ov.CompiledDiT(model.dit), gbuffer_encoder=ov.CompiledEncoder(model.gbuffer_encoder),
         decoder=ov.CompiledDecoder(model.decoder), refiner=None if model.refiner is None else ov.CompiledRefiner(model.refiner))
 
 
 def backend_of(model) -> str:
-    """'openvino' (or 'openvino-int8') when a model's DiT runs compiled, else 'torch'."""
+    """'openvino' when a model's DiT runs compiled, else 'torch'."""
     return getattr(model.dit, "backend", "torch")

@@ -9,11 +9,6 @@ precision and OpenVINO's version: new weights or another version never read a st
 Cache folder: $ALAYA_FLASH_CACHE, else $XDG_CACHE_HOME/alaya-flash, else ~/.cache/alaya-flash;
 compiled models go in its openvino/ subfolder.
 
-INT8 weights (the openvino-int8 backend): the DiT's and the G-buffer encoder's weights are
-compressed to 8 bits (NNCF's compress_weights, asymmetric, per output channel) when the graph is
-converted; the runtime multiplies in the network's precision, decompressing as it goes. NNCF's
-version is part of the cache key.
-
 Threads: a model compiles for the calling thread's torch thread count (a pipeline lane's share of
 the CPU, engine/cpu.py), once per count. Precision: bf16 when the torch network was loaded in bf16
 (model_zoo/precision.py measured it fast on this CPU), else f32.
@@ -94,9 +89,8 @@ class _Compiler:
     """Compiled models of one network, by (graph variant, input shapes, threads): converted and
     cached on disk once, compiled once per process. Thread-safe."""
 
-    def __init__(self, network: nn.Module, kind: str, weights: str | None = None):
+    def __init__(self, network: nn.Module, kind: str):
         self.network, self.kind = network, kind
-        self.compression = weights  # None, or "int8": weights compressed at conversion
         self.precision = _precision(network)
         self.weights = weights_hash(network)
         self.compiled: dict[tuple, object] = {}
@@ -121,8 +115,6 @@ class _Compiler:
         import openvino as ov
 
         text = f"{self.kind}|{variant}|{shapes}|{self.precision}|{self.weights}|{ov.__version__}|{GRAPH_VERSION}"
-        if self.compression:
-            text += f"|{self.compression}|nncf {_nncf_version()}"
         return cache_root() / f"{self.kind}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
     def _convert(self, folder: Path, make_graph, example: dict[str, torch.Tensor], stateful) -> None:
@@ -137,8 +129,6 @@ class _Compiler:
         for param, name in zip(model.get_parameters(), example):
             param.output(0).get_tensor().set_names({name})
             param.set_friendly_name(name)
-        if self.compression == "int8":
-            model = _int8_weights(model)
         if stateful:  # memory inputs fed back from outputs, held inside the infer request
             from openvino._offline_transformations import apply_make_stateful_transformation
 
@@ -161,31 +151,6 @@ class _Compiler:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _nncf_version() -> str:
-    import nncf
-
-    return nncf.__version__
-
-
-def _int8_weights(model):
-    """The model with its weights compressed to INT8 (asymmetric, per output channel) by NNCF; its
-    progress bar and tables go to stderr (stdout may carry a command's JSON), its info lines nowhere."""
-    import contextlib
-    import logging
-    import sys
-
-    import nncf
-    from nncf.common.logging import nncf_logger
-
-    level = nncf_logger.level
-    nncf_logger.setLevel(logging.WARNING)
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
-    finally:
-        nncf_logger.setLevel(level)
-
-
 def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to(torch.float32).cpu().contiguous().numpy()
 
@@ -198,11 +163,10 @@ class CompiledEncoder:
 
     backend = "openvino"
 
-    def __init__(self, encoder: nn.Module, weights: str | None = None):
+    def __init__(self, encoder: nn.Module):
         self.torch_encoder = encoder
         self.config = encoder.config
-        self.compiler = _Compiler(encoder, "gbuffer-encoder", weights)
-        self.backend = "openvino-int8" if weights == "int8" else "openvino"
+        self.compiler = _Compiler(encoder, "gbuffer-encoder")
 
     def parameters(self):
         return self.torch_encoder.parameters()
@@ -394,11 +358,10 @@ class CompiledDiT(nn.Module):
 
     backend = "openvino"
 
-    def __init__(self, dit: WanDiT, weights: str | None = None):
+    def __init__(self, dit: WanDiT):
         super().__init__()
         self.dit = dit
-        self.compiler = _Compiler(dit, "dit", weights)
-        self.backend = "openvino-int8" if weights == "int8" else "openvino"
+        self.compiler = _Compiler(dit, "dit")
         self._embeds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._prompt: tuple[PromptContext, dict[str, np.ndarray]] | None = None
         self.local = threading.local()

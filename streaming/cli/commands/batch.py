@@ -332,8 +332,7 @@ def run(args) -> int:
     backend = runtime.choose(args.backend, "cuda" if gpu else "cpu")  # its kernels decide the frames' last bits too
     settings = {"version": FINGERPRINT_VERSION, "threads": args.threads, "torch": torch.__version__,
                 "accelerator": "cuda" if gpu else "cpu", "backend": backend,
-                **({"openvino": runtime.openvino_version()} if backend.startswith("openvino") else {}),
-                **({"nncf": runtime.nncf_version()} if backend == "openvino-int8" else {})}
+                **({"openvino": runtime.openvino_version()} if backend == "openvino" else {})}
     if manifest_path is None:
         if template is None:
             from .run import load
