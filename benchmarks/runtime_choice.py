@@ -69,10 +69,12 @@ def dit_case(size: int):
 def openvino_runner(graph, inputs, precision: str):
     import openvino as ov
 
+    from alaya_flash.model_zoo.runtime.openvino import core
+
     model = ov.convert_model(graph, example_input=tuple(i for i in inputs if i.numel() or True))
-    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1,
-                                                      "INFERENCE_PRECISION_HINT": precision,
-                                                      "PERFORMANCE_HINT": "LATENCY"})
+    compiled = core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1,
+                                                   "INFERENCE_PRECISION_HINT": precision,
+                                                   "PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
     feed = [i.numpy() for i in inputs]
     return lambda: request.infer(feed)

@@ -63,6 +63,6 @@ def mixed(runs):
 
     return build_mixed(runs)
 
-# The networks run on torch in the tests unless a test asks for another runtime (tests/test_zz_runtime.py
+# The networks run on torch in the tests unless a test asks for another runtime (tests/test_runtime.py
 # compiles with OpenVINO explicitly, into its own temporary cache).
 os.environ.setdefault("ALAYA_FLASH_BACKEND", "torch")

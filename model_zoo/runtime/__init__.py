@@ -54,10 +54,9 @@ def _check(backend: str) -> None:
 
 def choose(backend: str = "auto", device="cpu") -> str:
     """'torch' or 'openvino' for a choice: 'auto' follows configure(), else $ALAYA_FLASH_BACKEND, else
-    torch. OpenVINO is opt-in for now: it ran the default model 1.19x faster at 256x256 on a shared
-    EPYC (docs/benchmarks.md), but after a pipelined OpenVINO stream a signal raised in the process
-    crashed it (SIGSEGV) instead of stopping it cleanly (docs/runner.md). 'openvino' without the
-    package, or on a GPU, is an error that says so."""
+    OpenVINO where it is installed and the model is on the CPU (it ran the default model 1.19x faster
+    than the torch path at 256x256 on the EPYC measured, docs/benchmarks.md), else torch, saying once
+    why when OpenVINO is missing. 'openvino' without the package, or on a GPU, is an error that says so."""
     _check(backend)
     if backend == "auto":
         backend = (_configured if _configured != "auto" else None) or os.environ.get(ENV) or "auto"
@@ -66,7 +65,10 @@ def choose(backend: str = "auto", device="cpu") -> str:
 
     on_cpu = torch.device(device).type == "cpu"
     if backend == "auto":
-        return "torch"
+        if on_cpu and openvino_version() is None:
+            _say_once("OpenVINO is not installed: the networks run on torch (pip install \"alaya-flash[openvino]\" "
+                      "for the faster CPU runtime)")
+        return "openvino" if on_cpu and openvino_version() else "torch"
     if backend == "openvino":
         if openvino_version() is None:
             raise AlayaError("backend openvino: the openvino package is not installed "
@@ -74,6 +76,14 @@ def choose(backend: str = "auto", device="cpu") -> str:
         if not on_cpu:
             raise AlayaError(f"backend openvino runs on the CPU; the model is on {device} (use --backend torch)")
     return backend
+
+
+@functools.lru_cache(maxsize=None)
+def _say_once(message: str) -> None:
+    log.warning(message)
+    import sys
+
+    print(message, file=sys.stderr)
 
 
 def accelerate(model, backend: str = "auto"):

@@ -13,6 +13,13 @@ Threads: a model compiles for the calling thread's torch thread count (a pipelin
 the CPU, render/cpu.py), once per count. Precision: bf16 when the torch network was loaded in bf16
 (model_zoo/precision.py measured it fast on this CPU), else f32.
 
+One OpenVINO Core serves the process (core()): each Core's CPU plugin gives the thread that creates
+it an alternate signal stack, which it unmaps when it goes, putting back the stack it found only if
+its own is still current. Plugins released in any order but the reverse of their making left a
+thread's alternate stack pointing at unmapped memory, and the next signal that thread took (Python's
+handlers run on the alternate stack) killed the process with SIGSEGV. One plugin, kept for the
+process's life, never unmaps a stack in use.
+
 Codec memory (the MemBlocks' last frames) lives inside the runtime as the infer request's state
 (one request per stream), in the runtime's own layout; the DiT's KV cache stays a model_zoo KVCache
 that each pass reads and writes.
@@ -58,6 +65,22 @@ def weights_hash(module: nn.Module) -> str:
     return h.hexdigest()
 
 
+_core = None
+_core_lock = threading.Lock()
+
+
+def core():
+    """The process's one OpenVINO Core (see the module docstring for why one). Thread-safe, as is
+    compiling on it from several threads."""
+    global _core
+    with _core_lock:
+        if _core is None:
+            import openvino as ov
+
+            _core = ov.Core()
+        return _core
+
+
 def _precision(module: nn.Module) -> str:
     return "bf16" if next(module.parameters()).dtype == torch.bfloat16 else "f32"
 
@@ -75,8 +98,6 @@ class _Compiler:
 
     def get(self, variant: str, make_graph, example: dict[str, torch.Tensor], stateful: dict[str, str] | None = None):
         """The compiled model for a graph variant fed `example` (name -> tensor, in forward's order)."""
-        import openvino as ov
-
         threads = torch.get_num_threads()
         shapes = tuple((n, tuple(t.shape), str(t.dtype)) for n, t in example.items())
         key = (variant, shapes, threads)
@@ -87,7 +108,7 @@ class _Compiler:
                     self._convert(folder, make_graph, example, stateful)
                 config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
                           "INFERENCE_PRECISION_HINT": self.precision, "CACHE_DIR": str(folder / "compiled")}
-                self.compiled[key] = ov.Core().compile_model(str(folder / "model.xml"), "CPU", config)
+                self.compiled[key] = core().compile_model(str(folder / "model.xml"), "CPU", config)
             return self.compiled[key]
 
     def _folder(self, variant: str, shapes) -> Path:
