@@ -216,6 +216,13 @@ def _frames(n, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (n, 5, 32, 32, 3), dtype=np.uint8)
 
 
+def _close(a, b) -> bool:
+    """uint8 frames equal within one level: a live stream's chunks (1, 4, 4 frames) and one whole step differ by
+    float rounding (measured: 3e-6 after a random light-reading refiner, 1.5e-8 without one), which now and
+    then tips a pixel over a rounding edge."""
+    return a.shape == b.shape and int(np.abs(a.astype(int) - b).max()) <= 1
+
+
 def _live(live, frames, light_at=None, light=None):
     """Frames through a live renderer chunk by chunk; light_at: the frame from which `light` is set (mid-chunk)."""
     out, i = [], 0
@@ -243,16 +250,16 @@ def test_a_live_light_set_mid_chunk_renders_from_its_frame():
     sched = PromptSchedule.constant(model.text_encoder()([PROMPT]), PROMPT)
     lights = prompt_lights(model, sched).changed(3, pack(sun)[0])
     want = to_uint8(pl.FlashPipeline(model, sched, seed=1, chunk_frames=1, lights=lights).step(GBuffers(frames, fps=30)))
-    assert got.shape == (9, 32, 32, 3) and np.array_equal(got, want)
+    assert got.shape == (9, 32, 32, 3) and _close(got, want)
     live.reset()
     under_sun = to_uint8(pl.FlashPipeline(model, sched, seed=1, chunk_frames=1, lights=LightSchedule.constant(sun))
                          .step(GBuffers(frames, fps=30)))
-    assert np.array_equal(_live(live, frames), under_sun)
+    assert _close(_live(live, frames), under_sun)
     moving = user_lights(MOVING)
     given = FlashLive(model, seed=1, fps=30, chunk_latents=1, lights=moving)
     given.set_prompt(PROMPT)
     want = to_uint8(pl.FlashPipeline(model, sched, seed=1, chunk_frames=1, lights=moving).step(GBuffers(frames, fps=30)))
-    assert np.array_equal(_live(given, frames), want)
+    assert _close(_live(given, frames), want)
     unlit = FlashLive(_model("gbuffer-refiner-16-prompt"), chunk_latents=1)
     assert unlit.light_problem == ("Flash model (in memory, RANDOM weights) does not read a light "
                                    "(its refiner is not light-reading)")
