@@ -305,6 +305,7 @@ def test_a_cluster_that_refuses_the_driver_is_one_line_with_the_token_hint(monke
     assert "RAY_AUTH_MODE=token" in text and "RAY_AUTH_TOKEN" in text
 
 
+@pytest.mark.slow
 def test_the_runtime_is_part_of_a_shots_fingerprint(clips, tmp_path, capsys, monkeypatch):
     """A shot rendered by OpenVINO is not the torch render's: the manifest tells them apart."""
     from alaya_flash.model_zoo import runtime
