@@ -32,5 +32,6 @@ setup: system-deps $(STAMP)
 demo: setup
 	$(BIN)/alaya-flash demo --out out/demo.mp4 --overwrite
 
+# The test files spread over the cores (pytest-xdist; tests/README.md): `-m "not slow"` for the fast part.
 test: setup $(BPY_VENV)/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto

@@ -44,6 +44,52 @@ class _RepoRootIsNotATestPackage:
 def pytest_configure(config):
     # Registered as a plugin (not a conftest hook) so it applies to the root, above tests/.
     config.pluginmanager.register(_RepoRootIsNotATestPackage(), "alaya-flash-repo-root")
+    if config.pluginmanager.hasplugin("xdist"):  # its hook is only known with xdist installed
+        config.pluginmanager.register(_WholeFilesToAWorker(), "alaya-flash-whole-files")
+
+
+SESSION_RUNS = {"runs", "mixed"}  # the session fixtures below: training runs the test_training_*.py files read
+TRAINING_FILES = "test_training_"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """A test that reads the session's training runs is slow (they take a while to make). Under
+    pytest-xdist the files with the most slow tests come first, so the long ones start early and the
+    short ones fill in around them (see _WholeFilesToAWorker)."""
+    for item in items:
+        if SESSION_RUNS & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        slow = {}
+        for item in items:
+            slow[_scope(item.nodeid)] = slow.get(_scope(item.nodeid), 0) + bool(item.get_closest_marker("slow"))
+        items.sort(key=lambda item: -slow[_scope(item.nodeid)])  # stable: files keep their own order
+
+
+def _scope(nodeid: str) -> str:
+    """What one xdist worker runs as a whole: a test file, or all the training files together."""
+    file = nodeid.split("::", 1)[0]
+    return TRAINING_FILES if Path(file).name.startswith(TRAINING_FILES) else file
+
+
+class _WholeFilesToAWorker:
+    """`pytest -n N` (make test: -n auto): each worker runs whole files, so a module fixture is made
+    once, and the test_training_*.py files go to one worker together, so the session's training runs
+    are made once. pytest-xdist's own `--dist loadgroup` would do this with marks, but does not group
+    under pytest 9.2 (pytest-xdist issue #1386); an explicit --dist other than load is left alone."""
+
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getoption("dist") != "load":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ByFile(LoadScopeScheduling):
+            def _split_scope(self, nodeid):
+                return _scope(nodeid)
+
+        config.option.loadscopereorder = False  # keep the workers' order: the slowest files first
+        return ByFile(config, log)
 
 
 @pytest.fixture(scope="session")

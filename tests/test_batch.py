@@ -20,6 +20,7 @@ def clips(tmp_path_factory):
     return make_clips(tmp_path_factory.mktemp("clips"), 3)
 
 
+@pytest.mark.slow
 def test_resume_renders_only_what_changed(clips, tmp_path, capsys):
     shots = write_list(tmp_path / "shots.jsonl", [{"input": str(c), "prompt": f"street {i}"} for i, c in enumerate(clips)])
     out = tmp_path / "out"
@@ -111,6 +112,7 @@ def test_bad_input_list_entries_are_one_line_naming_the_line(clips, tmp_path, ca
     assert code == 2 and f"{shots}:2:" in err and message in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_same_shot_same_bits_in_this_process_and_another_whatever_its_default_threads(clips, tmp_path, capsys):
     """The shot's frames do not depend on the process, on what it rendered before, or on the thread
     count the environment gives (the worker sets its own). Float32 EXR frames show every bit: in a
@@ -245,6 +247,7 @@ def test_without_ray_the_same_command_renders_here(clips, tmp_path, monkeypatch,
 
 
 
+@pytest.mark.slow
 def test_four_shots_in_one_process_equal_four_single_shot_renders_byte_for_byte(tmp_path, capsys):
     """A shot's MP4 (the default output) does not depend on what the process rendered before: x264's
     macroblock tree read memory it never wrote, so every shot after the first, whose encoder got
@@ -343,6 +346,7 @@ def test_a_cluster_that_refuses_the_driver_is_one_line_with_the_token_hint(monke
     assert "RAY_AUTH_MODE=token" in text and "RAY_AUTH_TOKEN" in text
 
 
+@pytest.mark.slow
 def test_the_runtime_is_part_of_a_shots_fingerprint(clips, tmp_path, capsys, monkeypatch):
     """A shot rendered by OpenVINO is not the torch render's: the manifest tells them apart."""
     from alaya_flash.model_zoo import runtime

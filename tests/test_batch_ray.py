@@ -43,6 +43,7 @@ def _kill_when_held(mark, killed: list) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_shot_then_rerun_then_a_changed_prompt(cluster, tmp_path, monkeypatch, capsys):
     from alaya_flash.streaming.cli import shots as shots_module
 
@@ -85,6 +86,7 @@ def test_a_worker_killed_mid_shot_then_rerun_then_a_changed_prompt(cluster, tmp_
     assert {n for n in after if after[n]["fingerprint"] != records[n]["fingerprint"]} == {"c1", "c4"}
 
 
+@pytest.mark.slow
 def test_batch_starts_and_stops_its_own_local_ray(tmp_path):
     """Without Ray running, the command starts a private one (127.0.0.1) and stops it; its renders
     equal this process's."""

@@ -47,6 +47,7 @@ def test_bench_leaves_the_shading_prior_out_when_told(capsys):
     assert "shade" not in bench(capsys, *TINY, "--device", "cpu", "--format", "png", "--no-shade")
 
 
+@pytest.mark.slow
 def test_bench_compares_the_teacher_on_the_same_input(capsys):
     r = bench(capsys, *TINY, "--device", "cpu", "--precision", "fp32", "--format", "png",
               "--compare-teacher", "--teacher-steps", "2")

@@ -85,6 +85,7 @@ def tiny_models(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys):
     out = tiny_models / "report.json"
     rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--clips", "1", "--frames", "9", "--size", "32",
@@ -137,6 +138,7 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
     assert head["texts"] > 50 and 0.9 <= head["preset_rate"] <= 1.0 and 0 <= head["side_rate"] <= 1
 
 
+@pytest.mark.slow
 def test_eval_scores_the_refiners_frames_unless_told_not_to(tmp_path, capsys):
     from alaya_flash.model_zoo import bundle
 
@@ -179,7 +181,7 @@ def test_eval_refuses_a_negative_heldout_wording_count(tiny_models, capsys):
     assert "--heldout-wordings -1: give a count >= 1, or 0 for all" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kind", ["physics", "v2"])
+@pytest.mark.parametrize("kind", ["physics", pytest.param("v2", marks=pytest.mark.slow)])
 def test_long_stream_scores_one_continuous_stream_block_by_block(kind):
     """The block curve is PSNR of a whole-clip render of the same world frames (the physics world's, or
     world v2's path-traced street), block by block; the fresh start is a new stream over the midpoint
@@ -279,6 +281,7 @@ def test_lighting_metrics_see_shadows_metals_and_sky():
     assert side["follows_rate"] == 0.5 and side["opposite_shadow_ratio"] == pytest.approx(0.7)
 
 
+@pytest.mark.slow
 def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path, capsys):
     pytest.importorskip("mitsuba")
     from alaya_flash.training.data import DataConfig, build_dataset
@@ -320,6 +323,7 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
     assert "--split train needs --data" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_gives_a_light_refiner_the_prompts_light_or_the_clips_recorded_one(tmp_path, capsys):
     """--light data hands the refiner (and the prior-only baseline) each clip's recorded light per frame,
     as an engine that knows its sun would; the default reads it from the prompt. Both are scored, and

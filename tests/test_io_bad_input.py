@@ -407,6 +407,7 @@ def test_special_files_and_contradictions_are_refused_by_name(copy, tmp_path):
         next(iter(open_gbuffers(exr)))
 
 
+@pytest.mark.slow
 def test_serve_on_a_port_in_use_is_one_line(capsys):
     import socket
 
@@ -492,6 +493,7 @@ def test_a_teacher_config_is_checked_against_the_same_table(session, message, tm
         bundle.load_teacher(folder)
 
 
+@pytest.mark.slow
 def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path):
     """--out without an extension writes NAME.mp4, and the success line names NAME.mp4; a reader that
     leaves early (`| head -1`) ends the command quietly."""
@@ -511,6 +513,7 @@ def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path):
     assert "Traceback" not in info.stderr.read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["mp4", "png"])
 def test_a_file_size_limit_mid_render_is_one_line_and_leaves_nothing(fmt, tmp_path):
     """The disk refusing mid-write (here a 50 KB file-size limit, as a full disk would) is one line naming

@@ -172,6 +172,7 @@ def test_shade_command_writes_the_prior_and_refuses_a_bad_light(tmp_path, capsys
     assert not (tmp_path / "x.mp4").exists() and not (tmp_path / "y.mp4").exists()
 
 
+@pytest.mark.slow
 def test_the_light_head_stage_trains_a_head_that_loads(tmp_path):
     """`train light-head` (a few steps): a head file that loads strictly, and the held-out report."""
     import json

@@ -291,6 +291,7 @@ def test_a_prompt_change_shows_within_one_chunk(flash_server):
     assert all(x != y for x, y in zip(changed[9:], plain[9:]))
 
 
+@pytest.mark.slow
 def test_an_external_engine_process_renders_the_physics_world_through_the_client(flash_server):
     """The physics world runs in its own process and reaches the server only through the client,
     sending float passes. Frames follow its input: a run that moves from frame 9 on matches a still

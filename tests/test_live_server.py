@@ -395,6 +395,7 @@ class FragileRenderer(TintRenderer):
         super().set_prompt(text)
 
 
+@pytest.mark.slow
 def test_a_renderer_error_recovers_on_start_reset_or_preset(tmp_path):
     server = start_server(renderer=FragileRenderer, record=True, record_dir=tmp_path / "rec")
     try:
@@ -434,6 +435,7 @@ def test_a_renderer_error_recovers_on_start_reset_or_preset(tmp_path):
     assert folders and not [f for f in folders if f.endswith(".tmp")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, frames", [(signal.SIGTERM, 3), (signal.SIGHUP, 0)])
 def test_a_signal_during_serve_record_finishes_or_removes_the_recording(sig, frames, tmp_path):
     """`serve --record` as a real process; the signal comes while the recording's temporary folder

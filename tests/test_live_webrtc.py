@@ -58,6 +58,7 @@ def set_prompt(driver, text):
     wait_for(driver, f"window.alaya.status && window.alaya.status.prompt === {text!r}", what="prompt applied")
 
 
+@pytest.mark.slow
 @needs_chromium
 @needs_aiortc
 def test_webrtc_video_follows_the_prompt(browser):

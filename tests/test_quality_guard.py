@@ -117,6 +117,7 @@ def test_every_shipped_model_has_a_guard():
     assert set(bundle.shipped_models()) == set(GUARDS)
 
 
+@pytest.mark.slow
 def test_shipped_model_psnr_holds_on_a_held_out_clip(guarded):
     model, figures = guarded
     reference = GUARDS[model].reference
@@ -124,6 +125,7 @@ def test_shipped_model_psnr_holds_on_a_held_out_clip(guarded):
     assert figures["psnr_db"] >= floor, f"{model}: PSNR {figures['psnr_db']:.2f} dB < {floor:.2f} dB (reference {reference})"
 
 
+@pytest.mark.slow
 def test_shipped_model_prompt_control_holds_on_a_held_out_clip(guarded):
     model, figures = guarded
     guard = GUARDS[model]
@@ -151,6 +153,7 @@ def long_stream_figures(model: str) -> dict:
     return long_stream(flash, flash.text_encoder(), 200, 25, (64, 64))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(GUARDS))
 def test_shipped_model_holds_over_a_long_stream(model):
     r = long_stream_figures(model)

@@ -124,6 +124,7 @@ def test_positions_are_fixed_whatever_the_stream_length():
     assert pos["mid"].tolist() == [[17, 18]] and pos["chunk"].tolist() == [[20, 21, 22, 23]]
 
 
+@pytest.mark.slow
 def test_ten_thousand_latent_frames_at_flat_memory():
     """10,000 latent frames (1,250 chunks of 8): the state holds the same tensors of the same size
     after chunk 2 and after chunk 1,250, and Python's allocations do not grow."""

@@ -46,6 +46,7 @@ def _clip(size: int, frames: int, length: int = 4) -> list[GBuffers]:
     return list(gbuffer_chunks(synthetic_stream(size, size, frames), length))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, floor", [(torch.float32, 60.0), (torch.bfloat16, 40.0)])
 def test_default_model_renders_the_same_frames_on_openvino(dtype, floor):
     """The shipped model, 15 frames at 64x64 (the stream's padding included), torch against OpenVINO
@@ -60,6 +61,7 @@ def test_default_model_renders_the_same_frames_on_openvino(dtype, floor):
     assert _psnr(ov_frames, torch_frames) >= floor
 
 
+@pytest.mark.slow
 def test_chunked_equals_whole_on_openvino():
     """One frame at a time, chunks of 4 and of 7, and the whole clip at once give the same frames
     (every network sees the same groups, whatever the cut); a random model with a prompt-reading refiner,
@@ -82,6 +84,7 @@ def test_chunked_equals_whole_on_openvino():
         assert torch.equal(render(list(whole.split(n))), reference), f"chunks of {n}"
 
 
+@pytest.mark.slow
 def test_compiled_models_are_cached_on_disk_by_weights(tmp_path):
     """A second load of the same weights converts nothing (the IR is read back); other weights get
     their own entry."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from process_helpers import wait_until
+from process_helpers import in_own_process, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
@@ -25,12 +25,14 @@ def commands(tmp: Path) -> dict[str, tuple[list[str], Path]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["world", "render", "convert"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_mid_write_leaves_nothing(command, sig, tmp_path):
     stop_mid_write(command, sig, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_signal_the_parent_blocked_still_stops(tmp_path):
     """A blocked signal mask is inherited through exec (from a supervisor, say): unless the command
     unblocks them, the kernel holds SIGTERM until exit and the command writes its whole output with
@@ -39,6 +41,8 @@ def test_a_signal_the_parent_blocked_still_stops(tmp_path):
                    preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP}))
 
 
+@pytest.mark.slow
+@in_own_process
 def test_a_signal_held_before_the_command_starts_stops_it_and_the_mask_comes_back(tmp_path):
     """In process: SIGHUP already pending behind a blocked mask stops the command as it starts;
     the caller's handler and mask are given back."""
@@ -64,6 +68,8 @@ def test_a_signal_held_before_the_command_starts_stops_it_and_the_mask_comes_bac
     assert seen == []  # the command took the signal: nothing was left pending for the caller
 
 
+@pytest.mark.slow
+@in_own_process
 def test_a_stop_that_library_code_swallowed_still_stops(tmp_path, monkeypatch):
     """In process: the handler's exception is swallowed by code that catches everything (it happened
     in the world command's first moments, about once in 100 runs); the signal is recorded, so the

@@ -88,6 +88,7 @@ def frames(folder: Path) -> np.ndarray:
     return np.stack([np.asarray(Image.open(p)) for p in sorted(folder.glob("*.png"))])
 
 
+@pytest.mark.slow
 def test_the_teacher_renders_from_every_published_layout(nets, state, spiece, tmp_path, capsys):  # noqa: F811
     dit, vae = nets
     renders = {}

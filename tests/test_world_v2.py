@@ -274,6 +274,7 @@ def test_llvm_and_scalar_variants_trace_the_same_scene(mi):
     assert not np.array_equal(radiance["scalar_rgb"], radiance["llvm_ad_rgb"])  # really two renderers
 
 
+@pytest.mark.slow
 def test_frames_preset_by_preset_equal_frame_by_frame(mi):
     """TracedWorld.frames (the data stage's order: one preset's scenes at a time over a block) gives
     frame()'s extras bit for bit, and keeps only one preset's Mitsuba scenes alive."""
@@ -289,6 +290,7 @@ def test_frames_preset_by_preset_equal_frame_by_frame(mi):
     assert world._preset[0] == 2 and len(world._preset) == 3  # the last preset's (truth, sun) only
 
 
+@pytest.mark.slow
 def test_truth_passes_estimate_their_own_noise(mi):
     """With passes > 1 a truth averages independent renders, and its noise estimate (truth_noise_mse, from
     the passes' spread) matches its measured error against a 1,024 spp render of the same frame; the
@@ -311,6 +313,7 @@ def test_truth_passes_estimate_their_own_noise(mi):
     assert truth_noise_mse([same, same]) == 0.0 and truth_noise_mse([same, same + 2]) == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_clip_folder_reads_back_and_matches_the_source(mi, tmp_path):
     config = TracedConfig(seed=1, scene="courtyard", camera="walk", width=32, height=32, num_frames=4,
                           presets=("bright_sunny", "night_lamps"), spp=2)
@@ -331,6 +334,7 @@ def test_clip_folder_reads_back_and_matches_the_source(mi, tmp_path):
     assert vis.shape == (4, 32, 32) and (out / "presets" / "night_lamps.mp4").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_world_command_pathtrace(mi, tmp_path, capsys):
     from alaya_flash.streaming.cli import main
 
@@ -360,6 +364,7 @@ def test_world_v2_presets_have_their_own_wordings():
         seen |= everything
 
 
+@pytest.mark.slow
 def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
     from alaya_flash.training.data import ClipSet, DataConfig, build_dataset, dataset_meta
 
