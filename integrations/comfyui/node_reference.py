@@ -46,9 +46,9 @@ def reference(classes: dict, names: dict) -> str:
     out = [HEAD]
     for node_id, cls in sorted(classes.items(), key=lambda kv: (kv[1].CATEGORY, kv[0])):
         role = getattr(cls, "STREAM", None) or "run once"
-        out.append(f"\n## {names[node_id]} (`{node_id}`)\n")
-        out.append(f"Category `{cls.CATEGORY}`; role: {role}{', output node' if getattr(cls, 'OUTPUT_NODE', False) else ''}.\n")
-        out.append(f"{cls.DESCRIPTION}\n")
+        output_node = ", output node" if getattr(cls, "OUTPUT_NODE", False) else ""
+        out.append(f"## {names[node_id]} (`{node_id}`)\n")
+        out.append(f"Category `{cls.CATEGORY}`; role: {role}{output_node}. {cls.DESCRIPTION}\n")
         out.append("| input | type | default / range | tooltip |\n| --- | --- | --- | --- |")
         types = cls.INPUT_TYPES()
         for section in ("required", "optional"):
