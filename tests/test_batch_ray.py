@@ -119,9 +119,22 @@ def test_a_killed_batch_leaves_no_ray_process_behind():
     try:
         marker = driver.stdout.readline().strip()
         assert marker.startswith(f"{driver.pid}-"), marker
-        names = {pid: open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode()
-                 for pid in ray_reaper.marked(marker)}
-        assert any("raylet" in n for n in names.values()) and any("RuntimeEnvAgent" in n for n in names.values()), names
+        def names() -> dict[int, str]:
+            out = {}
+            for pid in ray_reaper.marked(marker):
+                try:
+                    out[pid] = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode()
+                except OSError:  # (ended between the two reads)
+                    pass
+            return out
+
+        # the agents take their ray:: names a moment after they start (a busy machine: seconds)
+        for _ in range(600):
+            seen = names()
+            if any("raylet" in n for n in seen.values()) and any("RuntimeEnvAgent" in n for n in seen.values()):
+                break
+            time.sleep(0.1)
+        assert any("raylet" in n for n in seen.values()) and any("RuntimeEnvAgent" in n for n in seen.values()), seen
     finally:
         driver.kill()
         driver.wait()

@@ -490,7 +490,7 @@ def test_render_passes_conventions_and_depth_range_to_load_gbuffers(tmp_path, mo
 
     seen = {}
 
-    def fake_execute(wf, classes, quiet, label):
+    def fake_execute(wf, classes, quiet, label, **_):
         seen.update(next(n for n in wf.to_api().values() if n["class_type"] == "AlayaFlash_LoadGBuffers")["inputs"])
         raise SystemExit(0)
 

@@ -17,6 +17,7 @@ from alaya_flash.streaming.render import pipelines as pl
 from alaya_flash.streaming.values import GBuffers, PromptSchedule, gbuffer_chunks
 from alaya_flash.streaming.render.driver import Lanes, StageGraph, ticks
 from alaya_flash.streaming.files.synthetic import synthetic_stream
+from alaya_flash.streaming.values import PromptSchedule, gbuffer_chunks
 
 ov = pytest.importorskip("openvino")
 DEFAULT = Path(model_zoo.__file__).parent / "default"
@@ -132,14 +133,15 @@ def test_backend_choice(monkeypatch, capsys):
 STREAMS_THEN_A_SIGNAL = """
 import gc, signal, sys, torch
 from alaya_flash.model_zoo import bundle, runtime
-from alaya_flash.streaming.engine import pipelines as pl
-from alaya_flash.streaming.engine.driver import Lanes, StageGraph, ticks
+from alaya_flash.streaming.render import pipelines as pl
+from alaya_flash.streaming.render.driver import Lanes, StageGraph, ticks
 from alaya_flash.streaming.files.synthetic import synthetic_stream
+from alaya_flash.streaming.values import PromptSchedule, gbuffer_chunks
 
 def stream(seed):
     flash = runtime.accelerate(bundle.make_random_flash(seed=seed, dit="dit-tiny"), "openvino")
-    graph = StageGraph(["gbuffers"], pl.flash_steps(flash, pl.PromptSchedule.constant(torch.zeros(1, 1, 384)), seed=0))
-    chunks = pl.gbuffer_chunks(synthetic_stream(32, 32, 5), 5)
+    graph = StageGraph(["gbuffers"], pl.flash_steps(flash, PromptSchedule.constant(torch.zeros(1, 1, 384)), seed=0))
+    chunks = gbuffer_chunks(synthetic_stream(32, 32, 5), 5)
     for _ in ticks(graph, {"gbuffers": ((c,) for c in chunks)}, lanes=Lanes(threads=(1, 1))):
         pass
     return flash
