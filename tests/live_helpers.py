@@ -130,3 +130,27 @@ def read_close_code(s: socket.socket) -> int | None:
         if not data:
             return None
         buf += data
+
+
+def listening_model_folder(tmp_path_factory):
+    """A random Flash model folder whose DiT listens to the prompt (random weights barely do)."""
+    import torch
+
+    from alaya_flash.model_zoo import bundle
+
+    model = bundle.make_random_flash(seed=0)
+    with torch.no_grad():
+        model.dit.text_embedding[0].weight.mul_(30)
+    folder = tmp_path_factory.mktemp("flash") / "m"
+    bundle.save_flash(model, folder)
+    return folder
+
+
+def start_flash_server(model_dir, size: int):
+    """A live server whose page's stream is paused (it renders nothing); engines render with the Flash weights."""
+    from alaya_flash.streaming.live.renderers import renderer_factory
+
+    make = renderer_factory(model=model_dir, chunk_latents=1, fps=30.0)
+    server = start_server(renderer=make, width=size, height=size, autostart=False, max_sessions=4)
+    server.page.ready.wait(120)
+    return server

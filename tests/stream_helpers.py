@@ -40,3 +40,17 @@ class Collect:
         return _S()
 
     save = rn.run_stage_whole
+
+
+def random_refiner(name: str, seed: int = 3):
+    """A G-buffer refiner of config `name` with every weight random (a fresh one's last layers are zero: the identity)."""
+    import torch
+
+    from alaya_flash.model_zoo.codecs import refiner as rf
+
+    net = rf.build(rf.CONFIGS[name])
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return net

@@ -22,7 +22,7 @@ import pytest
 
 from alaya_flash.client import AsyncClient, Client, ClientError
 
-from live_helpers import TintRenderer, start_server
+from live_helpers import listening_model_folder, start_flash_server, start_server
 
 SIZE = 64
 N = 13  # chunks [0], [1..4], [5..8], [9..12]
@@ -92,25 +92,12 @@ class Proxy:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    import torch
-
-    from alaya_flash.model_zoo import bundle
-
-    model = bundle.make_random_flash(seed=0)
-    with torch.no_grad():
-        model.dit.text_embedding[0].weight.mul_(30)  # random weights barely listen to the prompt
-    folder = tmp_path_factory.mktemp("flash") / "m"
-    bundle.save_flash(model, folder)
-    return folder
+    return listening_model_folder(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def flash_server(model_dir):
-    from alaya_flash.streaming.live.renderers import renderer_factory
-
-    make = renderer_factory(model=model_dir, chunk_latents=1, fps=30.0)
-    server = start_server(renderer=make, width=SIZE, height=SIZE, autostart=False, max_sessions=4)
-    server.page.ready.wait(120)
+    server = start_flash_server(model_dir, SIZE)
     yield server
     server.stop()
 

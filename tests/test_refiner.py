@@ -15,6 +15,7 @@ from alaya_flash.streaming.render import runner as rn
 from alaya_flash.streaming.render import workflow as wfm
 from stream_helpers import Collect
 from stream_helpers import random_gbuffers as _gbuffers
+from stream_helpers import random_refiner
 from stream_helpers import render_all as _render
 
 
@@ -140,14 +141,6 @@ def test_refiner_folder_errors_name_file_and_key(flash, tmp_path):
         bundle.load_flash_folder(folder)
 
 
-def _random_refiner(name: str, seed: int = 3) -> rf.GBufferRefiner:
-    """A refiner of config `name` with every weight random (a fresh one's last layers are zero)."""
-    net = rf.build(rf.CONFIGS[name])
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
-    return net
 
 
 def test_a_prompt_refiner_starts_as_the_identity_and_then_follows_the_prompt():
@@ -155,7 +148,7 @@ def test_a_prompt_refiner_starts_as_the_identity_and_then_follows_the_prompt():
     a, b = torch.randn(2, 384).unbind()
     fresh = rf.build(rf.CONFIGS["gbuffer-refiner-16-prompt"])
     assert torch.equal(fresh.refine(frames, gb, a.expand(2, -1)), frames)
-    net = _random_refiner("gbuffer-refiner-16-prompt")
+    net = random_refiner("gbuffer-refiner-16-prompt")
     out_a, out_b = net.refine(frames, gb, a.expand(2, -1)), net.refine(frames, gb, b.expand(2, -1))
     assert not torch.allclose(out_a, out_b, atol=1e-3)
     mixed = net.refine(frames, gb, torch.stack([a, b]))  # each frame its own prompt
@@ -177,11 +170,11 @@ def test_the_context_path_reaches_across_the_frame_and_reads_the_prompt():
     assert torch.equal(fresh.refine(frames, gb, a[None]), frames)
     rgb = frames.permute(0, 3, 1, 2)
     for name, reaches in (("gbuffer-refiner-16-prompt", False), ("gbuffer-refiner-16-context", True)):
-        net = _random_refiner(name)
+        net = random_refiner(name)
         with torch.no_grad():  # (unclamped)
             near, moved = (net(rgb, rf.gbuffer_planes(x), a[None])[0, :, :16, :16] for x in (gb, far))
         assert ((moved - near).abs().max() > 1e-4) == reaches, name
-    net = _random_refiner("gbuffer-refiner-16-context")
+    net = random_refiner("gbuffer-refiner-16-context")
     with torch.no_grad():
         net.text[-1].weight.zero_()  # only the context path reads the prompt now
         net.text[-1].bias.zero_()
@@ -190,7 +183,7 @@ def test_the_context_path_reaches_across_the_frame_and_reads_the_prompt():
 
 def test_a_context_refiner_in_bf16_with_fused_ops_matches_float32():
     """bf16 inference runs the fused, channels-last path (one frame per call, as refine streams)."""
-    net = _random_refiner("gbuffer-refiner-16-context")
+    net = random_refiner("gbuffer-refiner-16-context")
     rgb, planes, text = torch.rand(1, 3, 64, 96), rf.gbuffer_planes(_gbuffers(1, 64, 96).images), torch.randn(1, 384)
     with torch.no_grad():
         want = net(rgb, planes, text) - rgb  # (unclamped residuals)
@@ -203,7 +196,7 @@ def test_a_prompt_schedule_reaches_the_refiner_frame_by_frame(flash, cut):
     """A refiner that reads the prompt gets, for each frame, the embedding in effect at that frame,
     whatever the chunking: the pipeline's frames equal the refiner applied afterwards with them."""
     model = bundle.make_random_flash(seed=0)
-    model.refiner = _random_refiner("gbuffer-refiner-16-prompt")
+    model.refiner = random_refiner("gbuffer-refiner-16-prompt")
     sched = PromptSchedule.encode(model.text_encoder(), "0: a sunny street\n6: a street at night")
     g = _gbuffers(13)
     pieces = [GBuffers(g.images[i:i + cut]) for i in range(0, 13, cut)]
@@ -216,7 +209,7 @@ def test_a_prompt_schedule_reaches_the_refiner_frame_by_frame(flash, cut):
 
 
 def test_a_prompt_refiner_without_a_prompt_is_refused_by_name(flash, tmp_path):
-    net = _random_refiner("gbuffer-refiner-16-prompt")
+    net = random_refiner("gbuffer-refiner-16-prompt")
     with pytest.raises(AlayaError, match="reads the prompt; connect the prompt"):
         pl.Refine(net)
     with pytest.raises(AlayaError, match="prompt embeddings are 8 wide, the refiner reads 384"):
@@ -236,7 +229,7 @@ def test_a_prompt_refiner_without_a_prompt_is_refused_by_name(flash, tmp_path):
 def test_prompt_refiner_folder_round_trip(tmp_path):
     model = bundle.make_random_flash(seed=0, refiner="gbuffer-refiner-16-prompt")
     assert model.refiner.text_dim == 384
-    model.refiner = _random_refiner("gbuffer-refiner-16-prompt")
+    model.refiner = random_refiner("gbuffer-refiner-16-prompt")
     back = bundle.load_flash_folder(bundle.save_flash(model, tmp_path / "m"), dtype=torch.float32)
     assert back.refiner.config == model.refiner.config
     for k, v in model.refiner.state_dict().items():
@@ -317,7 +310,7 @@ def test_a_light_refiner_starts_as_the_identity_and_then_follows_the_light():
     fresh = rf.build(rf.CONFIGS["gbuffer-refiner-16-light"])
     assert fresh.reads_light and not rf.build(rf.CONFIGS["gbuffer-refiner-16-context"]).reads_light
     assert torch.equal(fresh.refine(frames, gb, text, _sun(90.0, 2)), frames)
-    net = _random_refiner("gbuffer-refiner-16-light")
+    net = random_refiner("gbuffer-refiner-16-light")
     left, right = net.refine(frames, gb, text, _sun(90.0, 2)), net.refine(frames, gb, text, _sun(-90.0, 2))
     assert not torch.allclose(left, right, atol=1e-3)
     mixed = net.refine(frames, gb, text, torch.cat([_sun(90.0), _sun(-90.0)]))
@@ -338,7 +331,7 @@ def test_a_light_schedule_reaches_the_refiner_frame_by_frame(cut):
     from alaya_flash.streaming.render.lighting import LightSchedule, prompt_lights
 
     model = bundle.make_random_flash(seed=0)
-    model.refiner = _random_refiner("gbuffer-refiner-16-light")
+    model.refiner = random_refiner("gbuffer-refiner-16-light")
     sched = pl.PromptSchedule.encode(model.text_encoder(), "a sunny street, the sun on the left")
     lights = LightSchedule.parse("0: az=90,el=30\n8: az=-90,el=30")
     g = _gbuffers(9, 32, 32)
@@ -357,7 +350,7 @@ def test_a_light_schedule_reaches_the_refiner_frame_by_frame(cut):
 
 def test_light_refiner_folder_round_trip(tmp_path):
     model = bundle.make_random_flash(seed=0)
-    model.refiner = _random_refiner("gbuffer-refiner-16-light")
+    model.refiner = random_refiner("gbuffer-refiner-16-light")
     back = bundle.load_flash_folder(bundle.save_flash(model, tmp_path / "m"), dtype=torch.float32)
     assert back.refiner.config == model.refiner.config and back.refiner.reads_light
     for k, v in model.refiner.state_dict().items():

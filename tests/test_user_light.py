@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from alaya_flash.model_zoo import bundle, folders
-from alaya_flash.model_zoo.codecs import refiner as rf
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.model_zoo.light import Light, pack
 from alaya_flash.model_zoo.precision import choose_dtype
@@ -17,26 +16,18 @@ from alaya_flash.streaming.files.sinks import to_uint8
 from alaya_flash.streaming.render import pipelines as pl
 from alaya_flash.streaming.render.lighting import LightNotRead, LightSchedule, prompt_lights, user_lights
 from alaya_flash.streaming.values import GBuffers, PromptSchedule
-from stream_helpers import random_gbuffers, render_all
+from stream_helpers import random_gbuffers, random_refiner, render_all
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a sunny street, the sun on the left"
 MOVING = "0: bright_sunny,az=90,el=30\n6: sunset_dramatic,az=-90,el=10"
 
 
-def _random_refiner(name: str, seed: int = 3) -> rf.GBufferRefiner:
-    """A refiner of config `name` with every weight random (a fresh one's last layers are zero: the identity)."""
-    net = rf.build(rf.CONFIGS[name])
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
-    return net
 
 
 def _model(refiner: str | None = "gbuffer-refiner-16-light"):
     model = bundle.make_random_flash(seed=0)
-    model.refiner = None if refiner is None else _random_refiner(refiner)
+    model.refiner = None if refiner is None else random_refiner(refiner)
     return model
 
 
