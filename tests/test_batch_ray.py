@@ -123,18 +123,23 @@ def test_a_killed_batch_leaves_no_ray_process_behind():
             out = {}
             for pid in ray_reaper.marked(marker):
                 try:
-                    out[pid] = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode()
+                    out[pid] = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
                 except OSError:  # (ended between the two reads)
                     pass
             return out
 
-        # the agents take their ray:: names a moment after they start (a busy machine: seconds)
-        for _ in range(600):
+        def agents_up(seen: dict[int, str]) -> bool:
+            # the runtime-env agent: `ray::RuntimeEnvAgent` once it renames itself (setproctitle), its
+            # script's path before that or without it
+            return (any("raylet" in n for n in seen.values())
+                    and any("RuntimeEnvAgent" in n or "runtime_env/agent" in n for n in seen.values()))
+
+        for _ in range(600):  # the agents start a moment after the task ran (a busy machine: seconds)
             seen = names()
-            if any("raylet" in n for n in seen.values()) and any("RuntimeEnvAgent" in n for n in seen.values()):
+            if agents_up(seen):
                 break
             time.sleep(0.1)
-        assert any("raylet" in n for n in seen.values()) and any("RuntimeEnvAgent" in n for n in seen.values()), seen
+        assert agents_up(seen), seen
     finally:
         driver.kill()
         driver.wait()
