@@ -229,6 +229,16 @@ list_entries = st.one_of(json_values, st.fixed_dictionaries(
               "prompt": st.one_of(st.text(max_size=6), numbers_json), "set": st.one_of(json_values, st.lists(st.text(max_size=8)))}))
 
 
+def test_a_batch_input_of_an_unknown_users_home_is_one_line(tmp_path):
+    """'~0' (found by the property below): a user this machine does not have, one line naming the list's line."""
+    from alaya_flash.streaming.cli.commands.batch import _read_list
+
+    path = tmp_path / "shots.jsonl"
+    path.write_text(json.dumps({"input": "~no-such-user-here/clip"}) + "\n")
+    with pytest.raises(AlayaError, match=r"shots.jsonl:1: input '~no-such-user-here/clip': no home directory for '~no-such-user-here' \(no such user\)"):
+        _read_list(path)
+
+
 @FAST
 @given(entries=st.lists(list_entries, min_size=1, max_size=3))
 def test_any_batch_input_list_reads_or_is_one_line_naming_the_line(entries, tmp_path_factory):

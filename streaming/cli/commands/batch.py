@@ -143,7 +143,11 @@ def _read_list(path: Path) -> list[dict]:
         if "name" in entry and (not entry["name"] or "/" in entry["name"] or entry["name"] in (".", "..")):
             raise AlayaError(f"{where}: name {entry['name']!r} must be a non-empty file name without '/'")
         entry = dict(entry, where=where)
-        p = Path(entry["input"]).expanduser()
+        try:
+            p = Path(entry["input"]).expanduser()
+        except RuntimeError:  # '~name' of a user this machine does not have
+            raise AlayaError(f"{where}: input {entry['input']!r}: no home directory for "
+                             f"{entry['input'].split('/')[0]!r} (no such user)") from None
         entry["input"] = str(p if p.is_absolute() else path.parent / p)
         entries.append(entry)
     if not entries:
