@@ -17,6 +17,7 @@ lighting preview, and eval's prior-only baseline).
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -143,11 +144,17 @@ def recorded(lights) -> LightSchedule:
     return LightSchedule([(t, lights[t]) for t in range(len(lights))])
 
 
-def prompt_lights(model, prompts: PromptSchedule) -> LightSchedule:
-    """The light each prompt entry names, as the shipped light head reads it with the model's text encoder."""
+@functools.cache
+def _shipped_light_head():
+    """The shipped light head, read once per process (every pipeline and every prompt change asks for it)."""
     from ...model_zoo import light_head
 
-    return LightSchedule.from_prompts(prompts, light_head.load(), model.text_encoder())
+    return light_head.load()
+
+
+def prompt_lights(model, prompts: PromptSchedule) -> LightSchedule:
+    """The light each prompt entry names, as the shipped light head reads it with the model's text encoder."""
+    return LightSchedule.from_prompts(prompts, _shipped_light_head(), model.text_encoder())
 
 
 class Shade:
