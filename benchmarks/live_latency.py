@@ -89,10 +89,13 @@ async def engine(url: str, frames: list[np.ndarray], count: int, warmup: int, wi
 
     total, pad = warmup + count, 16
     got, sent = [], 0
-    changed = asyncio.Event()
+    changed, more = asyncio.Event(), asyncio.Event()
     async with AsyncClient(url, timeout=600) as client:
         async def receive():
             while len(got) < total:
+                while client.renderable() <= len(got):  # (the client refuses to wait for a chunk not all sent)
+                    more.clear()
+                    await more.wait()
                 got.append(await client.receive(timeout=600))
                 changed.set()
 
@@ -109,6 +112,7 @@ async def engine(url: str, frames: list[np.ndarray], count: int, warmup: int, wi
                 break
             await client.send(n, frames[n % len(frames)])
             sent += 1
+            more.set()
         await reader
         status = client.status
     measured = got[warmup:]
