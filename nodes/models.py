@@ -168,8 +168,7 @@ class LoadFlashModel:
             **_common_inputs(),
         }, "optional": {
             "backend": (list(BACKENDS), {"default": "auto", "tooltip": "Runtime of the networks: openvino (compiled for "
-                        "the CPU, cached on disk; needs the openvino package), openvino-int8 (the same, the G-buffer "
-                        "encoder in INT8; needs nncf), torch, or auto (the command's --backend, "
+                        "the CPU, cached on disk; needs the openvino package), torch, or auto (the command's --backend, "
                         "else openvino where installed and on the CPU, else torch)."}),
         }}
 

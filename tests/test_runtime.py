@@ -63,36 +63,6 @@ def test_default_model_renders_the_same_frames_on_openvino(dtype, floor):
 
 
 @pytest.mark.slow
-def test_int8_encoder_renders_within_bounds_and_chunked_equals_whole():
-    """openvino-int8 (the G-buffer encoder quantized by NNCF on the calibration frames): the shipped
-    model's frames at 64x64 within 35 dB of torch's, and a clip cut in chunks of 1 and 7 renders
-    what the whole clip does."""
-    pytest.importorskip("nncf")
-    flash = folders.load_flash(DEFAULT, torch.device("cpu"), torch.bfloat16)
-    chunks = _clip(64, 15)
-    torch_frames = _render(flash, chunks)
-    fast = runtime.accelerate(flash, "openvino-int8")
-    assert runtime.backend_of(fast) == "openvino-int8" and fast.gbuffer_encoder.int8 and not hasattr(fast.dit, "int8")
-    whole = _render(fast, [GBuffers(torch.cat([c.images for c in chunks]))], Lanes(threads=(1, 1)))
-    assert whole.shape == torch_frames.shape == (15, 64, 64, 3)
-    assert 35.0 <= _psnr(whole, torch_frames) < 100  # (quantized: not the bf16 graphs' frames)
-    for n in (1, 7):
-        pieces = [GBuffers(p) for p in torch.cat([c.images for c in chunks]).split(n)]
-        assert torch.equal(_render(fast, pieces), whole), f"chunks of {n}"
-
-
-def test_calibration_frames_are_real_gbuffers_at_any_size():
-    from alaya_flash.model_zoo.runtime.openvino import calibration
-
-    full = calibration(256, 256)
-    assert full.shape == (17, 5, 256, 256, 3) and full.dtype == torch.uint8
-    assert full.float().std() > 10  # a scene, not zeros
-    small = calibration(64, 32)
-    assert small.shape == (17, 5, 64, 32, 3)
-    assert torch.equal(small[:, :, 0, 0], full[:, :, 0, 0])  # nearest: pixels taken, not blended
-
-
-@pytest.mark.slow
 def test_chunked_equals_whole_on_openvino():
     """One frame at a time, chunks of 4 and of 7, and the whole clip at once give the same frames
     (every network sees the same groups, whatever the cut); a random model with a prompt-reading refiner,
@@ -163,7 +133,6 @@ def test_backend_choice(monkeypatch, capsys):
     assert runtime.choose("torch", "cpu") == "torch"
     with pytest.raises(AlayaError, match="runs on the CPU"):
         runtime.choose("openvino", "cuda")
-    assert runtime.choose("openvino-int8", "cpu") == "openvino-int8"  # opt-in: auto never picks it
     with pytest.raises(AlayaError, match="not one of"):
         runtime.choose("tensorrt", "cpu")
     monkeypatch.setenv(runtime.ENV, "torch")
@@ -180,10 +149,6 @@ def test_backend_choice(monkeypatch, capsys):
     assert "OpenVINO is not installed: the networks run on torch" in capsys.readouterr().err
     with pytest.raises(AlayaError, match="not installed"):
         runtime.choose("openvino", "cpu")
-    monkeypatch.setattr(runtime, "openvino_version", lambda: "2026")
-    monkeypatch.setattr(runtime.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(AlayaError, match="nncf package"):
-        runtime.choose("openvino-int8", "cpu")
 
 
 STREAMS_THEN_A_SIGNAL = """

@@ -4,10 +4,6 @@
     model = runtime.accelerate(model, "auto")    # the same FlashModel, its networks compiled where
                                                  # OpenVINO is installed and the model is on the CPU
 
-`openvino-int8` is `openvino` with the G-buffer encoder's weights and activations in INT8 (NNCF's
-post-training quantization, calibrated on real G-buffers, calibration.npz): 1.7x the bf16 encoder on
-an AVX512-VNNI CPU, frames 41 dB from torch's; opt-in (auto never picks it), and needs nncf.
-
 The compiled networks keep the torch networks' interfaces (a DiT's cached pass, `new_stream()` of
 the encoder and the decoder, the refiner's `refine`), so the chunk loop, the nodes and the tests do
 not care which runtime runs a stage. `configure(backend)` sets this process's choice (the CLI's
@@ -18,13 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import logging
 import os
 
 from ..errors import AlayaError
 
-BACKENDS = ("auto", "torch", "openvino", "openvino-int8")
+BACKENDS = ("auto", "torch", "openvino")
 ENV = "ALAYA_FLASH_BACKEND"
 log = logging.getLogger(__name__)
 
@@ -74,15 +69,12 @@ def choose(backend: str = "auto", device="cpu") -> str:
             _say_once("OpenVINO is not installed: the networks run on torch (pip install \"alaya-flash[openvino]\" "
                       "for the faster CPU runtime)")
         return "openvino" if on_cpu and openvino_version() else "torch"
-    if backend.startswith("openvino"):
+    if backend == "openvino":
         if openvino_version() is None:
-            raise AlayaError(f"backend {backend}: the openvino package is not installed "
+            raise AlayaError("backend openvino: the openvino package is not installed "
                              "(pip install \"alaya-flash[openvino]\"), or choose --backend torch")
-        if backend == "openvino-int8" and importlib.util.find_spec("nncf") is None:
-            raise AlayaError("backend openvino-int8: the nncf package (its quantizer) is not installed "
-                             "(pip install \"alaya-flash[openvino]\"), or choose --backend openvino")
         if not on_cpu:
-            raise AlayaError(f"backend {backend} runs on the CPU; the model is on {device} (use --backend torch)")
+            raise AlayaError(f"backend openvino runs on the CPU; the model is on {device} (use --backend torch)")
     return backend
 
 
@@ -98,21 +90,19 @@ def accelerate(model, backend: str = "auto"):
     """A FlashModel whose networks run on the chosen backend (the same object's networks for torch).
     A teacher, or a Flash release without the KV-cache DiT, stays on torch; so does a refiner that reads the
     light (its shading prior is eager torch)."""
-    if getattr(model, "kind", "") != "flash":
+    if getattr(model, "kind", "") != "flash" or choose(backend, model.device) == "torch":
         return model
-    chosen = choose(backend, model.device)
-    if chosen == "torch" or getattr(model.dit, "sampler_kind", "kv-cache") != "kv-cache":
+    if getattr(model.dit, "sampler_kind", "kv-cache") != "kv-cache":
         return model
     from . import openvino as ov
 
     return dataclasses.replace(
-        model, dit=ov.CompiledDiT(model.dit),
-        gbuffer_encoder=ov.CompiledEncoder(model.gbuffer_encoder, int8=chosen == "openvino-int8"),
+        model, dit=ov.CompiledDiT(model.dit), gbuffer_encoder=ov.CompiledEncoder(model.gbuffer_encoder),
         decoder=ov.CompiledDecoder(model.decoder),
         refiner=model.refiner if model.refiner is None or getattr(model.refiner, "reads_light", False)
         else ov.CompiledRefiner(model.refiner))
 
 
 def backend_of(model) -> str:
-    """'openvino-int8' or 'openvino' when a model's networks run compiled, else 'torch'."""
-    return getattr(model.gbuffer_encoder, "backend", None) or getattr(model.dit, "backend", "torch")
+    """'openvino' when a model's DiT runs compiled, else 'torch'."""
+    return getattr(model.dit, "backend", "torch")

@@ -142,11 +142,8 @@ class _Compiler:
         self.compiled: dict[tuple, Requests] = {}
         self.lock = threading.Lock()
 
-    def get(self, variant: str, make_graph, example: dict[str, torch.Tensor], stateful: dict[str, str] | None = None,
-            quantize=None) -> Requests:
-        """The compiled model (with its requests) for a graph variant fed `example` (name -> tensor, in
-        forward's order); quantize: ov.Model -> ov.Model, applied once at conversion (before the
-        memory is made stateful)."""
+    def get(self, variant: str, make_graph, example: dict[str, torch.Tensor], stateful: dict[str, str] | None = None) -> Requests:
+        """The compiled model (with its requests) for a graph variant fed `example` (name -> tensor, in forward's order)."""
         threads = torch.get_num_threads()
         shapes = tuple((n, tuple(t.shape), str(t.dtype)) for n, t in example.items())
         key = (variant, shapes, threads)
@@ -154,7 +151,7 @@ class _Compiler:
             if key not in self.compiled:
                 folder = self._folder(variant, shapes)
                 if not (folder / "model.xml").exists():
-                    self._convert(folder, make_graph, example, stateful, quantize)
+                    self._convert(folder, make_graph, example, stateful)
                 config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
                           "INFERENCE_PRECISION_HINT": self.precision, "CACHE_DIR": str(folder / "compiled")}
                 self.compiled[key] = Requests(core().compile_model(str(folder / "model.xml"), "CPU", config))
@@ -166,7 +163,7 @@ class _Compiler:
         text = f"{self.kind}|{variant}|{shapes}|{self.precision}|{self.weights}|{ov.__version__}|{GRAPH_VERSION}"
         return cache_root() / f"{self.kind}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
-    def _convert(self, folder: Path, make_graph, example: dict[str, torch.Tensor], stateful, quantize=None) -> None:
+    def _convert(self, folder: Path, make_graph, example: dict[str, torch.Tensor], stateful) -> None:
         """Trace the graph in float32, convert it with static shapes, save the IR (atomically: a folder
         renamed into place, so a crash or a second process never leaves half a model)."""
         import openvino as ov
@@ -178,8 +175,6 @@ class _Compiler:
         for param, name in zip(model.get_parameters(), example):
             param.output(0).get_tensor().set_names({name})
             param.set_friendly_name(name)
-        if quantize is not None:
-            model = quantize(model)
         if stateful:  # memory inputs fed back from outputs, held inside the infer request
             from openvino._offline_transformations import apply_make_stateful_transformation
 
@@ -210,15 +205,14 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 
 class CompiledEncoder:
-    """A GBufferEncoder's stand-in: `new_stream()` gives a stream with GBufferEncoderStream's encode().
-    int8: weights and activations quantized to INT8 by NNCF, calibrated on real G-buffers (calibration())."""
+    """A GBufferEncoder's stand-in: `new_stream()` gives a stream with GBufferEncoderStream's encode()."""
 
-    def __init__(self, encoder: nn.Module, int8: bool = False):
+    backend = "openvino"
+
+    def __init__(self, encoder: nn.Module):
         self.torch_encoder = encoder
         self.config = encoder.config
-        self.int8 = int8
-        self.backend = "openvino-int8" if int8 else "openvino"
-        self.compiler = _Compiler(encoder, "gbuffer-encoder-int8" if int8 else "gbuffer-encoder")
+        self.compiler = _Compiler(encoder, "gbuffer-encoder")
 
     def parameters(self):
         return self.torch_encoder.parameters()
@@ -231,52 +225,7 @@ class CompiledEncoder:
         memory = graphs.EncoderGroup.memory_shapes_for(self.torch_encoder, height, width)
         example = {"images": torch.zeros(TIME_COMPRESSION, self.config.branches, height, width, 3, dtype=torch.uint8)}
         example.update({f"memory{i}": torch.zeros(s) for i, s in enumerate(memory)})
-        quantize = (lambda model: _quantize_encoder(model, self.torch_encoder, height, width)) if self.int8 else None  # noqa: E731
-        variant = "group"
-        if self.int8:  # a new quantizer or other calibration frames make another model
-            from importlib.metadata import version
-
-            digest = hashlib.sha256(CALIBRATION.read_bytes()).hexdigest()[:16]
-            variant += f"-int8[nncf={version('nncf')},calibration={digest}]"
-        return self.compiler.get(variant, graph, example,
-                                 {f"memory{i}": i + 1 for i in range(len(memory))}, quantize)
-
-
-CALIBRATION = Path(__file__).with_name("calibration.npz")
-
-
-def calibration(height: int, width: int) -> torch.Tensor:
-    """Real G-buffers for calibrating a quantizer: the bundled demo stream's first 17 frames (the physics
-    world, seed 0, 256x256, teacher form uint8 (17, 5, 256, 256, 3)), resized (nearest) to height x width."""
-    with np.load(CALIBRATION, allow_pickle=False) as z:
-        frames = torch.from_numpy(z["gbuffers"])
-    t, b, h, w, c = frames.shape
-    if (h, w) != (height, width):
-        planes = frames.permute(0, 1, 4, 2, 3).reshape(t, b * c, h, w)
-        planes = torch.nn.functional.interpolate(planes, size=(height, width), mode="nearest-exact")
-        frames = planes.reshape(t, b, c, height, width).permute(0, 1, 3, 4, 2).contiguous()
-    return frames
-
-
-def _quantize_encoder(model, encoder: nn.Module, height: int, width: int):
-    """The encoder's group graph with INT8 weights and activations: NNCF's post-training quantization,
-    its activation ranges from the calibration frames' groups (each with the memory the stream has
-    there, from the float32 graph)."""
-    import nncf
-
-    frames = calibration(height, width)
-    graph = graphs.EncoderGroup(encoder).eval()
-    memory = [torch.zeros(s) for s in graphs.EncoderGroup.memory_shapes_for(encoder, height, width)]
-    groups = [frames[:1].expand(TIME_COMPRESSION, *frames.shape[1:])]  # latent 0: frame 0 four times
-    groups += list(frames[1:].split(TIME_COMPRESSION))
-    samples = []
-    with torch.no_grad():
-        for group in groups:
-            if len(group) < TIME_COMPRESSION:
-                break
-            samples.append({"images": group.contiguous().numpy(), **{f"memory{i}": m.numpy() for i, m in enumerate(memory)}})
-            _, *memory = graph(group, *memory)
-    return nncf.quantize(model, nncf.Dataset(samples), subset_size=len(samples), preset=nncf.QuantizationPreset.MIXED)
+        return self.compiler.get("group", graph, example, {f"memory{i}": i + 1 for i in range(len(memory))})
 
 
 class EncoderStream:

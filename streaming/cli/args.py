@@ -90,8 +90,7 @@ def add_backend_argument(parser) -> None:
 
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="runtime of the networks: openvino (compiled for the CPU, cached on disk; the "
-                             "'openvino' extra), openvino-int8 (the same with the G-buffer encoder in INT8), "
-                             "torch, or auto: openvino where installed and on the CPU")
+                             "'openvino' extra), torch, or auto: openvino where installed and on the CPU")
 
 
 def add_cpu_arguments(parser) -> None:
