@@ -224,6 +224,42 @@ def test_long_stream_scores_one_continuous_stream_block_by_block(kind):
     assert report["fresh_start"]["psnr_db"] != pytest.approx(report["psnr_db_by_block"][1])  # a new stream's state
 
 
+def test_a_world_lit_long_stream_equals_a_whole_render_under_the_worlds_recorded_lights():
+    """world_light: the physics world hands a light-reading model each frame's sun (the long preset turned with
+    the camera), so the curve is a whole render given those lights, and the fresh start gets its frames' own."""
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.light import pack
+    from alaya_flash.training import eval as ev
+    from alaya_flash.streaming.render.lighting import recorded
+    from alaya_flash.streaming.render.pipelines import FlashPipeline
+    from alaya_flash.streaming.values import PromptSchedule
+    from alaya_flash.streaming.gbuffer import frame_to_teacher
+    from alaya_flash.streaming.world import WorldConfig, WorldSource
+    from alaya_flash.streaming.world.shading import heading, light_of
+    from stream_helpers import random_refiner
+
+    flash = bundle.make_random_flash(settings=bundle.FlashSettings(chunk_frames=1, window_frames=3, sink_frames=0))
+    flash.refiner = random_refiner("gbuffer-refiner-16-blend")
+    text = flash.text_encoder()
+    report = ev.long_stream(flash, text, 10, 5, (32, 32), world_light=True)
+    assert report["light"] == "the world's"
+    world = WorldConfig(seed=ev.LONG_SEED, width=32, height=32, fps=ev.LONG_FPS, num_frames=10,
+                        num_objects=ev.LONG_OBJECTS, camera=report["camera"], presets=(ev.LONG_PRESET,))
+    frames, lights = [], []
+    for frame, camera in WorldSource(world).frames_with_cameras():
+        frames.append(frame)
+        lights.append(light_of(ev.LONG_PRESET, heading(camera)))
+    gb = np.stack([frame_to_teacher(f) for f in frames])
+    gt = torch.from_numpy(np.stack([f.extras["rgb"] for f in frames])).float() / 255
+    sched = PromptSchedule.encode(text, report["prompt"])
+    whole, _, _ = ev._render(FlashPipeline(flash, sched, lights=recorded(pack(lights))), gb)
+    assert report["psnr_db_by_block"] == pytest.approx([metrics.psnr(whole[a:a + 5], gt[a:a + 5]) for a in (0, 5)], abs=1e-3)
+    fresh, _, _ = ev._render(FlashPipeline(flash, sched, lights=recorded(pack(lights[5:]))), gb[5:])
+    assert report["fresh_start"]["psnr_db"] == pytest.approx(metrics.psnr(fresh, gt[5:]), abs=1e-3)
+    unlit = ev.long_stream(flash, text, 10, 5, (32, 32))
+    assert unlit["light"] == "the prompt's" and unlit["psnr_db_by_block"] != pytest.approx(report["psnr_db_by_block"], abs=1e-3)
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--long-frames", "0"], "argument --long-frames: 0 is out of range"),
     (["--long-frames", "60", "--long-block", "25"], "--long-frames 60: give a multiple of --long-block 25"),

@@ -34,7 +34,7 @@ from alaya_flash.streaming.world.shading import PRESETS
 # default physics` and `... default pathtrace`; 2026-12-07, 2-core AMD EPYC with AVX512-BF16 shared with other
 # work, bf16, one thread; docs/model-card.md, "Quality guard"). Rendered as a stream without a user's light:
 # the refiner reads the light head's reading of each prompt.
-REFERENCE = {"psnr_db": PHYS_PSNR, "nearest_rate": PHYS_RATE, "margin_db": PHYS_MARGIN}
+REFERENCE = {"psnr_db": 25.63, "nearest_rate": 7 / 8, "margin_db": 7.20}  # miss: bright_sunny -> overcast
 # 50x the spread of machines, threads and dtypes (0.01 dB); every broken stage tried on the earlier default
 # cost more: the refiner dropped -6.1 dB, decoder weights shuffled -13.5 dB, two decoder tensors swapped
 # -1.7 dB, depth and roughness swapped on the way into the G-buffer encoder -1.6 dB (metallic/roughness -5.3,
@@ -47,7 +47,8 @@ SIZE, FRAMES, SCENE_SEED = 64, 9, 100000
 # World v2's held-out scene 0 (seed 100000: a courtyard), path traced by Mitsuba at 8 samples a pixel (the
 # truth's noise does not matter to a guard, its seconds do), each of the 10 presets prompted with its caption
 # (the sun's side), as `alaya-flash eval` prompts world v2.
-WORLD_V2_REFERENCE = {"psnr_db": V2_PSNR, "nearest_rate": V2_RATE, "margin_db": V2_MARGIN}
+# Misses: snowy_winter -> foggy, autumn_warm -> rainy_wet, rainy_wet -> snowy_winter.
+WORLD_V2_REFERENCE = {"psnr_db": 18.92, "nearest_rate": 7 / 10, "margin_db": 2.38}
 WORLD_V2_SPP = 8
 
 
@@ -60,8 +61,8 @@ class Guard(NamedTuple):
 
 
 # every model folder shipped in model_zoo/ has a guard on each world it was trained on
-GUARDS = {"default-physics": Guard("default", "physics", REFERENCE, PHYS_MIN_RATE),
-          "default-world-v2": Guard("default", "pathtrace", WORLD_V2_REFERENCE, V2_MIN_RATE)}
+GUARDS = {"default-physics": Guard("default", "physics", REFERENCE, 6 / 8),  # one miss more than measured
+          "default-world-v2": Guard("default", "pathtrace", WORLD_V2_REFERENCE, 6 / 10)}
 
 
 def held_out_clip(world: str) -> dict:
@@ -133,19 +134,20 @@ def test_shipped_model_prompt_control_holds_on_a_held_out_clip(guarded):
 
 
 # The long stream: eval's long-stream axis (an unseen physics-world scene, one continuous stream) at 64x64
-# over 200 frames with the model's own session. The earlier physics-world default dropped 0.0 dB there and a
-# fresh stream at frame 100 gained 0.9 dB; with the training window of 6 latent frames instead of the shipped 1
-# it dropped 2.6 dB and a fresh stream gained 4.2 (docs/model-card.md, "Long streams"). The bounds sit between.
-# The shipped default: LONG_FIGURES (measured with the guard's figures above).
-MAX_LONG_DROP_DB = 1.0
-MAX_FRESH_GAIN_DB = 2.0
+# over 200 frames with the model's own session, lit by the world's own sun (as an engine lights it). The
+# shipped default (measured with the figures above): blocks 29.75 ... 26.61 dB, a drop of 3.14 dB that is
+# the scene's, not the stream's: a fresh stream started at frame 100 scores 0.36 dB *below* the long one
+# there. A stream whose state decays shows as a fresh stream that does better (an earlier model with the
+# training window of 6 latent frames instead of the shipped 1: +4.2 dB), so that gain is bounded tightly.
+MAX_LONG_DROP_DB = 4.0
+MAX_FRESH_GAIN_DB = 1.0
 
 
 def long_stream_figures(model: str) -> dict:
     from alaya_flash.training.eval import long_stream
 
     flash = load_shipped(model)
-    return long_stream(flash, flash.text_encoder(), 200, 25, (64, 64))
+    return long_stream(flash, flash.text_encoder(), 200, 25, (64, 64), world_light=True)
 
 
 @pytest.mark.slow

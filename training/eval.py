@@ -310,7 +310,8 @@ def evaluate(args) -> dict:
         kind = args.long_world if args.long_world != "auto" else "v2" if report["setup"]["world"] == "pathtrace" else "physics"
         report["student"]["long_stream"] = long_stream(flash, text, args.long_frames, args.long_block, args.long_size,
                                                        seed=args.seed, refine=not args.no_refiner,
-                                                       quiet=getattr(args, "quiet", False), world_kind=kind)
+                                                       quiet=getattr(args, "quiet", False), world_kind=kind,
+                                                       world_light=light_from == "data")
     report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return report
 
@@ -387,12 +388,14 @@ def check_long_stream(frames: int, block: int, size: tuple[int, int]) -> None:
 
 
 def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], seed: int = 0, refine: bool = True,
-                quiet: bool = True, world_kind: str = "physics") -> dict:
+                quiet: bool = True, world_kind: str = "physics", world_light: bool = False) -> dict:
     """PSNR per `block` frames of one `frames`-frame world stream rendered as one continuous stream
     (first block, last block, drop = first - last), and of a fresh stream started at the midpoint
     block (its PSNR against the long stream's over the same frames: the cost of the stream's state,
     with the content held equal). The world (`world_kind`: the physics world, or world v2's street,
-    path traced) is rendered as the stream goes: memory stays bounded."""
+    path traced) is rendered as the stream goes: memory stays bounded. world_light: the physics world
+    lights a light-reading model by its own sun, frame by frame, as an engine would (else the prompt's
+    light: the light head cannot know where the orbiting camera sees the sun from)."""
     from collections import deque
 
     import numpy as np
@@ -436,12 +439,19 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
         if part:
             yield GBuffers(torch.from_numpy(np.stack(part)))
 
-    def world_gbuffers():
-        for frame in source:
+    lit = world_light and world_kind == "physics" and getattr(flash.refiner, "reads_light", False) and refine
+
+    def world_gbuffers(pipe):
+        from ..streaming.world.shading import heading, light_of
+
+        for frame, camera in source.frames_with_cameras() if lit else ((f, None) for f in source):
             gb, rgb = frame_to_teacher(frame), frame.extras["rgb"]
+            light = light_of(LONG_PRESET, heading(camera)) if lit else None
+            if lit:
+                pipe.set_light(light, frame.index)
             truth.append(rgb)
             if mid <= frame.index < mid + block:
-                fresh.append((gb, rgb))
+                fresh.append((gb, rgb, light))
             yield gb
 
     def blocks(pipe, items, gts):
@@ -459,19 +469,27 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
                disable=quiet or not sys.stderr.isatty())
     curve = []
     t0 = time.perf_counter()
-    for value in blocks(FlashPipeline(flash, sched, seed=seed, refine=refine), world_gbuffers(), truth):
+    pipe = FlashPipeline(flash, sched, seed=seed, refine=refine)
+    for value in blocks(pipe, world_gbuffers(pipe), truth):
         curve.append(value)
         bar.update()
     secs = time.perf_counter() - t0
-    restart = next(blocks(FlashPipeline(flash, sched, seed=seed, refine=refine), [g for g, _ in fresh],
-                          deque(r for _, r in fresh)))
+    lights = None
+    if lit:
+        from ..model_zoo.light import pack
+        from ..streaming.render.lighting import recorded
+
+        lights = recorded(pack([light for *_, light in fresh]))
+    restart = next(blocks(FlashPipeline(flash, sched, seed=seed, refine=refine, lights=lights), [g for g, *_ in fresh],
+                          deque(r for _, r, _ in fresh)))
     bar.update()
     bar.close()
     stream_at_mid = curve[mid // block]
     return {"frames": frames, "size": [h, w], "block_frames": block, "world": world_kind,
             **({"scene": LONG_V2_SCENE, "spp": LONG_V2_SPP} if world_kind == "v2" else {}),
             "scene_seed": LONG_SEED, "camera": world.camera,
-            "preset": LONG_PRESET, "prompt": wording, "fps": frames / secs, "seconds": secs,
+            "preset": LONG_PRESET, "prompt": wording, "light": "the world's" if lit else "the prompt's",
+            "fps": frames / secs, "seconds": secs,
             "first_block_psnr_db": curve[0], "last_block_psnr_db": curve[-1], "drop_db": curve[0] - curve[-1],
             "psnr_db_by_block": curve,
             "fresh_start": {"frame": mid, "psnr_db": restart, "stream_psnr_db": stream_at_mid,
