@@ -4,13 +4,14 @@ and each session's FPS. Figures, no asserts.
     .venv/bin/python benchmarks/live_latency.py                      # default model, 256x256, 1 and 2 engines
     .venv/bin/python benchmarks/live_latency.py --sessions 1 --fps 4 # engines sending 4 frames/s
     .venv/bin/python benchmarks/live_latency.py --no-refiner --sessions 1 2
+    .venv/bin/python benchmarks/live_latency.py --sessions 1 --backends torch openvino --repeat 3
     .venv/bin/python benchmarks/live_latency.py --transport          # pass-through renderer: the socket alone
     .venv/bin/python benchmarks/live_latency.py --browser            # capture -> display in Debian's chromium
     .venv/bin/python benchmarks/live_latency.py --browser --video webrtc   # the same over WebRTC (aiortc)
 
 Engines: the server is `alaya-flash serve --paused` in its own process (the page's stream is
 paused, so only the engines render, unless --world; --model, --size, --no-refiner, --chunk-latents
-go to it). Each
+go to it), one server per --backends entry in turn, --repeat times (rows in the order run). Each
 engine is an AsyncClient in this process sending physics-world G-buffers (teacher form, rendered
 once beforehand) as frame 0, 1, 2, ...: either closed-loop, keeping --window frames in flight
 (default 4, one chunk of the default model: the next chunk goes out as the last comes back, the
@@ -88,10 +89,13 @@ async def engine(url: str, frames: list[np.ndarray], count: int, warmup: int, wi
 
     total, pad = warmup + count, 16
     got, sent = [], 0
-    changed = asyncio.Event()
+    changed, more = asyncio.Event(), asyncio.Event()
     async with AsyncClient(url, timeout=600) as client:
         async def receive():
             while len(got) < total:
+                while client.renderable() <= len(got):  # (the client refuses to wait for a chunk not all sent)
+                    more.clear()
+                    await more.wait()
                 got.append(await client.receive(timeout=600))
                 changed.set()
 
@@ -108,6 +112,7 @@ async def engine(url: str, frames: list[np.ndarray], count: int, warmup: int, wi
                 break
             await client.send(n, frames[n % len(frames)])
             sent += 1
+            more.set()
         await reader
         status = client.status
     measured = got[warmup:]
@@ -224,6 +229,9 @@ def main(argv=None) -> int:
     p.add_argument("--browser", action="store_true", help="capture -> display in chromium instead")
     p.add_argument("--seconds", type=float, default=30.0, help="--browser: how long to watch")
     p.add_argument("--video", choices=("jpeg", "webrtc"), default="jpeg", help="--browser: the page's video transport")
+    p.add_argument("--backends", nargs="+", choices=("torch", "openvino"), default=["torch"],
+                   help="the server's --backend, one server each in turn")
+    p.add_argument("--repeat", type=int, default=1, help="run the backends in turn this many times")
     p.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     p.add_argument("--passthrough-server", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -246,15 +254,19 @@ def main(argv=None) -> int:
                 stop(proc)
     else:
         frames = world_frames(args.size)
-        proc, url = start(CLI + ["serve"] + ([] if args.world else ["--paused"]) + ["--port", "0", "--size", str(args.size),
-                                 "--max-sessions", str(1 + max(args.sessions))] + server_options(args))
-        try:
-            for n in args.sessions:
-                how = f"paced at {args.fps:g} frames/s" if args.fps else f"closed loop, {args.window} in flight"
-                how += ", beside the page's world stream" if args.world else ""
-                rows.append(report(f"{args.size}x{args.size}, {n} engine(s), {how}", run_engines(url, frames, n, args)))
-        finally:
-            stop(proc)
+        for _ in range(args.repeat):
+            for backend in args.backends:  # (the tests' conftest, imported by CLI, pins auto to torch)
+                proc, url = start(CLI + ["serve"] + ([] if args.world else ["--paused"])
+                                  + ["--port", "0", "--size", str(args.size), "--max-sessions", str(1 + max(args.sessions)),
+                                     "--backend", backend] + server_options(args))
+                try:
+                    for n in args.sessions:
+                        how = f"paced at {args.fps:g} frames/s" if args.fps else f"closed loop, {args.window} in flight"
+                        how += ", beside the page's world stream" if args.world else ""
+                        rows.append(report(f"{backend}, {args.size}x{args.size}, {n} engine(s), {how}",
+                                           run_engines(url, frames, n, args)))
+                finally:
+                    stop(proc)
     if args.json:
         print(json.dumps(rows))
     return 0

@@ -34,6 +34,7 @@ def test_bench_reports_every_stage_of_the_flash_pipeline(fmt, capsys):
     assert all(v > 0 for v in f["ms_per_frame"].values())
     assert abs(6 / f["fps_overall"] - f["seconds"]) <= 0.006  # seconds is rounded to 0.01
     assert f["fps_steady"] > 0 and f["first_frame_latency_s"] > 0  # latency counts set-up, seconds do not
+    assert r["first_frame_cold_s"] > 0  # the warm-up stream's (the process's first)
     assert r["peak_rss_mib"] > 0 and "peak_gpu_mib" not in r
     lat = f["chunk_latency_ms"]
     assert 0 < lat["p50"] <= lat["p99"] <= 1000 * f["seconds"]

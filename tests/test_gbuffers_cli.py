@@ -144,3 +144,65 @@ def test_help(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 0 and "usage: alaya-flash" in capsys.readouterr().out
+
+
+def test_the_world_demo_lights_a_light_reading_model_by_its_own_sun(tmp_path, monkeypatch):
+    """The physics world knows its sun, as an engine does: the demo hands a light-reading model each frame's
+    light (the demo preset's sun turned with that frame's camera), and renders what a pipeline given those
+    lights renders; without them (the prompt's light) the frames differ."""
+    import numpy as np
+    import torch
+
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.light import pack
+    from alaya_flash.streaming.cli.demo import DEMO_PROMPT, WorldDemo, render_model_demo
+    from alaya_flash.streaming.files import sinks
+    from alaya_flash.streaming.gbuffer import frame_to_teacher
+    from alaya_flash.streaming.render.lighting import recorded
+    from alaya_flash.streaming.render.pipelines import FlashPipeline
+    from alaya_flash.streaming.values import GBuffers, PromptSchedule
+    from alaya_flash.streaming.world import WorldConfig
+    from alaya_flash.streaming.world.shading import heading, light_of
+    from alaya_flash.streaming.world.world import WorldSource
+    from stream_helpers import random_refiner
+
+    flash = bundle.make_random_flash(seed=0)
+    flash.refiner = random_refiner("gbuffer-refiner-16-blend")
+    written = []
+
+    class Capture:  # the panels the demo would encode
+        def __init__(self, *args, **kwargs):
+            self.count = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, image):
+            written.append(image)
+            self.count += 1
+
+    monkeypatch.setattr(sinks, "Mp4Sink", Capture)
+
+    def demo(lit: bool) -> np.ndarray:
+        written.clear()
+        world = WorldDemo(32, 32, 6, seed=1)
+        assert render_model_demo(world.stream, tmp_path / "x.mp4", flash, light=world.light if lit else None) == 6
+        return np.stack([w[32 + 16:, 64:] for w in written])  # the render's tile below its label
+
+    source = WorldSource(WorldConfig(seed=1, width=32, height=32, num_frames=6, presets=()))
+    images, lights = [], []
+    for frame, camera in source.frames_with_cameras():
+        images.append(frame_to_teacher(frame, source.info.depth_near))
+        lights.append(light_of(WorldDemo.PRESET, heading(camera)))
+    assert len({round(heading(c), 3) for _, c in source.frames_with_cameras()}) > 1  # the camera turns
+    sched = PromptSchedule.encode(flash.text_encoder(), DEMO_PROMPT)
+    pipe = FlashPipeline(flash, sched, seed=0, lights=recorded(pack(lights)))
+    gb = torch.from_numpy(np.stack(images))
+    want = torch.cat(list(pipe.run(GBuffers(gb[a:a + 4], source.info.fps, source.info.depth_near) for a in (0, 4))))
+    want = sinks.to_uint8(want)[:, 16:]
+    lit = demo(True)
+    assert np.abs(lit.astype(int) - want).max() <= 1
+    assert np.abs(demo(False).astype(int) - want).max() > 8

@@ -106,20 +106,20 @@ def test_render_overwrite_keeps_a_users_folder(clip, tmp_path, capsys):
 
 
 def test_shipped_models_are_listed_and_render_by_name(clip, tmp_path, monkeypatch):
-    """Load Flash Model lists every folder shipped in model_zoo/, and `render --model world_v2` renders
+    """Load Flash Model lists every folder shipped in model_zoo/, and `render --model default` renders
     with that folder from any directory."""
     from alaya_flash.nodes.models import _flash_choices
 
-    assert {"default", "world_v2"} <= set(_flash_choices())
+    assert set(bundle.shipped_models()) <= set(_flash_choices()) and "default" in _flash_choices()
     monkeypatch.chdir(tmp_path)
     loaded = []
     real = folders.load_flash
     monkeypatch.setattr(folders, "load_flash", lambda folder=None, *a, **k: loaded.append(folder) or real(folder, *a, **k))
     out = tmp_path / "v2.mp4"
-    assert main(["--quiet", "render", str(clip), "--model", "world_v2", "--prompt", "a street at dusk", "--out", str(out),
+    assert main(["--quiet", "render", str(clip), "--model", "default", "--prompt", "a street at dusk", "--out", str(out),
                  "--frames", "5"]) == 0
     assert _mp4_frames(out) == 5
-    assert [Path(f).resolve() for f in loaded] == [bundle.shipped_models()["world_v2"]]
+    assert [Path(f).resolve() for f in loaded] == [bundle.shipped_models()["default"]]
 
 
 def test_inputs_glob_skips_finished_and_loads_models_once(clip, tmp_path, monkeypatch, capsys):

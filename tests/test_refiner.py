@@ -323,6 +323,26 @@ def test_a_light_refiner_starts_as_the_identity_and_then_follows_the_light():
     assert not any(k.startswith("shading_prior") for k in net.state_dict())
 
 
+def test_a_blending_refiner_mixes_the_prior_in_by_the_weight_it_predicts():
+    """The blend config's fourth output is the prior's share: fresh, it returns its input; with only that
+    weight's bias at 1 it returns the shading prior's own frame; at 0.25 a quarter of the way there."""
+    from alaya_flash.model_zoo.shading_prior import ShadingPrior
+
+    frames, gb = torch.rand(2, 32, 32, 3), _gbuffers(2, 32, 32).images
+    text, light = torch.randn(1, 384).expand(2, -1), _sun(60.0, 2)
+    net = rf.build(rf.CONFIGS["gbuffer-refiner-16-blend"])
+    assert net.reads_light and tuple(net.tail[-1].weight.shape[:1]) == (4,)
+    assert torch.equal(net.refine(frames, gb, text, light), frames)
+    shaded = ShadingPrior()(gb, light, 0.5)[:, :3].permute(0, 2, 3, 1)
+    for share in (1.0, 0.25):
+        with torch.no_grad():
+            net.tail[-1].bias[3] = share
+        want = (frames + share * (shaded - frames)).clamp(0, 1)
+        assert (net.refine(frames, gb, text, light) - want).abs().max() < 1e-5
+    with pytest.raises(AlayaError, match="blend needs prior"):
+        rf.RefinerConfig(blend=True)
+
+
 @pytest.mark.parametrize("cut", [1, 5])
 def test_a_light_schedule_reaches_the_refiner_frame_by_frame(cut):
     """Streamed in any chunking, the pipeline's frames equal the refiner applied afterwards with each

@@ -86,6 +86,27 @@ def test_chunked_equals_whole_on_openvino():
 
 
 @pytest.mark.slow
+def test_streams_reuse_the_infer_requests():
+    """Three streams one after another on 2 lanes (new lane threads each time) render the same frames
+    and make no new infer requests after the first: a codec stream's request comes back to its pool
+    when the stream goes (its memory zeroed when taken again), the DiT and the refiner borrow one per
+    call. A request per stream or per thread allocated its buffers anew every stream."""
+    flash = runtime.accelerate(bundle.make_random_flash(seed=2, dtype=torch.float32, dit="dit-tiny",
+                                                        refiner="gbuffer-refiner-16-prompt"), "openvino")
+    chunks = _clip(32, 9, 4)
+    first = _render(flash, chunks, Lanes(threads=(1, 1)))
+    pools = lambda: {(net, key): p.made for net in (flash.gbuffer_encoder, flash.decoder, flash.refiner, flash.dit)  # noqa: E731
+                     for key, p in net.compiler.compiled.items()}
+    made = pools()
+    assert made and all(n <= 2 for n in made.values())
+    for _ in range(2):
+        assert torch.equal(_render(flash, chunks, Lanes(threads=(1, 1))), first)
+    assert pools() == made
+    for net in (flash.gbuffer_encoder, flash.decoder):
+        assert [p.made for p in net.compiler.compiled.values()] == [1]
+
+
+@pytest.mark.slow
 def test_compiled_models_are_cached_on_disk_by_weights(tmp_path):
     """A second load of the same weights converts nothing (the IR is read back); other weights get
     their own entry."""

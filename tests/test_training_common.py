@@ -248,19 +248,23 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     """finetune_v2.sh's calls load, and each stage reads what the one before it writes: world v2 data and
     the physics world's, the imported networks, each student's latents of both worlds and its decoder, a
     refiner of the 128x128 model's own, a finish of the student on 256x256 clips of both worlds (10 world v2 scenes,
-    then 26), into model_zoo/world_v2."""
+    then 26), exported; then a blending light-reading refiner on that model's frames of 12 more scenes, into
+    model_zoo/default."""
     monkeypatch.chdir(tmp_path)  # its paths are relative to the repository
     (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
     # the refiner stage checks that its model exists, which the export before it writes: a stand-in for it
-    (tmp_path / "runs" / "m128-v2m4").mkdir(parents=True)
-    (tmp_path / "runs" / "m128-v2m4" / "config.json").write_text("{}")
+    for model in ("m128-v2m4", "model-world-v2"):
+        (tmp_path / "runs" / model).mkdir(parents=True)
+        (tmp_path / "runs" / model / "config.json").write_text("{}")
     calls = _recipe_calls("finetune_v2.sh")
     assert [name for name, _ in calls] == ["data", "data", "data", "import", "student-rollout", "student-rollout",
                                            "decoder", "student-rollout", "decoder", "data", "student-rollout",
                                            "decoder", "export", "refiner", "data", "student-rollout",
-                                           "student-rollout", "data", "student-rollout", "export"]
+                                           "student-rollout", "data", "student-rollout", "export", "data", "refiner",
+                                           "export"]
     physics, physics_full, data, imported, first, second, decoder2, third, decoder3, data24, fourth, decoder4, export, \
-        refiner, data256, finish, finish2, data256_more, finish3, shipped = (cfg for _, cfg in calls)
+        refiner, data256, finish, finish2, data256_more, finish3, shipped, data_light, light, default = \
+        (cfg for _, cfg in calls)
     # the student and decoder train on 128x128 clips of both worlds, the refiner reads the physics world at 256x256
     assert physics.world == "physics" and (physics.width, physics.height) == (128, 128)
     assert physics_full.world == "physics" and (physics_full.width, physics_full.height) == (256, 256)
@@ -299,7 +303,15 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert all((s.window_frames, s.sink_frames, s.mix_rate) == (fourth.window_frames, fourth.sink_frames, fourth.mix_rate)
                for s in finishes)
     assert finish.lr < fourth.lr and finish.steps < finish2.steps == finish3.steps and len({s.out for s in finishes}) == 3
-    assert shipped.out == "model_zoo/world_v2" and export.out != shipped.out
+    assert shipped.out == "runs/model-world-v2" and export.out != shipped.out
     # every training stage takes THREADS (default 1: a shared CPU), so THREADS=2 reaches all of them
     trained = [cfg for name, cfg in calls if name in ("student-rollout", "decoder", "refiner")]
-    assert len(trained) == 11 and {cfg.threads for cfg in trained} == {1}
+    assert len(trained) == 12 and {cfg.threads for cfg in trained} == {1}
+    # the light: 12 unseen world v2 scenes, and the blending refiner on the finished model's frames of them and of the
+    # physics world's, beside the prior under the recorded light or (a share) the prompt's; shipped as the default
+    assert data_light.world == "pathtrace" and data_light.out not in (data.out, data256.out)
+    assert data_light.train_seed >= data256_more.train_clips and data_light.heldout_clips == 0
+    assert light.model == shipped.out and (light.data, light.mix_data) == (data_light.out, physics_full.out)
+    assert light.config == "gbuffer-refiner-16-blend" and 0 < light.prompt_light_rate < 1 and light.caption_rate > 0
+    assert default.refiner_run == light.out and default.out == "model_zoo/default"
+    assert (default.student_run, default.codecs_run) == (shipped.student_run, shipped.codecs_run)

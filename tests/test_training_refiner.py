@@ -410,6 +410,35 @@ def test_light_refiner_stage_reads_the_prior_under_each_clips_recorded_light(run
     assert not torch.allclose(net.refine(frames, gb, text, other), net.refine(frames, gb, text, torch.from_numpy(clips.light[1, q])), atol=1e-3)
 
 
+def test_prompt_light_rate_trains_a_blending_refiner_beside_the_prior_under_the_prompts_light(runs, tmp_path, capsys):
+    """With prompt_light_rate the stage also shades each clip under the light the shipped light head reads from
+    the preset's wording (out/priors-prompt/), the planes `--light prompt` renders with; a refiner that reads no
+    light refuses the rate in one line."""
+    import numpy as np
+
+    from alaya_flash.model_zoo.loading import read_state_dict
+    from alaya_flash.model_zoo.shading_prior import ShadingPrior
+    from alaya_flash.streaming.gbuffer import DEFAULT_DEPTH_NEAR
+    from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import prompt_lights
+
+    cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(runs / "data"), "clips": 1,
+           "crop": 32, "batch": 4, "steps": 4, "log_every": 2, "ckpt_every": 4, "precision": "fp32",
+           "config": "gbuffer-refiner-16-blend", "prompt_light_rate": 0.5}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    clips = ClipSet(runs / "data", "train")
+    lights = prompt_lights(clips, 1)
+    assert lights.shape[:3] == (1,) + clips.rgb.shape[1:3]
+    planes = read_state_dict(tmp_path / "ref" / "priors-prompt" / "clip-000000.safetensors")["planes"]
+    q = len(clips.presets) - 1
+    want = ShadingPrior()(torch.from_numpy(clips.gbuffers[0]), torch.from_numpy(lights[0, q]), DEFAULT_DEPTH_NEAR)
+    assert torch.equal(planes[q], want.mul(255).round().clamp(0, 255).to(torch.uint8))
+    assert not np.array_equal(planes.numpy(), read_state_dict(tmp_path / "ref" / "priors" / "clip-000000.safetensors")["planes"].numpy())
+    cfg.update(config="gbuffer-refiner-16-context", out=str(tmp_path / "plain"))
+    assert main(["train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 2
+    assert "prompt_light_rate 0.5 needs a refiner config that reads the light" in capsys.readouterr().err
+
+
 def test_mix_clips_sets_how_many_of_the_mixed_worlds_clips_are_rendered(mixed, tmp_path, capsys):
     from alaya_flash.training.data import ClipSet
     from alaya_flash.training.refiner import RefinerStageConfig, model_renders

@@ -1,12 +1,15 @@
 #!/bin/sh
-# Build model_zoo/world_v2/: the default fine-tuned on world v2 (path-traced streets, courtyards and rooms with
+# Build the shipped default (model_zoo/default/) from the physics-world model train_default.sh writes there: that
+# model fine-tuned on world v2 (path-traced streets, courtyards and rooms with
 # cast shadows, reflections and sky; docs/world.md) and on the physics world it learned. Mostly at half size: the
 # student and decoder train on 128x128 clips (2.6x cheaper to path trace than 256x256, the same quality per
 # student step; docs/training.md "Half-resolution data"), the refiner on whole 128x128 world v2 frames and 128x128 crops
 # of the physics world's 256x256 ones; then the student is finished on 256x256 clips of both worlds. Run from the
 # repository root with the project's venv:
-#   THREADS=2 sh training/finetune_v2.sh   (about 5.5 hours on 2 free cores; RUNS=elsewhere keeps runs/ apart,
-#   OUT=runs/model-world-v2 leaves model_zoo/ alone). Every stage resumes from its latest checkpoint if interrupted.
+#   THREADS=2 sh training/finetune_v2.sh   (about 6 hours on 2 free cores; RUNS=elsewhere keeps runs/ apart,
+#   OUT=runs/model leaves model_zoo/ alone). Every stage resumes from its latest checkpoint if interrupted.
+# Last, a refiner that reads the light (the shading prior's planes, and a share of the prior to mix in per pixel)
+# learns the fine-tuned model's frames of 12 more world v2 scenes and the physics world's (docs/lighting.md).
 set -e
 # torch threads per stage: 1 (the default) where other work shares the CPU, whose busy cores make two threads
 # 5-10x slower; THREADS=2 on two free cores (a 128x128 student step 1.2x faster, docs/training.md)
@@ -15,7 +18,9 @@ T="--set threads=${THREADS:-1}"
 AF=${AF:-.venv/bin/alaya-flash}
 C=training/configs
 R="${RUNS:-runs}"
-OUT="${OUT:-model_zoo/world_v2}"
+OUT="${OUT:-model_zoo/default}"
+# the fine-tuned networks before the light-reading refiner
+MODEL="$R/model-world-v2"
 # the physics world's clips the default was trained on, at 128x128 for the student and decoder and at 256x256
 # (train_default.sh's first stage) for the refiner
 $AF --quiet train data --config $C/data.json --set out=$R/data-128 --set width=128 --set height=128
@@ -86,4 +91,12 @@ mkdir -p $R/s256-ft3 && ln -f $R/s256-ft2/latents-mix.safetensors $R/s256-ft3/
 $AF --quiet train student-rollout --config $C/student-rollout.json $F --set out=$R/s256-ft3 \
     --set student_run=$R/s256-ft2 --set steps=1200 --set decay_steps=400 --set lr=5e-5
 E256="--set student_run=$R/s256-ft3 --set teacher_run=$R/imported/teacher --set codecs_run=$R/d128-v2m4 --set vae_run=$R/imported/vae"
-$AF --quiet train export --config $C/export.json $E256 --set refiner_run=$R/r128-v2m4c --set out=$OUT
+$AF --quiet train export --config $C/export.json $E256 --set refiner_run=$R/r128-v2m4c --set out=$MODEL
+# the light: 12 more world v2 scenes at 128x128 (13 frames, 8 samples a pixel, seeds 1000-1011; each frame's light
+# recorded), and a blending refiner trained on the fine-tuned model's frames of them and of 7 physics-world clips,
+# beside the prior under each clip's recorded light or (half the crops) the light head's reading of its prompt
+$AF --quiet train data --config $C/data-v2.json --set out=$R/data-v2-lr --set width=128 --set height=128 --set frames=13 \
+    --set train_clips=12 --set heldout_clips=0 --set train_seed=1000 --set spp=8
+$AF --quiet train refiner --config $C/refiner-blend.json --set model=$MODEL --set data=$R/data-v2-lr --set mix_data=$R/data \
+    --set out=$R/refiner-blend $T
+$AF --quiet train export --config $C/export.json $E256 --set refiner_run=$R/refiner-blend --set out=$OUT

@@ -74,6 +74,10 @@ class RefinerStageConfig(StageConfig):
     # share of a world v2 dataset's crops read with the clip's own caption (the only prompt naming the sun's
     # side; a mirrored crop's caption names the other side) instead of a training wording of the preset
     caption_rate: float = 0.0
+    # share of a light-reading refiner's crops whose prior is shaded under the light the shipped light head reads
+    # from the clip's caption (else the preset's first training wording) instead of the clip's recorded light:
+    # what a stream renders under when nobody gives it the light, so the refiner learns how far to trust it
+    prompt_light_rate: float = 0.0
 
     def validate(self):
         check_device("refiner stage", self.device)
@@ -93,6 +97,8 @@ class RefinerStageConfig(StageConfig):
             raise AlayaError(f"refiner stage: text_noise {self.text_noise} must be >= 0")
         if not 0 <= self.novel_share <= 1:
             raise AlayaError(f"refiner stage: novel_share {self.novel_share} is not in [0, 1]")
+        if not 0 <= self.prompt_light_rate <= 1:
+            raise AlayaError(f"refiner stage: prompt_light_rate {self.prompt_light_rate} is not in [0, 1]")
         if not 0 <= self.prompt_dropout <= 1:
             raise AlayaError(f"refiner stage: prompt_dropout {self.prompt_dropout} is not in [0, 1]")
         if self.crop <= 0 or self.clips < 0 or self.mix_clips < 0:
@@ -168,20 +174,45 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
 
 
 @torch.no_grad()
-def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool = False) -> np.ndarray:
-    """The shading prior's planes of the first n clips under each preset's recorded light, uint8
-    (n, P, T, 5, H, W), what a light-reading refiner sees beside each render (the camera's up as inference
-    has it: estimated from the normals). Kept in out/priors[-mix]/ (a clip whose recipe matches is read back)."""
+def prompt_lights(clips: ClipSet, n: int) -> np.ndarray:
+    """The light the shipped light head reads for each of the first n clips under each preset, float32
+    (n, P, T, PACKED), held over the clip: from the clip's caption (world v2's name the sun's side), else from
+    the preset's first training wording (what `--light prompt` renders under)."""
+    from ..model_zoo import light_head
+    from ..model_zoo.text_encoder import TextEncoder
+
+    head, encoder = light_head.load(), TextEncoder.load()
+    t = clips.rgb.shape[2]
+    out = []
+    with torch.no_grad():
+        for c in range(n):
+            texts = [clips.captions[c][q] if clips.captions is not None else clips.prompts[name]["train"][0]
+                     for q, name in enumerate(clips.presets)]
+            packed = head.packed(*encoder.states(texts)).float()  # (P, PACKED)
+            out.append(packed[:, None].expand(-1, t, -1).numpy())
+    return np.stack(out)
+
+
+def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool = False,
+                 from_prompt: bool = False) -> np.ndarray:
+    """The shading prior's planes of the first n clips under each preset's recorded light (from_prompt: the
+    light head's reading of its prompt, prompt_lights), uint8 (n, P, T, 5, H, W), what a light-reading refiner
+    sees beside each render (the camera's up as inference has it: estimated from the normals). Kept in
+    out/priors[-prompt][-mix]/ (a clip whose recipe matches is read back)."""
     from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from ..model_zoo.shading_prior import ShadingPrior
     from ..streaming.gbuffer import DEFAULT_DEPTH_NEAR
 
-    if clips.light is None:
+    if clips.light is None and not from_prompt:
         raise AlayaError(f"refiner stage: config {cfg.config!r} reads the light, and {clips.root} records none "
                          "(made before clips carried their lights): make the dataset again")
     prior = ShadingPrior()
-    folder = Path(cfg.out) / ("priors-mix" if mix else "priors")
+    folder = Path(cfg.out) / ("priors" + ("-prompt" if from_prompt else "") + ("-mix" if mix else ""))
     recipe = {"data": str(cfg.mix_data if mix else cfg.data), "prior": repr(prior.config)}
+    lights = clips.light
+    if from_prompt:
+        lights = prompt_lights(clips, n)
+        recipe["light"] = "prompt"
     p, t, h, w = clips.rgb.shape[1:5]
     out = np.empty((n, p, t, 5, h, w), np.uint8)
     for c in range(n):
@@ -191,7 +222,7 @@ def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool
             continue
         gbuffers = torch.from_numpy(clips.gbuffers[c])
         for q in range(p):
-            planes = prior(gbuffers, torch.from_numpy(clips.light[c, q]), DEFAULT_DEPTH_NEAR)
+            planes = prior(gbuffers, torch.from_numpy(lights[c, q]), DEFAULT_DEPTH_NEAR)
             out[c, q] = planes.mul(255).round().clamp(0, 255).to(torch.uint8).numpy()
         save_safetensors({"planes": torch.from_numpy(out[c])}, path, {"recipe": {**recipe, "clip": c}})
         log.info("shaded training clip %d/%d under %d lights", c + 1, n, p)
@@ -208,6 +239,7 @@ class _Source:
     texts: torch.Tensor | None  # (P, W, D) for a prompt-reading refiner
     captions: torch.Tensor | None = None  # (N, P, 2, D): each clip's caption per preset, as is and mirrored
     priors: np.ndarray | None = None  # (N, P, T, 5, H, W) uint8: the shading prior's planes, for a light-reading refiner
+    prompt_priors: np.ndarray | None = None  # the same under the light head's reading of the prompt (prompt_light_rate)
 
 
 def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = False, light: bool = False) -> _Source:
@@ -224,7 +256,10 @@ def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = 
         texts = [t for row in clips.captions[:n] for caption in row for t in (caption, mirrored_caption(caption))]
         captions = _embeddings(texts).view(n, len(clips.presets), 2, -1)
     priors = prior_planes(cfg, clips, len(renders), log, mix) if light else None
-    return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None, captions, priors)
+    prompt_priors = prior_planes(cfg, clips, len(renders), log, mix, from_prompt=True) \
+        if light and cfg.prompt_light_rate else None
+    return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None, captions, priors,
+                   prompt_priors)
 
 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
@@ -235,6 +270,9 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
         sources.append(_source(cfg, cfg.mix_data, log, net.text_dim, mix=True, light=net.reads_light))
     if net.reads_light and cfg.novel_share:
         raise AlayaError("refiner stage: novel_share is not supported with a refiner that reads the light")
+    if cfg.prompt_light_rate and not net.reads_light:
+        raise AlayaError(f"refiner stage: prompt_light_rate {cfg.prompt_light_rate} needs a refiner config that reads "
+                         f"the light ({cfg.config} does not)")
     if cfg.caption_rate and not (net.text_dim and any(src.captions is not None for src in sources)):
         raise AlayaError(f"refiner stage: caption_rate {cfg.caption_rate} needs a refiner config that reads the prompt "
                          f"and clip captions, which only a world v2 dataset has ({cfg.config}, {cfg.data})")
@@ -274,8 +312,11 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
             crop = [torch.from_numpy(frames[c, q, f, y:y + k, x:x + k]),
                     refiner_codec.gbuffer_planes(torch.from_numpy(src.clips.gbuffers[c, f, :, y:y + k, x:x + k])),
                     torch.from_numpy(src.goal[c, q, f, y:y + k, x:x + k])]
-            if src.priors is not None:
-                crop.append(torch.from_numpy(src.priors[c, q, f, :, y:y + k, x:x + k]).float() / 255)
+            if src.priors is not None:  # (the draw only with prompt priors: the old random stream otherwise)
+                shaded = src.priors
+                if src.prompt_priors is not None and float(torch.rand((), generator=g)) < cfg.prompt_light_rate:
+                    shaded = src.prompt_priors
+                crop.append(torch.from_numpy(shaded[c, q, f, :, y:y + k, x:x + k]).float() / 255)
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
                 crop = _mirrored(*crop)
                 if captioned:  # the mirrored scene's sun is on the other side

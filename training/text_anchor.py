@@ -29,10 +29,10 @@ the student and refiner learnt and only which wordings select it changes.
 On world v2 data (`"world": "pathtrace"`) the student also read captions (`caption_rate`: the scene,
 the preset and the sun's side), which are none of a preset's wordings: every caption keeps the
 source's own offsets, as the empty prompt does (pulled freely, the captions moved with the wordings
-and `world_v2` lost 1.5 dB on held-out world v2, docs/training.md). The refiner anchor does not
+and the world v2 fine-tune lost 1.5 dB on held-out world v2, docs/training.md). The refiner anchor does not
 take captions yet, so it is refused there. A student of two worlds names both datasets (`data`,
 `mix_data`): a preset only the second has (the physics world's underwater) is anchored too, where
-left out its wordings drifted with the shared MLP (`world_v2`'s underwater lost 7.9 dB).
+left out its wordings drifted with the shared MLP (the world v2 fine-tune's underwater lost 7.9 dB).
 
 The output run holds the whole student DiT (and refiner); export reads it as `student_run` (and
 `refiner_run`).

@@ -35,6 +35,13 @@ network learns what the prior gets wrong (indirect light, soft shadows, texture,
 
     x    = [rgb (3), G-buffers (9), prior (5)] in [-1, 1]                    17 x H x W
 
+A config with `blend` also predicts a per-pixel weight a (a fourth output channel) that moves the
+frame towards the prior's shaded image where the prior holds (direct sun, cast shadows, sky):
+
+    out  = rgb + a * (prior_rgb - rgb) + residual
+
+Copying the prior is one weight for it to learn, not a function of 17 inputs through ReLU layers.
+
 It works frame by frame (no memory), so it streams with any chunking and adds no latency. The
 last conv (and the prompt MLP's last layer) start at zero: an untrained refiner returns its input
 unchanged. Not in the seed paper, whose frames come straight out of its distilled decoder; a model
@@ -64,6 +71,11 @@ class RefinerConfig:
     text_hidden: int = 64  # the prompt MLP's hidden width
     context: int = 0  # channels of the 1/16-resolution context path (0: none)
     prior: bool = False  # reads the shading prior's planes under each frame's light
+    blend: bool = False  # and mixes the prior's shaded image in by a weight it predicts per pixel (needs prior)
+
+    def __post_init__(self):
+        if self.blend and not self.prior:
+            raise AlayaError("refiner config: blend needs prior (it mixes the prior's shaded image in)")
 
 
 CONFIGS: dict[str, RefinerConfig] = {
@@ -71,6 +83,7 @@ CONFIGS: dict[str, RefinerConfig] = {
     "gbuffer-refiner-16-prompt": RefinerConfig(text_dim=384),  # all-MiniLM-L6-v2's pooled embedding
     "gbuffer-refiner-16-context": RefinerConfig(text_dim=384, context=64),
     "gbuffer-refiner-16-light": RefinerConfig(text_dim=384, context=64, prior=True),
+    "gbuffer-refiner-16-blend": RefinerConfig(text_dim=384, context=64, prior=True, blend=True),
 }
 
 
@@ -101,7 +114,7 @@ class GBufferRefiner(nn.Module):
         self.head = nn.Sequential(conv(inputs, c), nn.ReLU(), conv(c, c), nn.ReLU())
         self.down = nn.Sequential(conv(c, 2 * c, stride=2), nn.ReLU(), conv(2 * c, 2 * c), nn.ReLU(),
                                   conv(2 * c, 2 * c, stride=2), nn.ReLU(), conv(2 * c, 2 * c), nn.ReLU())
-        self.tail = nn.Sequential(conv(3 * c, c), nn.ReLU(), conv(c, rgb))
+        self.tail = nn.Sequential(conv(3 * c, c), nn.ReLU(), conv(c, rgb + (1 if cfg.blend else 0)))
         nn.init.zeros_(self.tail[-1].weight)
         nn.init.zeros_(self.tail[-1].bias)
         if cfg.text_dim:
@@ -172,7 +185,10 @@ class GBufferRefiner(nn.Module):
             h = fused.conv2d(f, first.weight[:, :c], None, 1, 1, relu=True, add=h)
         else:
             h = torch.relu(first(torch.cat([f, d], 1)))
-        return rgb + fused.conv(last, h).float()
+        out = fused.conv(last, h).float()
+        if self.config.blend:  # the weight's channel starts at zero like the residual's: no blend untrained
+            return rgb + out[:, :3] + out[:, 3:] * (prior[:, :3].float() - rgb)
+        return rgb + out
 
     def _context(self, d: Tensor, text: Tensor | None) -> Tensor:
         """The coarse path's contribution to the quarter-resolution features d (M, 2c, H/4, W/4)."""

@@ -59,11 +59,11 @@ def out_path(text: str) -> Path:
 
 
 # --model's help, the start every command shares (tests/test_package.py checks the names against model_zoo/)
-SHIPPED_MODEL_HELP = "Flash model folder, or the name of one shipped in model_zoo/ (default, world_v2)"
+SHIPPED_MODEL_HELP = "Flash model folder, or the name of one shipped in model_zoo/ (default)"
 
 
 def model_path(text: str) -> Path:
-    """--model: a path, or the name of a model folder shipped in model_zoo/ ('default', 'world_v2')
+    """--model: a path, or the name of a model folder shipped in model_zoo/ ('default')
     where no such path exists here, so a pip-installed package's models are reachable by name."""
     path = Path(text)
     if path.exists() or len(path.parts) != 1:

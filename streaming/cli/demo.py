@@ -23,6 +23,34 @@ def _world_stream(width: int, height: int, num_frames: int, seed: int) -> GBuffe
     return world_stream(WorldConfig(seed=seed, width=width, height=height, num_frames=num_frames, presets=()))
 
 
+class WorldDemo:
+    """The physics world as the demo's stream, and the light it is lit by. Like a game engine, the world
+    knows where its sun is: `light(k)` is the demo preset's sun turned with frame k's camera (known once
+    frame k has been drawn), exact where the prompt's light head can only guess the sun's side."""
+
+    PRESET = "sunset_dramatic"  # the preset DEMO_PROMPT words
+
+    def __init__(self, width: int, height: int, num_frames: int, seed: int):
+        from ..world import WorldConfig
+        from ..world.world import WorldSource
+
+        self.source = WorldSource(WorldConfig(seed=seed, width=width, height=height, num_frames=num_frames, presets=()))
+        self.headings: dict[int, float] = {}
+        self.stream = GBufferStream.from_frames(self.source.info, self._frames)
+
+    def _frames(self):
+        from ..world.shading import heading
+
+        for frame, camera in self.source.frames_with_cameras():
+            self.headings[frame.index] = heading(camera)
+            yield frame
+
+    def light(self, index: int):
+        from ..world.shading import light_of
+
+        return light_of(self.PRESET, self.headings[index])
+
+
 DEMO_SOURCES: dict[str, Callable[..., GBufferStream]] = {
     "synthetic": lambda width, height, num_frames, seed: synthetic_stream(width, height, num_frames, seed=seed),
     "world": _world_stream,  # the physics world (streaming/world/)
@@ -81,9 +109,10 @@ DEMO_PROMPT = ("colourful toy objects tumbling and rolling across a walled court
 
 
 def render_model_demo(stream: GBufferStream, out: Path, model, prompt: str = DEMO_PROMPT, seed: int = 0,
-                      overwrite: bool = False, progress=None, chunk: int = 4) -> int:
+                      overwrite: bool = False, progress=None, chunk: int = 4, light=None) -> int:
     """Render stream with a Flash model (streaming, chunk by chunk) into the panel video: the five
-    passes plus the model's RGB frame. Returns frames written."""
+    passes plus the model's RGB frame. light: frame index -> its Light (an engine's sun, WorldDemo.light),
+    for a model whose refiner reads the light; None: the prompt's light. Returns frames written."""
     import torch
 
     from ..gbuffer import frame_to_teacher
@@ -97,7 +126,9 @@ def render_model_demo(stream: GBufferStream, out: Path, model, prompt: str = DEM
 
     def chunks():
         batch = []
-        for frame in stream:
+        for k, frame in enumerate(stream):
+            if light is not None:  # as an engine sends its sun with each frame
+                pipe.set_light(light(k), k)
             images = frame_to_teacher(frame, stream.info.depth_near)
             pending.append(images)
             batch.append(images)

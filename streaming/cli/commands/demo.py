@@ -5,7 +5,9 @@ model renders from them, streamed chunk by chunk (G-buffer encoder, 4-step autor
 its rolling KV cache, tiny decoder). The model is the embedded default (model_zoo/default/,
 docs/model-card.md) unless --model names another folder; without any model, or with --preview,
 the sixth tile is a plain Lambert shading instead. --source picks a bundled stream by name
-(world: the physics world the default was trained on) or reads any G-buffer path.
+(world: the physics world the default was trained on) or reads any G-buffer path. The world knows
+its sun: with the default prompt and a model that reads the light, it lights the stream itself (as an
+engine sends its light), otherwise the prompt's light (the light head's reading) is used.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def run(args) -> int:
     from ...files.readers import open_gbuffers
 
     from ....model_zoo import bundle, folders
-    from ..demo import DEMO_PROMPT, render_model_demo
+    from ..demo import DEMO_PROMPT, WorldDemo, render_model_demo
 
     if args.frames < 1:
         raise AlayaError(f"--frames must be >= 1, got {args.frames}")
@@ -56,7 +58,11 @@ def run(args) -> int:
         raise AlayaError(f"--size {w}x{h}: the model renders sizes that are multiples of 16")
     if h % 2 or w % 2:
         raise AlayaError(f"--size {w}x{h}: tiles need even width and height for H.264")
-    if args.source in DEMO_SOURCES:
+    light = None
+    if args.source == "world" and model is not None and not args.prompt and getattr(model.refiner, "reads_light", False):
+        world = WorldDemo(w, h, args.frames, args.seed)  # lit by its own sun, as an engine lights a stream
+        stream, light = world.stream, world.light
+    elif args.source in DEMO_SOURCES:
         stream = DEMO_SOURCES[args.source](width=w, height=h, num_frames=args.frames, seed=args.seed)
     elif Path(args.source).exists():
         stream = open_gbuffers(args.source, stop=args.frames, size=(h, w))
@@ -67,7 +73,7 @@ def run(args) -> int:
               disable=args.quiet or not sys.stderr.isatty()) as bar:
         if model is not None:
             n = render_model_demo(stream, args.out, model, args.prompt or DEMO_PROMPT, seed=args.seed,
-                                  overwrite=args.overwrite, progress=bar.update)
+                                  overwrite=args.overwrite, progress=bar.update, light=light)
         else:
             n = render_demo(stream, args.out, overwrite=args.overwrite, progress=bar.update)
     print(f"wrote {n} frames to {args.out}", file=sys.stderr)
