@@ -1,8 +1,8 @@
 """The seam of a split shot (`batch --split N --preroll P --overlap O`): the step across the join
 against the clip's own steps between frames.
 
-    alaya-flash world --out w5 --frames 160 --size 128 --seed 5
-    .venv/bin/python benchmarks/batch_seam.py --input w5 --split 40 --variants 0:0 48:0 48:8 16:8
+    alaya-flash world --out w5 --frames 160 --size 128 --seed 5      # and seeds 6, 7
+    .venv/bin/python benchmarks/batch_seam.py --input w5 --split 16 --variants 48:8 0:0   # and --split 20
 
 Renders the shot whole and split (PNG frames, `batch --engine local`, 1 thread), each variant
 PRE-ROLL:OVERLAP, then prints per variant (PSNR in dB of one frame against the one before it, a
