@@ -1,8 +1,8 @@
 """The seam of a split shot (`batch --split N --preroll P --overlap O`): the step across the join
 against the clip's own steps between frames.
 
-    alaya-flash world --out w5 --frames 160 --size 128 --seed 5
-    .venv/bin/python benchmarks/batch_seam.py --input w5 --split 40 --variants 0:0 48:0 48:8 16:8
+    alaya-flash world --out w5 --frames 160 --size 128 --seed 5      # and seeds 6, 7
+    .venv/bin/python benchmarks/batch_seam.py --input w5 --split 16 --variants 48:8 0:0   # and --split 20
 
 Renders the shot whole and split (PNG frames, `batch --engine local`, 1 thread), each variant
 PRE-ROLL:OVERLAP, then prints per variant (PSNR in dB of one frame against the one before it, a
@@ -19,6 +19,16 @@ PRE-ROLL:OVERLAP, then prints per variant (PSNR in dB of one frame against the o
                  whole_cut_step the whole render's there
   after_seam     mean |split - whole| (0-255) over the 8 frames from each seam on (the parts are
                  other streams from their first frame)
+  median_seam_step, whole_median_seam_step  the median over the seams of each seam's worst step
+                 (split; whole over the same steps): with a small --split (16, 20) the seams are a
+                 sample, not 3 frames; median_seam_vs_median is median_seam_step - median_step
+  median_window_step  the same statistic anywhere in the clip: the median, over every run of as many
+                 consecutive steps as a seam's region, of its worst step (a worst of 9 is below a
+                 median of 1 wherever it is taken)
+  median_cut_step the median over the seams of the step onto each part's first own frame (one step,
+                 like median_step), and whole_median_cut_step the whole render's there
+  seam_steps, whole_seam_steps  each seam's worst step (split, whole)
+--steps-out FILE writes every variant's steps (and the whole render's) as JSON, for other statistics.
 Figures only (docs/runner.md, "Long shots").
 """
 from __future__ import annotations
@@ -65,6 +75,7 @@ def main(argv=None) -> int:
     p.add_argument("--prompt", default="a sunny street")
     p.add_argument("--split", type=int, default=40)
     p.add_argument("--variants", nargs="+", default=["0:0", "48:0", "48:8", "16:8"], metavar="PREROLL:OVERLAP")
+    p.add_argument("--steps-out", type=Path, help="write the steps of every render here (JSON)")
     args = p.parse_args(argv)
     import_package()
     with tempfile.TemporaryDirectory(prefix="alaya-seam-") as tmp:
@@ -74,14 +85,21 @@ def main(argv=None) -> int:
         whole = render(tmp, "whole", clip, args, [])
         whole_steps = steps_db(whole)
         seams = list(range(args.split, len(whole), args.split))
+        dump = {"whole": whole_steps.round(3).tolist(), "seams": seams}
         for variant in args.variants:
             preroll, overlap = (int(v) for v in variant.split(":"))
             split = render(tmp, f"p{preroll}-o{overlap}", clip, args,
                            ["--split", str(args.split), "--preroll", str(preroll), "--overlap", str(overlap)])
             assert split.shape == whole.shape, (split.shape, whole.shape)
             s = steps_db(split)
-            region = [k for a in seams for k in range(a - overlap - 1, a)]  # steps into a - overlap .. onto a
+            regions = [list(range(a - overlap - 1, a)) for a in seams]  # steps into a - overlap .. onto a
+            region = [k for r in regions for k in r]
             seam_step = float(s[region].min())
+            per_seam = np.array([s[r].min() for r in regions])
+            whole_per_seam = np.array([whole_steps[r].min() for r in regions])
+            windows = np.lib.stride_tricks.sliding_window_view(s, overlap + 1).min(axis=1)
+            cuts = [a - 1 for a in seams]
+            dump[variant] = s.round(3).tolist()
             print(json.dumps({
                 "preroll": preroll, "overlap": overlap, "split": args.split, "seams": seams,
                 "median_step": round(float(np.median(s)), 2), "whole_median_step": round(float(np.median(whole_steps)), 2),
@@ -91,7 +109,17 @@ def main(argv=None) -> int:
                 "cut_step": round(float(s[[a - 1 for a in seams]].min()), 2),
                 "whole_cut_step": round(float(whole_steps[[a - 1 for a in seams]].min()), 2),
                 "after_seam": round(float(np.mean([np.abs(split[a:a + 8] - whole[a:a + 8]).mean() for a in seams])), 2),
+                "median_seam_step": round(float(np.median(per_seam)), 2),
+                "whole_median_seam_step": round(float(np.median(whole_per_seam)), 2),
+                "median_seam_vs_median": round(float(np.median(per_seam) - np.median(s)), 2),
+                "median_window_step": round(float(np.median(windows)), 2),
+                "median_cut_step": round(float(np.median(s[cuts])), 2),
+                "whole_median_cut_step": round(float(np.median(whole_steps[cuts])), 2),
+                "seam_steps": [round(float(v), 2) for v in per_seam],
+                "whole_seam_steps": [round(float(v), 2) for v in whole_per_seam],
             }), flush=True)
+        if args.steps_out:
+            args.steps_out.write_text(json.dumps(dump))
     return 0
 
 

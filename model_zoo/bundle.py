@@ -44,6 +44,7 @@ from torch import nn
 
 from . import config_fields, registry
 from .errors import AlayaError, CheckpointError
+from . import jsonfile
 from .loading import load_strict, save_safetensors
 from .text_encoder import MINILM_NAMES, MINILM_TOKENS  # noqa: F401 (MINILM_TOKENS: the name users import from here)
 
@@ -211,7 +212,7 @@ def _read_config(folder: Path, kind: str) -> dict:
         raise AlayaError(f"{folder}: a model is a folder with config.json and .safetensors files, not a file")
     path = folder / "config.json"
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = jsonfile.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing (a model folder needs config.json)") from None
     except json.JSONDecodeError as err:
@@ -227,6 +228,7 @@ def _read_config(folder: Path, kind: str) -> dict:
     unknown = sorted(set(cfg) - CONFIG_KEYS)
     if unknown:
         raise CheckpointError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))} (known: {', '.join(sorted(CONFIG_KEYS))})")
+    config_fields.check_model(path, cfg)
     return cfg
 
 
@@ -436,7 +438,7 @@ def model_folder_kind(path: str | os.PathLike) -> str | None:
     """'flash' or 'teacher' when path's config.json says it is one of our model folders, else None
     (folders.is_model_folder also knows a Flash release)."""
     try:
-        fmt = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("format", "")
+        fmt = jsonfile.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("format", "")
     except (OSError, ValueError, AttributeError):
         return None
     return {"alaya-flash/flash": "flash", "alaya-flash/teacher": "teacher"}.get(fmt)

@@ -41,7 +41,7 @@ class Field:
         if self.each:
             if not isinstance(value, (list, tuple)) or not value or self.length and len(value) != self.length:
                 count = f"{self.length} " if self.length else ""
-                return f"must be a list of {count}{self._what()}, got {value!r}"
+                return f"must be a list of {count}{self._what(plural=True)}, got {value!r}"
             one = Field(self.kind, self.low, self.high, self.choices, self.step)
             return next((f"item {i}: {p}" for i, p in ((i, one.problem(v)) for i, v in enumerate(value)) if p), None)
         if self.kind == "bool":
@@ -61,14 +61,14 @@ class Field:
             return f"is {value}, must be {self._what()}"
         return None
 
-    def _what(self) -> str:
+    def _what(self, plural: bool = False) -> str:
         if self.kind == "int":
             rule = "" if not self.step else f", a multiple of {self.step}" if self.low % self.step == 0 \
                 else f", of the form {self.step}k+{self.low % self.step}"
-            return f"a whole number in [{self.low}, {self.high}]{rule}"
+            return f"{'whole numbers' if plural else 'a whole number'} in [{self.low}, {self.high}]{rule}"
         if self.kind == "float":
-            return f"a finite number in [{self.low}, {self.high}]"
-        return self.kind
+            return f"{'finite numbers' if plural else 'a finite number'} in [{self.low}, {self.high}]"
+        return {"bool": "true or false values" if plural else "true or false"}.get(self.kind, self.kind)
 
 
 def _int(low: int, high: int = MAX_SIZE, step: int = 0) -> Field:
@@ -107,6 +107,7 @@ SESSION: dict[str, dict[str, Field]] = {
                 "window_frames": _int(1, 1001, step=4), "negative_prompt": Field("str")},
 }
 TRAINED_SIDE = _int(8, MAX_SIDE, step=8)
+MODEL: dict[str, Field] = {"random_weights": Field("bool"), "notes": Field("str")}  # the other top-level keys
 
 
 def _check(path: Path, section: str, table: dict[str, Field], values: dict) -> None:
@@ -135,6 +136,19 @@ def check_session(path: Path, kind: str, values: Any) -> None:
     chunk, window = values.get("chunk_frames"), values.get("window_frames")
     if kind == "flash" and chunk is not None and window is not None and window < chunk:
         raise CheckpointError(f"{path}: session.window_frames ({window}) must be at least session.chunk_frames ({chunk})")
+
+
+def check_model(path: Path, cfg: dict) -> None:
+    """The top-level fields beside networks, session and trained_size (each optional), and each network
+    entry's config_name (a label: a string or null)."""
+    for key, field in MODEL.items():
+        problem = field.problem(cfg[key]) if key in cfg else None
+        if problem:
+            raise CheckpointError(f"{path}: {key} {problem}")
+    for role, entry in cfg["networks"].items():
+        name = entry.get("config_name") if isinstance(entry, dict) else None
+        if name is not None and not isinstance(name, str):
+            raise CheckpointError(f"{path}: networks.{role}.config_name must be a string or null, got {name!r}")
 
 
 def check_trained_size(path: Path, value: Any) -> None:

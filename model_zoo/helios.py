@@ -22,7 +22,6 @@ history)` with x = [noisy latents | G-buffer latents] on channels, exactly the t
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import AlayaError, CheckpointError
+from . import jsonfile
 from .loading import LazyReader, materialize, read_header, shape_str
 from .precision import preferred_dtype
 from .weight_files import unit_parts  # the same shard and index checks as the teacher's files
@@ -90,7 +90,7 @@ def is_release(folder: str | Path) -> bool:
 
 def _class_name(path: Path) -> str | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get("_class_name")
+        return jsonfile.loads(path.read_text(encoding="utf-8")).get("_class_name")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -233,7 +233,7 @@ def _transformer_files(folder: Path) -> tuple[dict, _Stored, str]:
     if not config_path.is_file():
         raise CheckpointError(f"{folder}: missing config.json (the release's transformer/ is a diffusers folder)")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = jsonfile.loads(config_path.read_text(encoding="utf-8"))
     except ValueError as err:
         raise CheckpointError(f"{config_path}: malformed JSON ({err})") from None
     if not isinstance(config, dict) or config.get("_class_name") != HELIOS_CLASS:

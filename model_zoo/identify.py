@@ -14,7 +14,6 @@ Two levels:
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from . import helios, pickled, published, registry, umt5
 from .bundle import FLASH_OPTIONAL_ROLES, FLASH_ROLES, TEACHER_ROLES, _config_from_entry, model_folder_kind
 from .convert import vae_to_wan
 from .errors import AlayaError, CheckpointError
+from . import jsonfile
 from .loading import check_shapes, read_header, read_metadata, read_shapes
 from .release import describe_release
 from .weight_files import PICKLE_SUFFIXES, refuse_non_safetensors, unit_parts
@@ -280,7 +280,7 @@ def _describe_component_folder(folder: Path, report: Report, label: str) -> bool
     if not cfg_file.is_file():
         return False
     try:
-        cls = json.loads(cfg_file.read_text(encoding="utf-8")).get("_class_name", "")
+        cls = jsonfile.loads(cfg_file.read_text(encoding="utf-8")).get("_class_name", "")
     except (OSError, ValueError, AttributeError):
         return False
     component = {"WanTransformer3DModel": "dit", "WanModel": "dit", "AutoencoderKLWan": "vae"}.get(cls)
@@ -363,7 +363,7 @@ def _describe_model_folder(folder: Path, report: Report) -> None:
     """One of our model folders (config.json 'alaya-flash/flash' or 'alaya-flash/teacher')."""
     cfg_path = folder / "config.json"
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg = jsonfile.loads(cfg_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{cfg_path}: not readable ({err})") from None
     kind = "flash" if cfg.get("format") == "alaya-flash/flash" else "teacher"

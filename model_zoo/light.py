@@ -17,13 +17,13 @@ from a table the caller passes (the world's presets live above this layer).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 
 import torch
 
 from .errors import AlayaError
+from . import jsonfile
 
 MAX_FILLS = 2  # fill lights a packed light vector carries (the presets use at most two)
 
@@ -113,7 +113,7 @@ class Light:
             raise AlayaError(f"{where}: empty; give a JSON object or key=value pairs such as az=90,el=30")
         if text.startswith("{"):
             try:
-                data = json.loads(text)
+                data = jsonfile.loads(text)
             except ValueError as err:
                 raise AlayaError(f"{where}: malformed JSON ({err})") from None
             return cls.from_dict(data, where)

@@ -43,6 +43,7 @@ from .bundle import TeacherModel, TeacherSettings, load_teacher, model_folder_ki
 from .codecs.wan_vae import CONFIGS as VAE_CONFIGS, WanVAEConfig
 from .dit import CONFIGS as DIT_CONFIGS, UMT5_DIM, WAN_TEXT_LEN, DiTConfig, infer_config
 from .errors import AlayaError, CheckpointError
+from . import jsonfile
 from .loading import DTYPE_LABELS, FP8_DTYPES, LazyReader, dequantize_fp8, materialize, read_header, read_metadata
 from .precision import preferred_dtype
 from .umt5 import WAN_TOKENIZER_DIRS
@@ -328,7 +329,7 @@ def _folder_units(folder: Path) -> list[_Unit]:
     covered = set()
     for index in indexes:
         try:
-            covered.update(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
+            covered.update(jsonfile.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
         except (OSError, ValueError, AttributeError):
             pass
     units = []
@@ -353,7 +354,7 @@ def _is_variant(path: Path) -> bool:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonfile.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read ({err})") from None
     except ValueError as err:

@@ -16,7 +16,6 @@ model width.
 """
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import AlayaError, CheckpointError
+from . import jsonfile
 from .loading import load_strict
 
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
@@ -60,7 +60,7 @@ def _bert_config(model_dir: Path):
         return BertConfig(vocab_size=30522, hidden_size=MINILM_DIM, num_hidden_layers=6, num_attention_heads=12,
                           intermediate_size=1536, max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = jsonfile.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not a readable JSON config ({err})") from None
     if not isinstance(raw, dict) or raw.get("model_type", "bert") != "bert":

@@ -51,6 +51,7 @@ from torch import nn
 
 from .dit import WAN_TEXT_LEN
 from .errors import AlayaError, CheckpointError
+from . import jsonfile
 from . import pickled
 from .loading import check_shapes, save_safetensors
 from .pickled import PICKLE_SUFFIXES
@@ -404,7 +405,7 @@ def _folder_tensors(folder: Path) -> tuple[dict[str, _Tensor], dict[str, str]]:
     tensors: dict[str, _Tensor] = {}
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            weight_map = jsonfile.loads(index.read_text(encoding="utf-8"))["weight_map"]
             if not isinstance(weight_map, dict):
                 raise TypeError("weight_map is not an object")
         except (ValueError, KeyError, TypeError) as err:
@@ -440,7 +441,7 @@ def _folder_config(folder: Path) -> UMT5Config | None:
     if not path.is_file():
         return None
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = jsonfile.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:
         raise CheckpointError(f"{path}: malformed JSON ({err})") from None
     if not isinstance(raw, dict) or raw.get("model_type") != "umt5":

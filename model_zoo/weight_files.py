@@ -12,11 +12,11 @@ are both read through these checks.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from .errors import CheckpointError
+from . import jsonfile
 from .loading import read_header, read_metadata
 from .pickled import PICKLE_SUFFIXES
 
@@ -38,7 +38,7 @@ def refuse_non_safetensors(path: Path) -> None:
 def index_parts(index: Path) -> tuple[list[tuple[Path, dict]], dict]:
     """The shards of an index, each with its header (only the keys the index maps to it), checked."""
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
+        data = jsonfile.loads(index.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{index}: not a readable index ({err})") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None

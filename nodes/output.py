@@ -16,6 +16,7 @@ from .base import Piecewise, StageNode, refuse
 CATEGORY = "alaya-flash/output"
 FORMATS = ["mp4", "png", "exr", "npy"]
 EMPTY_FILENAME = "filename is empty: name the output file (mp4) or folder (png, exr, npy)"
+NUL_FILENAME = "filename holds a NUL character (\\x00), which no file name may hold"
 
 
 class Save(StageNode):
@@ -48,7 +49,7 @@ class Save(StageNode):
     def VALIDATE_INPUTS(cls, filename):
         # ComfyUI repeats a returned message on every input named here (it showed each of these three
         # times when this took filename, format and overwrite): what needs the others is check_values
-        return True if filename.strip() else EMPTY_FILENAME
+        return EMPTY_FILENAME if not filename.strip() else NUL_FILENAME if "\x00" in filename else True
 
     @staticmethod
     def check_values(filename, format="mp4", overwrite=False) -> list[str | None]:
@@ -56,7 +57,7 @@ class Save(StageNode):
         (before the frames are rendered) and when the node starts."""
         from ..streaming.files.sinks import replace_refusal
 
-        if not filename.strip():
+        if not filename.strip() or "\x00" in filename:
             return []  # VALIDATE_INPUTS says so (and an empty path is refused by name when writing)
         path = destination(filename, format)
         if path.exists() and not overwrite:

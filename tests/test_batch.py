@@ -104,12 +104,26 @@ def test_inputs_writing_the_same_output_are_refused_before_anything_runs(clips, 
     ({"input": "c0", "seed": -1}, "'seed' -1 is out of range [0, 9223372036854775807]"),  # was argparse's error, from inside
     ({"input": "c0", "seed": 2**64}, "'seed' 18446744073709551616 is out of range"),
     ({"name": "x"}, "an 'input' path"),
+    # a NUL in a path reached os.path.realpath as a ValueError (a traceback)
+    ({"input": "c0\x00"}, "input 'c0\\x00' holds a NUL character"),
+    ({"input": "c0", "name": "a\x00b"}, "name 'a\\x00b' holds a NUL character"),
+    ({"input": "c0", "set": ["Save.filename=x\x00y"]}, "x\\x00y.mp4' holds a NUL character"),
 ])
 def test_bad_input_list_entries_are_one_line_naming_the_line(clips, tmp_path, capsys, entry, message):
     shots = write_list(tmp_path / "shots.jsonl", [{"input": str(clips[0])}, entry])
     code, _ = batch("--inputs", str(shots), "--out", f"{tmp_path}/o/{{name}}.mp4", *LOCAL)
     err = capsys.readouterr().err.strip()
     assert code == 2 and f"{shots}:2:" in err and message in err and len(err.splitlines()) == 1
+
+
+def test_an_input_list_nested_too_deeply_is_one_line(tmp_path, capsys):
+    """JSON nested past Python's recursion limit was a RecursionError (a traceback), not "not JSON"."""
+    for name, text in (("shots.jsonl", '{"input": ' + "[" * 5000 + "]" * 5000 + "}\n"),
+                       ("shots.json", "[" * 5000 + "]" * 5000)):
+        (tmp_path / name).write_text(text)
+        code, _ = batch("--inputs", str(tmp_path / name), "--out", f"{tmp_path}/o/{{name}}.mp4", *LOCAL)
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and f"{name}" in err and "not JSON (nested too deeply" in err
 
 
 @pytest.mark.slow

@@ -279,6 +279,21 @@ def test_a_camera_matrix_that_is_not_one_is_one_line(tmp_path, matrix, message):
         open_gbuffers(d)
 
 
+@pytest.mark.parametrize("text, message", [
+    (json.dumps({"camera_to_world": np.eye(4).tolist(), "camera_axes": ["opengl"]}),
+     'camera_axes ["opengl"] is not one of opengl, unreal, unity'),  # was a TypeError (unhashable)
+    (json.dumps({"camera_to_world": np.eye(4).tolist(), "camera_axes": {}}), "camera_axes {} is not one of"),
+    ('{"camera_to_world": ' + "[" * 5000 + "]" * 5000 + "}",  # was a RecursionError
+     "not a readable camera JSON (nested too deeply to read"),
+])
+def test_a_camera_json_of_the_wrong_shape_is_one_line(tmp_path, text, message):
+    d = write_blender(tmp_path / "badcam")
+    (d / "camera.json").write_text(text)
+    with pytest.raises(AlayaError, match=re.escape(message)) as err:
+        open_gbuffers(d)
+    assert "\n" not in str(err.value)
+
+
 # ---------------------------------------------------------------------------------------------
 # Unreal Movie Render Queue: {sequence}.{render_pass}.{frame}.exr, centimetres, left-handed Z up.
 

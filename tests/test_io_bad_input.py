@@ -441,6 +441,12 @@ def test_serve_on_a_port_in_use_is_one_line(capsys):
     (lambda c: c.update(trained_size=[-256, 1e300]), "trained_size height is -256, must be a whole number in [8, 4096], a multiple of 8"),
     (lambda c: c.update(trained_size=[256, 1e300]), "trained_size width must be a whole number in [8, 4096], a multiple of 8, got 1e+300"),
     (lambda c: c.update(trained_size="256"), "trained_size must be [height, width] or null, got '256'"),
+    # loaded unchecked (a string's truth read as a flag), and a list's rule said "a list of 3 a whole number"
+    (lambda c: c.update(random_weights="no"), "random_weights must be true or false, got 'no'"),
+    (lambda c: c.update(notes=5), "notes must be a string, got 5"),
+    (lambda c: c["networks"]["dit"].update(config_name=7), "networks.dit.config_name must be a string or null, got 7"),
+    (lambda c: c["networks"]["dit"]["config"].update(patch_size=[1, 2]),
+     "networks.dit.config.patch_size must be a list of 3 whole numbers in [1, 64], got [1, 2]"),
 ])
 def test_model_config_contradictions_are_refused_before_anything_is_built(edit, message, tmp_path):
     """A model folder's config.json is checked key by key and number by number before any network is
@@ -456,6 +462,25 @@ def test_model_config_contradictions_are_refused_before_anything_is_built(edit, 
     edit(cfg)
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match=re.escape(message)):
+        bundle.load_flash_folder(folder)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 5000 + "]" * 5000, "malformed JSON (nested too deeply to read"),  # was a RecursionError
+    ("{not json", "malformed JSON (Expecting property name"),  # was "teacher DiT ... needs a VAE"
+])
+def test_render_with_a_model_config_that_is_not_json_names_it(tmp_path, capsys, text, message):
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.streaming.cli import main
+
+    folder = tmp_path / "m"
+    bundle.save_flash(bundle.make_random_flash(), folder)
+    (folder / "config.json").write_text(text)
+    code = main(["--quiet", "render", "samples/courtyard", "--prompt", "x", "--out", str(tmp_path / "o.mp4"),
+                 "--frames", "2", "--size", "32", "--model", str(folder)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and f"{folder / 'config.json'}: {message}" in err
+    with pytest.raises(AlayaError, match=re.escape(f"{folder / 'config.json'}: malformed JSON")):
         bundle.load_flash_folder(folder)
 
 

@@ -6,6 +6,7 @@ the picture's mean colour by a known amount: the pixels read back from the <vide
 follow it. Signalling refusals are checked on a bare WebSocket.
 """
 import asyncio
+import logging
 import hashlib
 import json
 
@@ -235,3 +236,38 @@ def test_a_failed_connection_tells_the_page_why():
     assert replies[0]["type"] == "error" and "no usable ICE candidate" in replies[0]["message"]
     assert replies[-1] == {"type": "webrtc", "state": "failed"}
     assert client.rtc is None and "rgb" in client.wants and peer.state == "closed"
+
+
+@needs_aiortc
+def test_a_peer_closed_while_it_connects_logs_no_traceback(caplog):
+    """aiortc starts its connect task with ensure_future and never awaits it (rtcpeerconnection.py,
+    setRemoteDescription); when the server closes a peer whose ICE failed while that task runs, the
+    task ends in InvalidStateError, which asyncio logged as 'Task exception was never retrieved' with a
+    traceback on serve's console (the page hears of the failure in one line already). Here aiortc's
+    pattern, its task failing as it did, under RtcPeer.answer."""
+    import gc
+
+    from aiortc.exceptions import InvalidStateError
+
+    class Viewer:  # what RtcPeer uses of a viewer
+        dropped = sent = 0
+
+    class Connecting:
+        async def setRemoteDescription(self, description):
+            asyncio.ensure_future(self.__connect())
+
+        async def __connect(self):
+            await asyncio.sleep(0)
+            raise InvalidStateError("RTCIceTransport is closed")
+
+    async def run():
+        peer = webrtc.RtcPeer(Viewer(), loopback=True, on_state=lambda p: None)
+        await peer.pc.close()
+        peer.pc = Connecting()
+        await peer.answer("v=0\r\n")
+        await asyncio.sleep(0.1)
+
+    with caplog.at_level(logging.DEBUG, logger="asyncio"):
+        asyncio.run(run())
+        gc.collect()
+    assert "never retrieved" not in caplog.text and "InvalidStateError" not in caplog.text

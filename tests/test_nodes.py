@@ -565,6 +565,9 @@ def test_save_refuses_an_empty_filename_and_a_folder_it_did_not_write(tmp_path, 
     monkeypatch.chdir(tmp_path)
     for name in ("", "  "):
         assert save.VALIDATE_INPUTS(name) == "filename is empty: name the output file (mp4) or folder (png, exr, npy)"
+    # a NUL reached the writer's os calls as a ValueError (a traceback after the render)
+    assert save.VALIDATE_INPUTS("a\x00b.mp4") == "filename holds a NUL character (\\x00), which no file name may hold"
+    assert save.check_values("a\x00b.mp4", "mp4", True) == []
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("precious")
     assert "mine: is a folder alaya-flash did not write" in save.check_values(str(tmp_path / "mine"), "png", True)[0]

@@ -144,7 +144,8 @@ def _config_keys():
 
     roles = {"dit": "dit", "gbuffer_encoder": "gbuffer-encoder", "decoder": "tiny-codec"}
     keys = [("networks", role, k) for role, family in roles.items() for k in config_fields.NETWORKS[family]]
-    return keys + [("session", k) for k in config_fields.SESSION["flash"]] + [("trained_size",)]
+    keys += [("networks", role, "config_name") for role in roles]  # beside each network's config
+    return keys + [("session", k) for k in config_fields.SESSION["flash"]] + [(k,) for k in ("trained_size", *config_fields.MODEL)]
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -157,12 +158,14 @@ def test_any_value_in_any_model_config_field_loads_in_range_or_is_one_line(tiny_
     folder = tmp_path_factory.mktemp("cfg") / "m"
     shutil.copytree(tiny_flash, folder)
     cfg = json.loads((folder / "config.json").read_text())
-    if key[0] == "networks":
+    if key[0] == "networks" and key[2] == "config_name":
+        cfg["networks"][key[1]]["config_name"] = value
+    elif key[0] == "networks":
         cfg["networks"][key[1]]["config"][key[2]] = value
     elif key[0] == "session":
         cfg["session"][key[1]] = value
     else:
-        cfg["trained_size"] = value
+        cfg[key[0]] = value
     (folder / "config.json").write_text(json.dumps(cfg))
     try:
         model = folders.load_flash(folder)
@@ -173,6 +176,8 @@ def test_any_value_in_any_model_config_field_loads_in_range_or_is_one_line(tiny_
     for name, field in table.items():
         assert field.problem(getattr(model.settings, name)) is None
     assert model.trained_size is None or all(8 <= s <= 4096 and s % 8 == 0 for s in model.trained_size)
+    assert isinstance(cfg.get("random_weights", False), bool) and isinstance(cfg.get("notes", ""), str)  # loaded: valid
+    assert isinstance(cfg["networks"][key[1]]["config_name"] if key[0] == "networks" else None, (str, type(None)))
 
 
 camera_values = st.one_of(json_values, st.lists(st.lists(numbers_json, min_size=3, max_size=4), min_size=3, max_size=4),
@@ -181,7 +186,8 @@ camera_values = st.one_of(json_values, st.lists(st.lists(numbers_json, min_size=
 
 @FAST
 @given(doc=st.one_of(json_values, st.fixed_dictionaries(
-    {"camera_to_world": camera_values}, optional={"fov_y_deg": numbers_json, "camera_axes": st.text(max_size=8)})))
+    {"camera_to_world": camera_values},
+    optional={"fov_y_deg": numbers_json, "camera_axes": st.one_of(st.sampled_from(["opengl", "unreal"]), json_values)})))
 def test_any_camera_json_is_a_camera_or_one_line(doc, tmp_path_factory):
     from alaya_flash.streaming.files.conventions import load_camera
 

@@ -119,10 +119,10 @@ def _shards(path: Path) -> list[Path]:
     """The shard files a published DiT's .index.json names (their content is the model too)."""
     if not path.name.endswith(".index.json"):
         return []
-    import json
+    from ...model_zoo import jsonfile
 
     try:
-        names = sorted(set(json.loads(path.read_text(encoding="utf-8")).get("weight_map", {}).values()))
+        names = sorted(set(jsonfile.loads(path.read_text(encoding="utf-8")).get("weight_map", {}).values()))
     except (OSError, ValueError, AttributeError):
         return []
     return [path.parent / n for n in names if (path.parent / n).is_file()]

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...model_zoo import jsonfile
 from ...model_zoo.errors import AlayaError
 from ..gbuffer import srgb_to_linear
 
@@ -221,14 +222,14 @@ def load_camera(path: Path, default_axes: str) -> Camera:
     """Read camera.json: {"camera_to_world" | "world_to_camera": 4x4 or [4x4 per frame],
     "camera_axes": "opengl"|"unreal"|"unity" (default: the convention's), "fov_y_deg": optional}."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = jsonfile.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise AlayaError(f"{path}: not a readable camera JSON ({err})") from None
     if not isinstance(data, dict):
         raise AlayaError(f"{path}: camera JSON must be an object (see docs/gbuffers.md, camera.json)")
     axes = data.get("camera_axes", default_axes)
-    if axes not in CAMERA_AXES:
-        raise AlayaError(f"{path}: camera_axes {axes!r} is not one of {', '.join(CAMERA_AXES)}")
+    if not isinstance(axes, str) or axes not in CAMERA_AXES:  # a list or an object is no name (and unhashable)
+        raise AlayaError(f"{path}: camera_axes {_brief(axes)} is not one of {', '.join(CAMERA_AXES)}")
     keys = [k for k in ("camera_to_world", "world_to_camera") if k in data]
     if len(keys) != 1:
         raise AlayaError(f"{path}: needs exactly one of camera_to_world, world_to_camera (4x4, or a list per frame)")

@@ -132,6 +132,13 @@ def _track_class():
     return FrameTrack
 
 
+def _connect_ended(task: asyncio.Task) -> None:
+    """Retrieve the outcome of aiortc's connect task: a failure is already the peer's state ("failed",
+    which the page hears of), so its exception is for the debug log only."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("live: WebRTC connect ended: %s: %s", type(task.exception()).__name__, task.exception())
+
+
 class RtcPeer:
     """One viewer's peer connection: states new -> offered -> answered -> connected | failed | closed."""
 
@@ -178,7 +185,11 @@ class RtcPeer:
             if dropped:  # a browser lists its other interfaces: its checks to 127.0.0.1 still connect
                 log.info("live: WebRTC answer: ignored ICE candidates off this machine: %s", ", ".join(dropped))
         self._set("answered")
+        before = asyncio.all_tasks()
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
+        for task in asyncio.all_tasks() - before:  # aiortc's connect task, which nothing awaits: when ICE fails
+            if task.get_coro().__qualname__.endswith("__connect"):  # and we close the peer, its error was
+                task.add_done_callback(_connect_ended)             # logged as a never-retrieved traceback
 
     async def close(self) -> None:
         if self.state == "closed":

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from ...model_zoo import jsonfile
 from ...model_zoo.errors import AlayaError
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class Digests:
         self.known: dict[str, list] = {}
         if path is not None and path.is_file():
             try:
-                loaded = json.loads(path.read_text(encoding="utf-8"))
+                loaded = jsonfile.loads(path.read_text(encoding="utf-8"))
                 self.known = loaded if isinstance(loaded, dict) else {}
             except (OSError, ValueError):
                 log.warning("%s: unreadable, content hashes are computed again", path)
@@ -148,7 +149,7 @@ class Manifest:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = jsonfile.loads(line)
             except ValueError:
                 record = None
             if not isinstance(record, dict) or not isinstance(record.get("outputs"), list) or not record["outputs"]:

@@ -98,6 +98,7 @@ def read_inputs(text: str) -> list[dict]:
 def _read_list(path: Path) -> list[dict]:
     """A .txt list (a path per line, '#' comments) or JSON objects (.jsonl a line each, .json an array);
     relative paths start at the list's folder."""
+    from ....model_zoo import jsonfile
     from ....model_zoo.errors import AlayaError
 
     try:
@@ -112,12 +113,12 @@ def _read_list(path: Path) -> list[dict]:
         for i, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    items.append((f"{path}:{i}", json.loads(line)))
+                    items.append((f"{path}:{i}", jsonfile.loads(line)))
                 except ValueError as err:
                     raise AlayaError(f"{path}:{i}: not JSON ({err})") from None
     else:
         try:
-            data = json.loads(text)
+            data = jsonfile.loads(text)
         except ValueError as err:
             raise AlayaError(f"{path}: not JSON ({err})") from None
         if not isinstance(data, list):
@@ -140,6 +141,9 @@ def _read_list(path: Path) -> list[dict]:
                 SEED(str(entry["seed"]))
             except argparse.ArgumentTypeError as err:  # an error of the list's line, not of a flag
                 raise AlayaError(f"{where}: 'seed' {err}") from None
+        nul = next((k for k in ("input", "name") if "\x00" in entry.get(k, "")), None)
+        if nul:  # a path or file name with one reached os calls as a ValueError (a traceback)
+            raise AlayaError(f"{where}: {nul} {entry[nul]!r} holds a NUL character, which no path or file name may hold")
         if "name" in entry and (not entry["name"] or "/" in entry["name"] or entry["name"] in (".", "..")):
             raise AlayaError(f"{where}: name {entry['name']!r} must be a non-empty file name without '/'")
         entry = dict(entry, where=where)
@@ -204,6 +208,9 @@ def plan(args, settings: dict, digests) -> list:
             node["filename"] = str(output_of(one, n).absolute())
             node["overwrite"] = True  # replaced only once the new render is complete (atomic outputs)
         outs = [str(p) for p in outputs(one)]
+        nul = next((o for o in outs if "\x00" in o), None)  # from a 'set' or the workflow's own filename
+        if nul:
+            raise AlayaError(f"{where}: its output {nul!r} holds a NUL character, which no file name may hold")
         outside = [o for o in outs if not args.allow_outside and not _inside(o, root)]
         if outside:
             raise AlayaError(f"{where}: its output {outside[0]} is outside {root}, where --out puts this batch's "

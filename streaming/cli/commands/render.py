@@ -169,4 +169,13 @@ def _is_teacher(model: Path | None) -> bool:
         return False
     if not model.exists():
         raise AlayaError(f"{model}: no such model file or folder")
-    return not (model.is_dir() and is_model_folder(model) == "flash")
+    kind = is_model_folder(model) if model.is_dir() else None
+    config = model / "config.json"
+    if model.is_dir() and kind is None and config.is_file():  # neither ours nor a diffusers folder can hold bad JSON:
+        from ....model_zoo import jsonfile                  # say so, not that a "teacher DiT" needs a VAE
+
+        try:
+            jsonfile.loads(config.read_text(encoding="utf-8", errors="replace"))
+        except ValueError as err:
+            raise AlayaError(f"{config}: malformed JSON ({err})") from None
+    return kind != "flash"
