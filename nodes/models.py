@@ -85,8 +85,21 @@ def _teacher_choices() -> list[str]:
                if is_model_folder(comfy.resolve("diffusion_models", n)) == "teacher"]
     # published files: a single DiT .safetensors, a shard index, or a diffusers repo's transformer/ folder
     files = [n for n in comfy.list_entries("diffusion_models") + comfy.list_entries("diffusion_models", suffix=".index.json")
-             if not (comfy.resolve("diffusion_models", n).parent / "config.json").exists() and not _is_shard(n)]
+             if not (comfy.resolve("diffusion_models", n).parent / "config.json").exists() and not _is_shard(n)
+             and not _is_light_head(comfy.resolve("diffusion_models", n))]
     return folders + files + list(RANDOM_TEACHER)
+
+
+def _is_light_head(path) -> bool:
+    """The pack's light head (model_zoo/light/), a safetensors file that is no DiT: not a teacher choice."""
+    from ..model_zoo.errors import AlayaError
+    from ..model_zoo.light_head import FORMAT
+    from ..model_zoo.loading import read_metadata
+
+    try:
+        return path.suffix == ".safetensors" and read_metadata(path).get("format") == FORMAT
+    except AlayaError:  # an unreadable file is listed, and loading it says what is wrong
+        return False
 
 
 def _is_shard(name: str) -> bool:

@@ -111,6 +111,10 @@ def test_shipped_models_are_listed_and_render_by_name(clip, tmp_path, monkeypatc
     from alaya_flash.nodes.models import _flash_choices
 
     assert set(bundle.shipped_models()) <= set(_flash_choices()) and "default" in _flash_choices()
+    from alaya_flash.nodes.models import _teacher_choices
+
+    assert "default/teacher" in _teacher_choices()  # and not the light head, a safetensors file that is no DiT
+    assert not any(c.endswith("light_head.safetensors") for c in _teacher_choices())
     monkeypatch.chdir(tmp_path)
     loaded = []
     real = folders.load_flash
