@@ -335,10 +335,11 @@ def _mirrored(rgb, planes, target, *prior):
 
 def _embeddings(wordings: list[str]) -> torch.Tensor:
     """Pooled MiniLM embeddings (len(wordings), D), what Refine reads for a prompt."""
-    from ..model_zoo.text_encoder import TextEncoder
+    from ..model_zoo.bundle import load_text_encoder
+    from ..model_zoo.text_encoder import MINILM
 
-    with torch.no_grad():
-        return TextEncoder.load()(wordings)[:, 0].float()
+    with torch.no_grad():  # the process's one MiniLM: a stage embeds wordings a preset at a time
+        return load_text_encoder(MINILM)(wordings)[:, 0].float()
 
 
 def _wording_embeddings(clips: ClipSet) -> torch.Tensor:
