@@ -112,3 +112,18 @@ def mixed(runs):
 # The networks run on torch in the tests unless a test asks for another runtime (tests/test_runtime.py
 # compiles with OpenVINO explicitly, into its own temporary cache).
 os.environ.setdefault("ALAYA_FLASH_BACKEND", "torch")
+
+
+def _no_openvino_telemetry() -> None:
+    """The tests send no OpenVINO telemetry. Without a consent file (~/intel/openvino_telemetry) its model
+    converter sends events, each from a fork of the whole test process (posting fails here, without a
+    network): that cost about a third of test_runtime.py's CPU time (6 s of children and 6 s of page
+    copying per tiny model converted)."""
+    try:
+        from openvino_telemetry.utils.opt_in_checker import ConsentCheckResult, OptInChecker
+    except ImportError:
+        return
+    OptInChecker.check = lambda self, *args, **kwargs: ConsentCheckResult.DECLINED
+
+
+_no_openvino_telemetry()

@@ -3,6 +3,7 @@ whole on the new backend, the on-disk cache of compiled models, and the backend 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +24,17 @@ ov = pytest.importorskip("openvino")
 DEFAULT = Path(model_zoo.__file__).parent / "default"
 
 
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory) -> Path:
+    """The file's compiled-model cache. Converting a network costs seconds (the G-buffer encoder's unrolled
+    graph most), so the tests share what they converted: the cache test's IR (which it makes in a fresh
+    folder of its own) is copied here for the later tests that stream the same tiny models."""
+    return tmp_path_factory.mktemp("openvino-cache")
+
+
 @pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ALAYA_FLASH_CACHE", str(tmp_path / "cache"))
+def _cache(shared_cache, monkeypatch):
+    monkeypatch.setenv("ALAYA_FLASH_CACHE", str(shared_cache))
 
 
 def _render(flash, chunks, lanes=None) -> torch.Tensor:
@@ -45,6 +54,28 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _clip(size: int, frames: int, length: int = 4) -> list[GBuffers]:
     return list(gbuffer_chunks(synthetic_stream(size, size, frames), length))
+
+
+@pytest.mark.slow
+def test_compiled_models_are_cached_on_disk_by_weights(tmp_path, shared_cache, monkeypatch):
+    """A second load of the same weights converts nothing (the IR is read back); other weights get
+    their own entry. (In a fresh folder; what it converted then seeds the file's shared cache.)"""
+    monkeypatch.setenv("ALAYA_FLASH_CACHE", str(tmp_path / "cache"))
+    flash = bundle.make_random_flash(seed=2, dtype=torch.float32, dit="dit-tiny")
+    chunks = _clip(32, 5, 5)
+    first = _render(runtime.accelerate(flash, "openvino"), chunks)
+    root = Path(tmp_path / "cache" / "openvino")
+    entries = sorted(p.name for p in root.iterdir())
+    assert entries and all((root / e / "model.xml").exists() for e in entries)
+    stamps = {e: (root / e / "model.xml").stat().st_mtime_ns for e in entries}
+    again = _render(runtime.accelerate(flash, "openvino"), chunks)
+    assert torch.equal(first, again)
+    assert {e: (root / e / "model.xml").stat().st_mtime_ns for e in entries} == stamps
+    other = bundle.make_random_flash(seed=1, dtype=torch.float32, dit="dit-tiny")
+    _render(runtime.accelerate(other, "openvino"), chunks)
+    assert len(list(root.iterdir())) == 2 * len(entries)
+    # the later tests read these back: the signal test streams both models, the chunked test seed 2's codecs
+    shutil.copytree(root, shared_cache / "openvino", dirs_exist_ok=True)
 
 
 @pytest.mark.slow
@@ -106,25 +137,6 @@ def test_streams_reuse_the_infer_requests():
         assert [p.made for p in net.compiler.compiled.values()] == [1]
 
 
-@pytest.mark.slow
-def test_compiled_models_are_cached_on_disk_by_weights(tmp_path):
-    """A second load of the same weights converts nothing (the IR is read back); other weights get
-    their own entry."""
-    flash = bundle.make_random_flash(seed=2, dtype=torch.float32, dit="dit-tiny")
-    chunks = _clip(32, 5, 5)
-    first = _render(runtime.accelerate(flash, "openvino"), chunks)
-    root = Path(tmp_path / "cache" / "openvino")
-    entries = sorted(p.name for p in root.iterdir())
-    assert entries and all((root / e / "model.xml").exists() for e in entries)
-    stamps = {e: (root / e / "model.xml").stat().st_mtime_ns for e in entries}
-    again = _render(runtime.accelerate(flash, "openvino"), chunks)
-    assert torch.equal(first, again)
-    assert {e: (root / e / "model.xml").stat().st_mtime_ns for e in entries} == stamps
-    other = bundle.make_random_flash(seed=3, dtype=torch.float32, dit="dit-tiny")
-    _render(runtime.accelerate(other, "openvino"), chunks)
-    assert len(list(root.iterdir())) == 2 * len(entries)
-
-
 def test_backend_choice(monkeypatch, capsys):
     monkeypatch.delenv(runtime.ENV, raising=False)
     runtime.configure(None)
@@ -177,13 +189,12 @@ print(seen)
 """
 
 
-def test_a_signal_after_openvino_streams_reaches_its_handler(tmp_path):
+def test_a_signal_after_openvino_streams_reaches_its_handler():
     """Two pipelined OpenVINO streams whose models are released first to last, then a signal with a
     Python handler: the handler runs and the process exits cleanly. (Each OpenVINO CPU plugin gives
     the thread that creates it an alternate signal stack and puts back the one it found when it goes;
     plugins released out of order left the main thread's pointing at unmapped memory, and the next
     signal killed the process with SIGSEGV.)"""
-    done = subprocess.run([sys.executable, "-c", STREAMS_THEN_A_SIGNAL], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "ALAYA_FLASH_CACHE": str(tmp_path / "cache")})
+    done = subprocess.run([sys.executable, "-c", STREAMS_THEN_A_SIGNAL], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "['SIGHUP']"

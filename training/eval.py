@@ -322,12 +322,13 @@ def prior_only(text_encoder):
     import torch
 
     from ..model_zoo import light_head
-    from ..model_zoo.text_encoder import TextEncoder
+    from ..model_zoo.bundle import load_text_encoder
+    from ..model_zoo.text_encoder import MINILM
     from ..streaming.render.lighting import LightSchedule, Shade
     from ..streaming.values import GBuffers
 
     head = light_head.load()
-    reader = text_encoder if hasattr(text_encoder, "states") else TextEncoder.load()
+    reader = text_encoder if hasattr(text_encoder, "states") else load_text_encoder(MINILM)
 
     def shade(wording: str, gbuffers) -> "torch.Tensor":
         return Shade(LightSchedule.from_prompts(wording, head, reader)).step(GBuffers(torch.as_tensor(gbuffers)))
@@ -338,10 +339,11 @@ def prior_only(text_encoder):
 def light_head_scores() -> dict:
     """The shipped light head on the held-out paraphrases and side phrasings (training/light_head.py)."""
     from ..model_zoo import light_head
-    from ..model_zoo.text_encoder import TextEncoder
+    from ..model_zoo.bundle import load_text_encoder
+    from ..model_zoo.text_encoder import MINILM
     from .light_head import examples, score
 
-    report = score(light_head.load(), TextEncoder.load(), examples("heldout"))
+    report = score(light_head.load(), load_text_encoder(MINILM), examples("heldout"))
     report.pop("misses")
     return report
 

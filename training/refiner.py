@@ -179,9 +179,10 @@ def prompt_lights(clips: ClipSet, n: int) -> np.ndarray:
     (n, P, T, PACKED), held over the clip: from the clip's caption (world v2's name the sun's side), else from
     the preset's first training wording (what `--light prompt` renders under)."""
     from ..model_zoo import light_head
-    from ..model_zoo.text_encoder import TextEncoder
+    from ..model_zoo.bundle import load_text_encoder
+    from ..model_zoo.text_encoder import MINILM
 
-    head, encoder = light_head.load(), TextEncoder.load()
+    head, encoder = light_head.load(), load_text_encoder(MINILM)
     t = clips.rgb.shape[2]
     out = []
     with torch.no_grad():
@@ -376,10 +377,11 @@ def _mirrored(rgb, planes, target, *prior):
 
 def _embeddings(wordings: list[str]) -> torch.Tensor:
     """Pooled MiniLM embeddings (len(wordings), D), what Refine reads for a prompt."""
-    from ..model_zoo.text_encoder import TextEncoder
+    from ..model_zoo.bundle import load_text_encoder
+    from ..model_zoo.text_encoder import MINILM
 
-    with torch.no_grad():
-        return TextEncoder.load()(wordings)[:, 0].float()
+    with torch.no_grad():  # the process's one MiniLM: a stage embeds wordings a preset at a time
+        return load_text_encoder(MINILM)(wordings)[:, 0].float()
 
 
 def _wording_embeddings(clips: ClipSet) -> torch.Tensor:
