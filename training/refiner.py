@@ -185,15 +185,15 @@ def prompt_lights(clips: ClipSet, n: int) -> np.ndarray:
     head, encoder = light_head.load(), load_text_encoder(MINILM)
     t = clips.rgb.shape[2]
     out = []
-    with torch.no_grad():
-        for c in range(n):
-            texts = [clips.captions[c][q] if clips.captions is not None else clips.prompts[name]["train"][0]
-                     for q, name in enumerate(clips.presets)]
-            packed = head.packed(*encoder.states(texts)).float()  # (P, PACKED)
-            out.append(packed[:, None].expand(-1, t, -1).numpy())
+    for c in range(n):
+        texts = [clips.captions[c][q] if clips.captions is not None else clips.prompts[name]["train"][0]
+                 for q, name in enumerate(clips.presets)]
+        packed = head.packed(*encoder.states(texts)).float()  # (P, PACKED)
+        out.append(packed[:, None].expand(-1, t, -1).numpy())
     return np.stack(out)
 
 
+@torch.no_grad()
 def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool = False,
                  from_prompt: bool = False) -> np.ndarray:
     """The shading prior's planes of the first n clips under each preset's recorded light (from_prompt: the
