@@ -17,6 +17,23 @@ def render_all(pipeline, chunks) -> torch.Tensor:
     return torch.cat(list(pipeline.run(chunks)))
 
 
+def render_ticks(flash, chunks, lanes=None) -> torch.Tensor:
+    """A Flash model's frames for these G-buffer chunks through the driver's ticks (with `lanes`, the
+    CLI's plan with lanes), a sunny prompt, seed 3."""
+    from alaya_flash.streaming.render import pipelines as pl
+    from alaya_flash.streaming.render.driver import StageGraph, ticks
+    from alaya_flash.streaming.values import PromptSchedule
+
+    prompts = PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
+    graph = StageGraph(["gbuffers"], pl.flash_steps(flash, prompts, seed=3))
+    outs = []
+    for values, _, _ in ticks(graph, {"gbuffers": ((c,) for c in chunks)}, lanes=lanes):
+        out = values[graph.steps[-1].name]
+        if out is not None and out[0] is not None:
+            outs.append(out[0])
+    return torch.cat(outs)
+
+
 class Collect:
     """Test sink: keeps every IMAGE chunk it receives (stream stage, output node)."""
 

@@ -11,24 +11,16 @@ import torch
 from alaya_flash import model_zoo
 from alaya_flash.model_zoo import bundle, fused
 from alaya_flash.model_zoo.codecs import gbuffer_encoder
-from alaya_flash.streaming.render import pipelines as pl
-from alaya_flash.streaming.values import GBuffers, PromptSchedule, gbuffer_chunks
+from alaya_flash.streaming.values import GBuffers, gbuffer_chunks
 from alaya_flash.streaming.render.cpu import cpu_plan
 from alaya_flash.streaming.render.driver import Lanes, StageGraph, Step, balanced_cuts, drive, ticks
 from alaya_flash.streaming.files.synthetic import synthetic_stream
+from stream_helpers import render_ticks
 
 DEFAULT = Path(model_zoo.__file__).parent / "default"
 
 
-def _render(flash, chunks, lanes=None) -> torch.Tensor:
-    prompts = PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
-    graph = StageGraph(["gbuffers"], pl.flash_steps(flash, prompts, seed=3))
-    outs = []
-    for values, _, _ in ticks(graph, {"gbuffers": ((c,) for c in chunks)}, lanes=lanes):
-        out = values[graph.steps[-1].name]
-        if out is not None and out[0] is not None:
-            outs.append(out[0])
-    return torch.cat(outs)
+_render = render_ticks  # stream_helpers: the frames through the driver's ticks
 
 
 def _clip(size: int, frames: int) -> list[GBuffers]:

@@ -2,7 +2,6 @@
 whole on the new backend, the on-disk cache of compiled models, and the backend choice."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -16,9 +15,9 @@ from alaya_flash.model_zoo import bundle, folders, runtime
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.streaming.render import pipelines as pl
 from alaya_flash.streaming.values import GBuffers, PromptSchedule, gbuffer_chunks
-from alaya_flash.streaming.render.driver import Lanes, StageGraph, ticks
+from alaya_flash.streaming.render.driver import Lanes
 from alaya_flash.streaming.files.synthetic import synthetic_stream
-from alaya_flash.streaming.values import PromptSchedule, gbuffer_chunks
+from stream_helpers import render_ticks
 
 ov = pytest.importorskip("openvino")
 DEFAULT = Path(model_zoo.__file__).parent / "default"
@@ -37,15 +36,7 @@ def _cache(shared_cache, monkeypatch):
     monkeypatch.setenv("ALAYA_FLASH_CACHE", str(shared_cache))
 
 
-def _render(flash, chunks, lanes=None) -> torch.Tensor:
-    prompts = PromptSchedule.encode(flash.text_encoder(), "a sunny street at noon")
-    graph = StageGraph(["gbuffers"], pl.flash_steps(flash, prompts, seed=3))
-    outs = []
-    for values, _, _ in ticks(graph, {"gbuffers": ((c,) for c in chunks)}, lanes=lanes):
-        out = values[graph.steps[-1].name]
-        if out is not None and out[0] is not None:
-            outs.append(out[0])
-    return torch.cat(outs)
+_render = render_ticks  # stream_helpers: the frames through the driver's ticks
 
 
 def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -17,12 +17,6 @@ from ..gbuffer import MODALITIES, linear_to_srgb
 from ..files.readers import GBufferStream
 from ..files.synthetic import synthetic_stream
 
-def _world_stream(width: int, height: int, num_frames: int, seed: int) -> GBufferStream:
-    from ..world import WorldConfig, world_stream  # MuJoCo + moderngl load only when asked for
-
-    return world_stream(WorldConfig(seed=seed, width=width, height=height, num_frames=num_frames, presets=()))
-
-
 class WorldDemo:
     """The physics world as the demo's stream, and the light it is lit by. Like a game engine, the world
     knows where its sun is: `light(k)` is the demo preset's sun turned with frame k's camera (known once
@@ -31,7 +25,7 @@ class WorldDemo:
     PRESET = "sunset_dramatic"  # the preset DEMO_PROMPT words
 
     def __init__(self, width: int, height: int, num_frames: int, seed: int):
-        from ..world import WorldConfig
+        from ..world import WorldConfig  # MuJoCo + moderngl load only when asked for
         from ..world.world import WorldSource
 
         self.source = WorldSource(WorldConfig(seed=seed, width=width, height=height, num_frames=num_frames, presets=()))
@@ -53,7 +47,7 @@ class WorldDemo:
 
 DEMO_SOURCES: dict[str, Callable[..., GBufferStream]] = {
     "synthetic": lambda width, height, num_frames, seed: synthetic_stream(width, height, num_frames, seed=seed),
-    "world": _world_stream,  # the physics world (streaming/world/)
+    "world": lambda width, height, num_frames, seed: WorldDemo(width, height, num_frames, seed).stream,  # streaming/world/
 }
 
 _LIGHT = np.float32([0.4, 0.7, 0.6]) / np.linalg.norm([0.4, 0.7, 0.6])  # camera space, from upper right
