@@ -3,7 +3,8 @@
 Every stage (streaming/render/pipelines.py), node and sink passes these; both chunk values join
 with `concat` along time and cut with `pieces`:
 
-    GBuffers        images uint8 (T, 5, H, W, 3), teacher form, MODALITIES order; fps; depth_near
+    GBuffers        images uint8 (T, 5, H, W, 3), teacher form, MODALITIES order; fps; depth_near;
+                    shadow uint8 (T, H, W) or None: the engine's shadow pass (255 where the sun reaches)
     Latents         tensor (B, C, T', h, w) float32, normalized Wan space; starts (latent indices that
                     begin an independent clip: decoders reset there); pad (pixel frames to drop at the end)
     PromptSchedule  prompt embeddings keyed by the pixel frame they start at (parse_schedule: the text form)
@@ -38,11 +39,16 @@ from .gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
 
 @dataclass
 class GBuffers:
-    """A run of G-buffer frames in teacher form: images uint8 (T, 5, H, W, 3), MODALITIES order."""
+    """A run of G-buffer frames in teacher form: images uint8 (T, 5, H, W, 3), MODALITIES order.
+
+    shadow: the sun's visibility per pixel, uint8 (T, H, W), 255 lit and 0 in the sun's shadow, when
+    the source has a shadow pass (an engine's shadow map sees casters off the screen, which the
+    shading prior's screen-space shadows cannot); None: the prior marches its own."""
 
     images: torch.Tensor
     fps: float = 16.0
     depth_near: float = DEFAULT_DEPTH_NEAR
+    shadow: torch.Tensor | None = None
 
     def __post_init__(self):
         if isinstance(self.images, np.ndarray):
@@ -50,6 +56,12 @@ class GBuffers:
         x = self.images
         if x.dtype != torch.uint8 or x.ndim != 5 or x.shape[1] != len(MODALITIES) or x.shape[-1] != 3:
             raise AlayaError(f"G-buffers: expected uint8 (T, 5, H, W, 3) teacher form, got {x.dtype} {tuple(x.shape)}")
+        if isinstance(self.shadow, np.ndarray):
+            self.shadow = torch.from_numpy(np.ascontiguousarray(self.shadow))
+        s = self.shadow
+        if s is not None and (s.dtype != torch.uint8 or tuple(s.shape) != (x.shape[0], *x.shape[2:4])):
+            raise AlayaError(f"G-buffers: the shadow pass must be uint8 (T, H, W) = {(x.shape[0], *x.shape[2:4])} "
+                             f"like the G-buffers, got {s.dtype} {tuple(s.shape)}")
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -59,13 +71,23 @@ class GBuffers:
         """(height, width)."""
         return tuple(self.images.shape[2:4])
 
+    def sun_visibility(self) -> torch.Tensor | None:
+        """The shadow pass as the shading prior reads it: float (T, H, W) in [0, 1], or None."""
+        return None if self.shadow is None else self.shadow.float() / 255
+
     @classmethod
     def concat(cls, chunks: list["GBuffers"]) -> "GBuffers":
-        return cls(torch.cat([c.images for c in chunks]), chunks[0].fps, chunks[0].depth_near)
+        shadows = [c.shadow for c in chunks]
+        if any(s is None for s in shadows) and any(s is not None for s in shadows):
+            raise AlayaError("G-buffers: some chunks carry a shadow pass and some do not; a stream has it all along or never")
+        shadow = None if shadows[0] is None else torch.cat(shadows)
+        return cls(torch.cat([c.images for c in chunks]), chunks[0].fps, chunks[0].depth_near, shadow)
 
     def pieces(self, n: int) -> list["GBuffers"]:
         """Consecutive pieces of at most n frames."""
-        return [GBuffers(self.images[a:a + n], self.fps, self.depth_near) for a in range(0, len(self), n)] or [self]
+        return [GBuffers(self.images[a:a + n], self.fps, self.depth_near,
+                         None if self.shadow is None else self.shadow[a:a + n])
+                for a in range(0, len(self), n)] or [self]
 
 
 @dataclass
@@ -186,12 +208,22 @@ def end_pad(frames: int) -> int:
 
 
 def gbuffer_chunks(stream, length: int) -> Iterator[GBuffers]:
-    """GBuffers chunks from a GBufferStream (streaming/files/readers.py): the first frame alone, then
-    `length` frames at a time. Latent 0 covers frame 0 alone and latent i frames 4i-3..4i, so the
+    """GBuffers chunks from a GBufferStream (streaming/files/readers.py), with its shadow pass when it has
+    one: the first frame alone, then `length` frames at a time. Latent 0 covers frame 0 alone and latent i frames 4i-3..4i, so the
     first frame leaves the renderer as soon as it can, and with `length` a multiple of 4 every later
     chunk completes its latents instead of leaving frames waiting for the next chunk."""
-    for images in stream.teacher_chunks(length, first=1):
-        yield GBuffers(images, stream.info.fps, stream.info.depth_near)
+    for images, extras in stream.teacher_chunks(length, first=1, extras=True):
+        yield GBuffers(images, stream.info.fps, stream.info.depth_near, shadow_of(extras))
+
+
+def shadow_of(extras: dict) -> np.ndarray | None:
+    """A chunk's shadow pass, uint8 (T, H, W), from a stream's stacked extras: a file's shadow pass, or a
+    world's sun visibility (float, 1 lit); None without either."""
+    if "shadow" in extras:
+        return extras["shadow"]
+    if "sun_visibility" in extras:
+        return np.rint(np.clip(extras["sun_visibility"], 0, 1) * 255).astype(np.uint8)
+    return None
 
 
 def gbuffers_from_images(parts: dict[str, torch.Tensor], encoding: str = "teacher",

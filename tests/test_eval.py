@@ -370,6 +370,14 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
     assert train["student"]["content"]["psnr_db"] != content["psnr_db"] and "lighting" in train["student"]
     assert main(["eval", "--model", str(tiny_models / "model"), "--split", "train"]) == 2
     assert "--split train needs --data" in capsys.readouterr().err
+    # --shadows pass: the prior takes each clip's recorded sun visibility as its shadows, as from an engine's pass
+    assert main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
+                 "--shadows", "pass", "--runtime-size", "32", "--runtime-frames", "5", "--no-long-stream", "--json"]) == 0
+    passed = json.loads(capsys.readouterr().out)
+    assert setup["shadows"] == "screen" and passed["setup"]["shadows"] == "pass"
+    assert passed["prior_only"]["psnr_db_by_preset"]["bright_sunny"] != report["prior_only"]["psnr_db_by_preset"]["bright_sunny"]
+    assert passed["prior_only"]["psnr_db_by_preset"]["night_lamps"] == pytest.approx(
+        report["prior_only"]["psnr_db_by_preset"]["night_lamps"], abs=0.5)
 
 
 @pytest.mark.slow
@@ -396,3 +404,5 @@ def test_eval_gives_a_light_refiner_the_prompts_light_or_the_clips_recorded_one(
     assert reports["data"]["prior_only"]["light"] == "each clip's recorded light"
     assert reports["data"]["student"]["content"]["psnr_db"] != reports["prompt"]["student"]["content"]["psnr_db"]
     assert reports["data"]["prior_only"]["psnr_db"] != reports["prompt"]["prior_only"]["psnr_db"]
+    assert main([*args, "--shadows", "pass"]) == 2  # clips of the physics world record no sun visibility
+    assert "--shadows pass: a physics-world clip records no sun visibility (only world v2 data does)" in capsys.readouterr().err

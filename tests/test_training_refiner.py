@@ -439,6 +439,47 @@ def test_prompt_light_rate_trains_a_blending_refiner_beside_the_prior_under_the_
     assert "prompt_light_rate 0.5 needs a refiner config that reads the light" in capsys.readouterr().err
 
 
+def test_shadow_pass_rate_shades_with_the_clips_recorded_sun_visibility(runs, tmp_path, capsys):
+    """With shadow_pass_rate the stage also shades each clip with its recorded sun visibility as the shadows
+    (out/priors-shadow/: what an engine's shadow pass gives the prior); a dataset that records none refuses the
+    rate in one line naming it."""
+    import shutil
+
+    import numpy as np
+
+    from alaya_flash.model_zoo.loading import read_state_dict
+    from alaya_flash.model_zoo.shading_prior import ShadingPrior
+    from alaya_flash.streaming.gbuffer import DEFAULT_DEPTH_NEAR
+    from alaya_flash.training.data import ClipSet
+
+    data = tmp_path / "data"  # the session's dataset, with a sun visibility recorded: the left half in shadow
+    shutil.copytree(runs / "data", data)
+    for name in json.loads((data / "dataset.json").read_text())["clips"]["train"]:
+        with np.load(data / name) as z:
+            arrays = dict(z)
+        p, t, h, w = arrays["rgb"].shape[:4]
+        vis = np.full((p, t, h, w), 255, np.uint8)
+        vis[..., : w // 2] = 0
+        np.savez(data / name, **arrays, sun_visibility=vis)
+    cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(data), "clips": 1,
+           "crop": 32, "batch": 4, "steps": 4, "log_every": 2, "ckpt_every": 4, "precision": "fp32",
+           "config": "gbuffer-refiner-16-blend", "shadow_pass_rate": 0.5}
+    assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    clips = ClipSet(data, "train")
+    planes = read_state_dict(tmp_path / "ref" / "priors-shadow" / "clip-000000.safetensors")["planes"]
+    q = len(clips.presets) - 1
+    vis = torch.from_numpy(clips.sun_visibility[0, q]).float() / 255
+    want = ShadingPrior()(torch.from_numpy(clips.gbuffers[0]), torch.from_numpy(clips.light[0, q]), DEFAULT_DEPTH_NEAR,
+                          sun_visibility=vis)
+    assert torch.equal(planes[q], want.mul(255).round().clamp(0, 255).to(torch.uint8))
+    assert (planes[:, :, 3, :, : 16] == 0).all() and not torch.equal(
+        planes, read_state_dict(tmp_path / "ref" / "priors" / "clip-000000.safetensors")["planes"])
+    cfg.update(data=str(runs / "data"), out=str(tmp_path / "none"))
+    assert main(["train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 2
+    assert "shadow_pass_rate 0.5 needs a refiner config that reads the light and a dataset that records sun " \
+           "visibility" in capsys.readouterr().err
+
+
 def test_mix_clips_sets_how_many_of_the_mixed_worlds_clips_are_rendered(mixed, tmp_path, capsys):
     from alaya_flash.training.data import ClipSet
     from alaya_flash.training.refiner import RefinerStageConfig, model_renders

@@ -335,7 +335,7 @@ class ClipSet:
         files = meta["clips"][split]
         if not files:
             raise AlayaError(f"{meta_path}: split {split!r} has no clips")
-        g, r, turned, captions, lights, ups = [], [], [], [], [], []
+        g, r, turned, captions, lights, ups, shadows = [], [], [], [], [], [], []
         for name in files:
             with np.load(root / name) as z:
                 g.append(z["gbuffers"])
@@ -347,6 +347,8 @@ class ClipSet:
                     turned.append(z["rgb_turned"])
                 if "captions" in z:
                     captions.append(z["captions"].tolist())
+                if "sun_visibility" in z:
+                    shadows.append(z["sun_visibility"])
         self.gbuffers = np.stack(g)
         self.rgb = np.stack(r)
         # World v2: each clip's caption per preset (its scene and the sun's side), else None.
@@ -356,6 +358,9 @@ class ClipSet:
         # Each preset's light per frame (N, P, T, PACKED) and the camera's up (N, T, 3), else None (older data).
         self.light = np.stack(lights) if len(lights) == len(files) else None
         self.up = np.stack(ups) if len(ups) == len(files) else None
+        # World v2: each preset's sun visibility per pixel (N, P, T, H, W) uint8, 255 lit (the path tracer's
+        # shadows: what an engine's shadow pass gives), else None.
+        self.sun_visibility = np.stack(shadows) if len(shadows) == len(files) else None
 
     def __len__(self) -> int:
         return len(self.gbuffers)

@@ -70,15 +70,19 @@ def _clips(args, size):
                               "heldout_all": wordings(n, "heldout")[:keep]} for n in names}
 
 
-def _render(pipeline, gbuffers, chunk: int = 4):
-    """Stream G-buffers through a pipeline in chunks of `chunk` frames: (frames (T,H,W,3), seconds, first-frame s)."""
+def _render(pipeline, gbuffers, chunk: int = 4, shadow=None):
+    """Stream G-buffers through a pipeline in chunks of `chunk` frames: (frames (T,H,W,3), seconds, first-frame s).
+    shadow: the clip's shadow pass (T, H, W) uint8, or None."""
     import torch
 
     from ..streaming.values import GBuffers
 
+    def piece(a):
+        return GBuffers(torch.from_numpy(gbuffers[a:a + chunk]), shadow=None if shadow is None else shadow[a:a + chunk])
+
     outs, first = [], None
     t0 = time.perf_counter()
-    for out in pipeline.run(GBuffers(torch.from_numpy(gbuffers[a:a + chunk])) for a in range(0, len(gbuffers), chunk)):
+    for out in pipeline.run(piece(a) for a in range(0, len(gbuffers), chunk)):
         outs.append(out)
         first = first if first is not None else time.perf_counter() - t0
     return torch.cat(outs), time.perf_counter() - t0, first
@@ -185,14 +189,19 @@ def evaluate(args) -> dict:
     light_from = getattr(args, "light", "prompt")
     if light_from == "data" and "light" not in clips[0]:
         raise AlayaError(f"--light data: {args.data} records no lights (made before clips carried them): make it again")
+    shadows_from = getattr(args, "shadows", "screen")
+    if shadows_from == "pass" and "sun_visibility" not in clips[0]:
+        raise AlayaError(f"--shadows pass: {args.data or 'a physics-world clip'} records no sun visibility "
+                         "(only world v2 data does)")
 
-    def render(m: str, wording: str, gbuffers, light=None):
+    def render(m: str, wording: str, gbuffers, light=None, shadow=None):
         """(frames, seconds, first-frame seconds) of model m prompted with `wording`; light: the frames'
-        packed lights (T, PACKED) for --light data."""
+        packed lights (T, PACKED) for --light data; shadow: the shadow pass (T, H, W) for --shadows pass."""
         sched = PromptSchedule.encode(text, wording)
         if m == "student":
             lights = recorded(light) if light_from == "data" else None
-            return _render(FlashPipeline(flash, sched, seed=args.seed, refine=not args.no_refiner, lights=lights), gbuffers)
+            return _render(FlashPipeline(flash, sched, seed=args.seed, refine=not args.no_refiner, lights=lights), gbuffers,
+                           shadow=shadow)
         return _render(TeacherPipeline(teacher, sched, negative, seed=args.seed, steps=args.teacher_steps), gbuffers)
 
     from tqdm import tqdm
@@ -215,12 +224,14 @@ def evaluate(args) -> dict:
             wordings = [("train", 0, clip["captions"][p] if "captions" in clip else prompts[name]["train"])]
             wordings += [("heldout", i, w) for i, w in enumerate(prompts[name]["heldout_all"])]
             light = clip["light"][p] if light_from == "data" else None
-            prior = Shade(recorded(light)).step(GBuffers(torch.as_tensor(gb))) if light is not None else shade_with(wordings[0][2], gb)
+            shadow = clip["sun_visibility"][p] if shadows_from == "pass" else None
+            shaded = GBuffers(torch.as_tensor(gb), shadow=shadow)
+            prior = Shade(recorded(light)).step(shaded) if light is not None else shade_with(wordings[0][2], shaded)
             prior_psnr.setdefault(name, []).append(metrics.psnr(prior, gt[p]))
             for kind, index, wording in wordings:
                 renders = {}
                 for m in models:
-                    out, secs, first = render(m, wording, gb, light)
+                    out, secs, first = render(m, wording, gb, light, shadow)
                     bar.set_postfix_str(f"clip {c}, {name}, {m}")
                     bar.update()
                     renders[m] = out
@@ -257,7 +268,8 @@ def evaluate(args) -> dict:
                             vis = clip["sun_visibility"][p] if sunlit else None
                             record = metrics.lighting(out, gt[p], gb, vis, clip["ground"])
                             if sunlit and "sun_side" in clip:
-                                record.update(other_side(lambda w: render(m, w, gb, light)[0], out, gt[p], gb, vis, clip, name))
+                                record.update(other_side(lambda w: render(m, w, gb, light, shadow)[0], out, gt[p], gb, vis,
+                                                         clip, name))
                             s["lighting"].append(record)
                 if kind == "train" and "teacher" in renders:
                     vs_teacher["psnr"].append(metrics.psnr(renders["student"], renders["teacher"]))
@@ -269,7 +281,7 @@ def evaluate(args) -> dict:
                         "split": args.split,
                         "world": "pathtrace" if "sun_visibility" in clips[0] else "physics",
                         "training_wording": "each clip's caption" if "captions" in clips[0] else "the preset's first",
-                        "light": light_from, "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
+                        "light": light_from, "shadows": shadows_from, "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
                         "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
                         "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
                         "model": _shown_path(flash.path), "refiner": flash.refiner is not None and not args.no_refiner,
@@ -317,7 +329,7 @@ def evaluate(args) -> dict:
 
 
 def prior_only(text_encoder):
-    """wording, G-buffers uint8 (T, 5, H, W, 3) -> the shading prior's frames (T, H, W, 3) under the light the
+    """wording, GBuffers (or uint8 (T, 5, H, W, 3)) -> the shading prior's frames (T, H, W, 3) under the light the
     shipped light head reads from the wording: eval's no-network baseline (what `alaya-flash shade` renders)."""
     import torch
 
@@ -331,7 +343,8 @@ def prior_only(text_encoder):
     reader = text_encoder if hasattr(text_encoder, "states") else load_text_encoder(MINILM)
 
     def shade(wording: str, gbuffers) -> "torch.Tensor":
-        return Shade(LightSchedule.from_prompts(wording, head, reader)).step(GBuffers(torch.as_tensor(gbuffers)))
+        g = gbuffers if isinstance(gbuffers, GBuffers) else GBuffers(torch.as_tensor(gbuffers))
+        return Shade(LightSchedule.from_prompts(wording, head, reader)).step(g)
 
     return shade
 

@@ -78,6 +78,10 @@ class RefinerStageConfig(StageConfig):
     # from the clip's caption (else the preset's first training wording) instead of the clip's recorded light:
     # what a stream renders under when nobody gives it the light, so the refiner learns how far to trust it
     prompt_light_rate: float = 0.0
+    # share of the other crops whose prior takes its shadows from the clip's recorded sun visibility (what an
+    # engine's shadow pass gives, model_zoo/shading_prior.py) instead of screen-space marching: a world v2
+    # dataset records it; casters off the screen (a courtyard's walls) shadow only there
+    shadow_pass_rate: float = 0.0
 
     def validate(self):
         check_device("refiner stage", self.device)
@@ -99,6 +103,8 @@ class RefinerStageConfig(StageConfig):
             raise AlayaError(f"refiner stage: novel_share {self.novel_share} is not in [0, 1]")
         if not 0 <= self.prompt_light_rate <= 1:
             raise AlayaError(f"refiner stage: prompt_light_rate {self.prompt_light_rate} is not in [0, 1]")
+        if not 0 <= self.shadow_pass_rate <= 1:
+            raise AlayaError(f"refiner stage: shadow_pass_rate {self.shadow_pass_rate} is not in [0, 1]")
         if not 0 <= self.prompt_dropout <= 1:
             raise AlayaError(f"refiner stage: prompt_dropout {self.prompt_dropout} is not in [0, 1]")
         if self.crop <= 0 or self.clips < 0 or self.mix_clips < 0:
@@ -195,11 +201,12 @@ def prompt_lights(clips: ClipSet, n: int) -> np.ndarray:
 
 @torch.no_grad()
 def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool = False,
-                 from_prompt: bool = False) -> np.ndarray:
+                 from_prompt: bool = False, shadow_pass: bool = False) -> np.ndarray:
     """The shading prior's planes of the first n clips under each preset's recorded light (from_prompt: the
     light head's reading of its prompt, prompt_lights), uint8 (n, P, T, 5, H, W), what a light-reading refiner
-    sees beside each render (the camera's up as inference has it: estimated from the normals). Kept in
-    out/priors[-prompt][-mix]/ (a clip whose recipe matches is read back)."""
+    sees beside each render (the camera's up as inference has it: estimated from the normals). shadow_pass:
+    the shadows are the clip's recorded sun visibility (an engine's shadow pass), not marched in screen space.
+    Kept in out/priors[-prompt][-shadow][-mix]/ (a clip whose recipe matches is read back)."""
     from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from ..model_zoo.shading_prior import ShadingPrior
     from ..streaming.gbuffer import DEFAULT_DEPTH_NEAR
@@ -207,9 +214,15 @@ def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool
     if clips.light is None and not from_prompt:
         raise AlayaError(f"refiner stage: config {cfg.config!r} reads the light, and {clips.root} records none "
                          "(made before clips carried their lights): make the dataset again")
+    if shadow_pass and clips.sun_visibility is None:
+        raise AlayaError(f"refiner stage: shadow_pass_rate needs recorded sun visibility, and {clips.root} has none "
+                         "(only a world v2 dataset records it)")
     prior = ShadingPrior()
-    folder = Path(cfg.out) / ("priors" + ("-prompt" if from_prompt else "") + ("-mix" if mix else ""))
+    folder = Path(cfg.out) / ("priors" + ("-prompt" if from_prompt else "") + ("-shadow" if shadow_pass else "")
+                              + ("-mix" if mix else ""))
     recipe = {"data": str(cfg.mix_data if mix else cfg.data), "prior": repr(prior.config)}
+    if shadow_pass:
+        recipe["shadows"] = "recorded"
     lights = clips.light
     if from_prompt:
         lights = prompt_lights(clips, n)
@@ -223,7 +236,8 @@ def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool
             continue
         gbuffers = torch.from_numpy(clips.gbuffers[c])
         for q in range(p):
-            planes = prior(gbuffers, torch.from_numpy(lights[c, q]), DEFAULT_DEPTH_NEAR)
+            shadows = torch.from_numpy(clips.sun_visibility[c, q]).float() / 255 if shadow_pass else None
+            planes = prior(gbuffers, torch.from_numpy(lights[c, q]), DEFAULT_DEPTH_NEAR, sun_visibility=shadows)
             out[c, q] = planes.mul(255).round().clamp(0, 255).to(torch.uint8).numpy()
         save_safetensors({"planes": torch.from_numpy(out[c])}, path, {"recipe": {**recipe, "clip": c}})
         log.info("shaded training clip %d/%d under %d lights", c + 1, n, p)
@@ -241,6 +255,7 @@ class _Source:
     captions: torch.Tensor | None = None  # (N, P, 2, D): each clip's caption per preset, as is and mirrored
     priors: np.ndarray | None = None  # (N, P, T, 5, H, W) uint8: the shading prior's planes, for a light-reading refiner
     prompt_priors: np.ndarray | None = None  # the same under the light head's reading of the prompt (prompt_light_rate)
+    shadow_priors: np.ndarray | None = None  # the same with the recorded sun visibility's shadows (shadow_pass_rate)
 
 
 def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = False, light: bool = False) -> _Source:
@@ -259,8 +274,11 @@ def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = 
     priors = prior_planes(cfg, clips, len(renders), log, mix) if light else None
     prompt_priors = prior_planes(cfg, clips, len(renders), log, mix, from_prompt=True) \
         if light and cfg.prompt_light_rate else None
+    # (a dataset without recorded shadows, the physics world's, keeps its screen-space ones)
+    shadow_priors = prior_planes(cfg, clips, len(renders), log, mix, shadow_pass=True) \
+        if light and cfg.shadow_pass_rate and clips.sun_visibility is not None else None
     return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None, captions, priors,
-                   prompt_priors)
+                   prompt_priors, shadow_priors)
 
 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
@@ -274,6 +292,9 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     if cfg.prompt_light_rate and not net.reads_light:
         raise AlayaError(f"refiner stage: prompt_light_rate {cfg.prompt_light_rate} needs a refiner config that reads "
                          f"the light ({cfg.config} does not)")
+    if cfg.shadow_pass_rate and not (net.reads_light and any(src.shadow_priors is not None for src in sources)):
+        raise AlayaError(f"refiner stage: shadow_pass_rate {cfg.shadow_pass_rate} needs a refiner config that reads the "
+                         f"light and a dataset that records sun visibility, which only world v2's has ({cfg.config}, {cfg.data})")
     if cfg.caption_rate and not (net.text_dim and any(src.captions is not None for src in sources)):
         raise AlayaError(f"refiner stage: caption_rate {cfg.caption_rate} needs a refiner config that reads the prompt "
                          f"and clip captions, which only a world v2 dataset has ({cfg.config}, {cfg.data})")
@@ -317,6 +338,8 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
                 shaded = src.priors
                 if src.prompt_priors is not None and float(torch.rand((), generator=g)) < cfg.prompt_light_rate:
                     shaded = src.prompt_priors
+                elif src.shadow_priors is not None and float(torch.rand((), generator=g)) < cfg.shadow_pass_rate:
+                    shaded = src.shadow_priors
                 crop.append(torch.from_numpy(shaded[c, q, f, :, y:y + k, x:x + k]).float() / 255)
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
                 crop = _mirrored(*crop)

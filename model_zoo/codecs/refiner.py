@@ -203,12 +203,13 @@ class GBufferRefiner(nn.Module):
 
     @torch.no_grad()
     def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None, light: Tensor | None = None,
-               depth_near: float = 0.5, up: Tensor | None = None) -> Tensor:
+               depth_near: float = 0.5, up: Tensor | None = None, sun_visibility: Tensor | None = None) -> Tensor:
         """IMAGE frames (T, H, W, 3) float [0, 1] and their G-buffers uint8 (T, 5, H, W, 3) -> IMAGE frames.
 
         text: each frame's prompt embedding (T, text_dim), for a config that reads prompts (else ignored).
         light: each frame's packed light (T, PACKED) (model_zoo/light.py), for a config that reads the light
         (else ignored), with the G-buffers' depth_near and camera-space up (T, 3) (None: from the normals).
+        sun_visibility: (T, H, W) in [0, 1], an engine's shadow pass: the prior's shadows (None: screen-space).
         """
         if frames.shape[0] != gbuffers.shape[0] or tuple(frames.shape[1:3]) != tuple(gbuffers.shape[2:4]):
             raise AlayaError(f"G-buffer refiner: frames {tuple(frames.shape)} and G-buffers {tuple(gbuffers.shape)} "
@@ -227,7 +228,8 @@ class GBufferRefiner(nn.Module):
             prior = None
             if self.reads_light:
                 prior = self.shading_prior(gbuffers[t:t + 1], light[t:t + 1], depth_near,
-                                           None if up is None else up[t:t + 1]).to(device)
+                                           None if up is None else up[t:t + 1],
+                                           None if sun_visibility is None else sun_visibility[t:t + 1]).to(device)
             out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)), emb, prior)
             outs.append(out.clamp(0, 1).permute(0, 2, 3, 1).contiguous().cpu())
         return torch.cat(outs) if outs else frames

@@ -9,7 +9,8 @@
 
 Layouts (docs/gbuffers.md has the details):
   teacher-mp4     a folder with `{mod}.mp4` or `{clip}_{mod}.mp4` per modality (the teacher's clip
-                  layout), plus `rgb.mp4` / `{clip}_rgb.mp4` ground truth when present (extras["rgb"]);
+                  layout), plus `rgb.mp4` / `{clip}_rgb.mp4` ground truth when present (extras["rgb"])
+                  and `shadow.mp4` (extras["shadow"], below);
                   a folder holding several clips side by side is read one clip at a time by the path
                   `FOLDER/CLIP` (find_video_clips lists them)
   image-sequence  a folder with one sub-folder per modality (`albedo/0000.png` ...), or files whose
@@ -19,6 +20,11 @@ Layouts (docs/gbuffers.md has the details):
                   EXR = canonical float (depth in scene units, +inf background, float normals)
   npy-windows     uint8 arrays (T, 5, H, W, 3) in MODALITIES order, one .npy per window
                   (the Flash model card's samples); a stream is the sorted list of windows
+
+Every layout may carry a shadow pass beside the five (`shadow.mp4`, `shadow/0000.png`, `shadow_0000.exr`,
+an EXR layer `shadow`): the sun's visibility, white where the sun reaches and black in its shadow, read
+as extras["shadow"] uint8 (H, W) (8-bit grey as is, 16-bit scaled, EXR clamped to [0, 1]; colour
+averaged). The shading prior takes its shadows from it (streaming/values.py GBuffers.shadow).
 
 Engines' float exports (Blender multilayer / multi-part EXR, Unreal Movie Render Queue, Unity HDRP
 AOVs) are read by pass name and converted to canonical form by `conventions` (conventions.py:
@@ -66,7 +72,7 @@ replaces them with background (depth +inf, normal (0, 0, 1), albedo/metallic/rou
 
 DEFAULT_FPS = 16.0
 IMAGE_EXTS = (".png", ".exr")
-_EXTRA_NAMES = ("rgb",)
+_EXTRA_NAMES = ("rgb", "shadow")
 _TOKEN = re.compile(r"(?:^|[_.\-])(" + "|".join(MODALITIES + _EXTRA_NAMES) + r")(?=$|[_.\-])", re.IGNORECASE)
 
 
@@ -140,24 +146,36 @@ class GBufferStream:
                 images, ext = frame_to_teacher(frame, self.info.depth_near), frame.extras
             yield (images, ext) if extras else images
 
-    def teacher_chunks(self, length: int, drop_last: bool = False, first: int = 0) -> Iterator[np.ndarray]:
+    def teacher_chunks(self, length: int, drop_last: bool = False, first: int = 0,
+                       extras: bool = False) -> Iterator:
         """Yield uint8 (T, 5, H, W, 3) chunks of `length` frames; the last may be shorter unless drop_last.
-        first: the first chunk has this many frames instead (0: `length`)."""
+        first: the first chunk has this many frames instead (0: `length`). extras: yield (chunk, {name:
+        stacked extras}) with each extra every frame of the chunk has (the rgb truth, the shadow pass)."""
         if length < 1 or first < 0:
             raise AlayaError(f"chunk length must be >= 1, got {length}" if length < 1 else f"first chunk length {first} < 0")
         buf, want = [], first or length
-        for images in self.teacher_frames():
-            buf.append(images)
+
+        def chunk():
+            images = np.stack([im for im, _ in buf])
+            if not extras:
+                return images
+            names = set.intersection(*(set(ext) for _, ext in buf))
+            return images, {n: np.stack([ext[n] for _, ext in buf]) for n in sorted(names)}
+
+        for item in self.teacher_frames(extras=True):
+            buf.append(item)
             if len(buf) == want:
-                yield np.stack(buf)
+                yield chunk()
                 buf, want = [], length
         if buf and not drop_last:
-            yield np.stack(buf)
+            yield chunk()
 
     def _resize_teacher(self, images: np.ndarray, extras: dict) -> tuple[np.ndarray, dict]:
         if not self.size:
             return images, extras
-        out = {k: (resize_rgb(v, self.size, self.resize) if v.dtype == np.uint8 and v.ndim == 3 else v)
+        out = {k: (resize_rgb(v, self.size, self.resize) if v.dtype == np.uint8 and v.ndim == 3
+                   else resize_rgb(np.repeat(v[..., None], 3, -1), self.size, self.resize)[..., 0]
+                   if v.dtype == np.uint8 and v.ndim == 2 else v)
                for k, v in extras.items()}
         return resize_teacher(images, self.size, self.resize), out
 
@@ -468,6 +486,8 @@ class TeacherMp4Source:
                         arrays[name] = fr.to_ndarray(format="rgb24")
                     images = np.stack([arrays[m] for m in MODALITIES])
                     extras = {n: arrays[n] for n in _EXTRA_NAMES if n in arrays}
+                    if "shadow" in extras:
+                        extras["shadow"] = shadow_plane(self.files["shadow"], extras["shadow"])
                     yield images, extras
                 i += 1
         finally:
@@ -609,6 +629,9 @@ class ImageSequenceSource:
                 raise AlayaError(f"{first}: multi-layer EXR lacks modality {', '.join(missing)} "
                                  f"(channels: {', '.join(sorted(chans))})")
             h, w = next(iter(chans.values())).shape
+            if "shadow" in self.files and len(self.files["shadow"]) != len(self.files["frames"]):
+                raise AlayaError(f"{folder}: {len(self.files['shadow'])} shadow files for "
+                                 f"{len(self.files['frames'])} multi-layer EXR frames; give one a frame")
             self.has_rgb = all(c in chans for c in "RGB") or "rgb" in groups
             self.kind = "canonical"
             self.exr_only = True
@@ -712,10 +735,11 @@ class ImageSequenceSource:
             mod = _modality_of(p, engines=True)
             if mod:
                 grouped.setdefault(mod, []).append(p)
-        if grouped and not (set(grouped) <= {"rgb"} and all(p.suffix.lower() == ".exr" for p in flat)):
+        if grouped and not (set(grouped) <= set(_EXTRA_NAMES) and all(p.suffix.lower() == ".exr" for p in flat)):
             return grouped, "modality in file names"
-        if all(p.suffix.lower() == ".exr" for p in flat):
-            return {"frames": flat}, "multi-layer EXR"
+        if all(p.suffix.lower() == ".exr" for p in flat):  # a shadow pass may sit beside them in files of its own
+            side = {"shadow": grouped["shadow"]} if "shadow" in grouped else {}
+            return {"frames": [p for p in flat if p not in side.get("shadow", ())], **side}, "multi-layer EXR"
         raise AlayaError(f"{folder}: unknown layout: images carry no modality in their names "
                          f"(expected e.g. albedo_0000.png or albedo/0000.png)")
 
@@ -740,7 +764,8 @@ class ImageSequenceSource:
             (extras if name in _EXTRA_NAMES else passes)[name] = (p, arr)
         if self.kind == "teacher":
             images = np.stack([_as_teacher_pass(m, *passes[m]) for m in MODALITIES])
-            return images, {n: _as_teacher_pass("albedo", *v) for n, v in extras.items()}
+            return images, {n: shadow_plane(*v) if n == "shadow" else _as_teacher_pass("albedo", *v)
+                            for n, v in extras.items()}
         raw = {}
         for m in MODALITIES:
             p, arr = passes[m]
@@ -752,7 +777,10 @@ class ImageSequenceSource:
                                 float_passes={m for m in MODALITIES if isinstance(passes[m][1], dict)})
         ext = {}
         for n, (p, arr) in extras.items():
-            ext[n] = _as_teacher_pass("albedo", p, arr) if not isinstance(arr, dict) else _exr_rgb_u8(p, _strip_layers(arr))
+            if n == "shadow":
+                ext[n] = shadow_plane(p, arr)
+            else:
+                ext[n] = _as_teacher_pass("albedo", p, arr) if not isinstance(arr, dict) else _exr_rgb_u8(p, _strip_layers(arr))
         return frame, ext
 
     def _exr_pass(self, m: str, p: Path, chans: dict, prefix: str = "", smoothness: bool = False) -> np.ndarray:
@@ -812,6 +840,15 @@ class ImageSequenceSource:
         if self.has_rgb:
             rgb = {c: chans[c] for c in "RGB" if c in chans}
             extras["rgb"] = _exr_rgb_u8(p, rgb if len(rgb) == 3 else groups["rgb"][1])
+        if "shadow" in groups:
+            extras["shadow"] = shadow_plane(p, groups["shadow"][1])
+        elif "shadow" in self.files:  # in files of its own
+            side = self.files["shadow"][i]
+            arr = read_png(side) if side.suffix.lower() == ".png" else read_exr(side)
+            plane = shadow_plane(side, arr)
+            if plane.shape != hw:
+                raise AlayaError(f"{side}: image is {plane.shape[1]}x{plane.shape[0]}, expected {hw[1]}x{hw[0]}")
+            extras["shadow"] = plane
         return frame, extras
 
     def _check_finite(self, frame: GBufferFrame, paths: dict[str, Path]) -> None:
@@ -837,6 +874,25 @@ class ImageSequenceSource:
             raise AlayaError(f"{paths['depth']}: depth has {int(negative.sum())} negative pixel(s), first at (x={x}, y={y}), "
                              f"value {float(frame.depth[y, x]):g}: depth is a distance along the view axis, >= 0 "
                              "(a reversed or NDC depth needs converting first)")
+
+
+def shadow_plane(path: Path, arr) -> np.ndarray:
+    """A shadow pass image -> uint8 (H, W), 255 where the sun reaches: 8-bit as is, 16-bit scaled, float (an
+    EXR's channels) clamped to [0, 1]; colour channels averaged, alpha dropped."""
+    if isinstance(arr, dict):
+        chans = _strip_layers(arr)
+        names = [c for c in ("R", "G", "B") if c in chans] or [c for c in chans if c not in ("A", "a", "alpha")]
+        if not names:
+            raise AlayaError(f"{path}: the shadow pass has no colour channel (channels: {', '.join(sorted(chans))})")
+        v = np.mean([np.asarray(chans[c], np.float32) for c in names], axis=0)
+        if not np.isfinite(v).all():
+            raise AlayaError(f"{path}: the shadow pass has NaN/Inf pixels; it is the sun's visibility, 0 to 1")
+        return np.rint(np.clip(v, 0.0, 1.0) * 255).astype(np.uint8)
+    arr = np.asarray(arr)
+    if arr.ndim == 3:
+        arr = arr[..., :3].mean(-1) if arr.shape[-1] >= 3 else arr[..., 0]
+    scale = 255.0 / 65535.0 if arr.dtype == np.uint16 else 1.0
+    return np.rint(arr.astype(np.float32) * scale).clip(0, 255).astype(np.uint8)
 
 
 def _as_teacher_pass(name: str, path: Path, arr: np.ndarray) -> np.ndarray:

@@ -158,7 +158,8 @@ def prompt_lights(model, prompts: PromptSchedule) -> LightSchedule:
 
 
 class Shade:
-    """G-buffers -> the shading prior's frames under a LightSchedule (one chunk in, the same frames out)."""
+    """G-buffers -> the shading prior's frames under a LightSchedule (one chunk in, the same frames out); the
+    shadows are the G-buffers' shadow pass when they carry one."""
 
     def __init__(self, lights: LightSchedule, prior=None, up: torch.Tensor | None = None):
         from ...model_zoo.shading_prior import ShadingPrior
@@ -172,7 +173,8 @@ class Shade:
         n = len(gbuffers)
         light = self.lights.at(torch.arange(self.frame, self.frame + n))
         with torch.inference_mode():
-            out = self.prior(gbuffers.images, light, depth_near=gbuffers.depth_near, up=self.up)
+            out = self.prior(gbuffers.images, light, depth_near=gbuffers.depth_near, up=self.up,
+                             sun_visibility=gbuffers.sun_visibility())
         self.frame += n
         return out[:, :3].movedim(1, -1).contiguous()
 

@@ -262,11 +262,16 @@ class Refine:
         self.frame = 0  # pixel frames refined so far
         self.frames: torch.Tensor | None = None
         self.gbuffers: torch.Tensor | None = None
+        self.shadow: torch.Tensor | None = None  # the waiting G-buffers' shadow pass, when they carry one
         self.depth_near = DEFAULT_DEPTH_NEAR
 
     def add_gbuffers(self, gbuffers: GBuffers | None) -> None:
         if gbuffers is not None:
+            if _count(self.gbuffers) and (gbuffers.shadow is None) != (self.shadow is None):
+                raise AlayaError("Refine: some G-buffer chunks carry a shadow pass and some do not; a stream has it "
+                                 "all along or never")
             self.gbuffers = _append(self.gbuffers, gbuffers.images)
+            self.shadow = None if gbuffers.shadow is None else _append(self.shadow, gbuffers.shadow)
             self.depth_near = gbuffers.depth_near
 
     def _text(self, n: int) -> torch.Tensor | None:
@@ -284,8 +289,10 @@ class Refine:
         light = None
         if getattr(self.refiner, "reads_light", False):
             light = self.lights.at(torch.arange(self.frame, self.frame + n))
-        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n], self._text(n), light, self.depth_near)
+        shadow = {} if self.shadow is None else {"sun_visibility": self.shadow[:n].float() / 255}
+        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n], self._text(n), light, self.depth_near, **shadow)
         self.frames, self.gbuffers = self.frames[n:], self.gbuffers[n:]
+        self.shadow = None if self.shadow is None else self.shadow[n:]
         self.frame += n
         return out
 

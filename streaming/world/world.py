@@ -173,10 +173,10 @@ class WorldSource:
         """This source as a readers.GBufferStream (options: start, stop, stride, size, resize)."""
         return GBufferStream.from_frames(self.info, self.__iter__, **reader_options)
 
-    def teacher_chunks(self, length: int, drop_last: bool = False, first: int = 0) -> Iterator[np.ndarray]:
+    def teacher_chunks(self, length: int, drop_last: bool = False, first: int = 0, extras: bool = False) -> Iterator:
         """uint8 (T, 5, H, W, 3) chunks in MODALITIES order; the last may be shorter unless drop_last
-        (first: the first chunk's length, as GBufferStream.teacher_chunks)."""
-        return self.stream().teacher_chunks(length, drop_last=drop_last, first=first)
+        (first, extras: as GBufferStream.teacher_chunks)."""
+        return self.stream().teacher_chunks(length, drop_last=drop_last, first=first, extras=extras)
 
 
 def world_stream(config: WorldConfig = WorldConfig(), **reader_options) -> GBufferStream:

@@ -81,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the light a light-reading refiner (and the prior-only baseline) gets: the prompt's, as the "
                              "light head reads it, or each clip's recorded light per frame, as an engine that knows its "
                              "sun sends it (default: prompt)")
+    parser.add_argument("--shadows", choices=("screen", "pass"), default="screen",
+                        help="where the shading prior's shadows come from: marched in screen space from the depth, or "
+                             "each clip's recorded sun visibility, as an engine's shadow pass gives it (world v2 data "
+                             "records it; default: screen)")
     parser.add_argument("--seed", type=args_.SEED, default=0, help="sampling seed")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weights' dtype for inference")
     parser.add_argument("--runtime-size", type=parse_size, default=(256, 256), metavar="N|WxH",
