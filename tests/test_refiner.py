@@ -343,6 +343,32 @@ def test_a_blending_refiner_mixes_the_prior_in_by_the_weight_it_predicts():
         rf.RefinerConfig(blend=True)
 
 
+def test_a_refiner_that_reads_whether_light_and_shadows_were_given():
+    """The given config reads two more constant planes: fresh it is still the identity; trained (random
+    weights) its frames change with each flag; refine() sets the shadow flag from a shadow pass and the
+    light flag from light_given (default: given); forward without the flags is one line."""
+    from stream_helpers import random_refiner
+
+    frames, gb = torch.rand(2, 32, 32, 3), _gbuffers(2, 32, 32).images
+    text, light = torch.randn(1, 384).expand(2, -1), _sun(60.0, 2)
+    fresh = rf.build(rf.CONFIGS["gbuffer-refiner-16-given"])
+    assert fresh.reads_given and tuple(fresh.head[0].weight.shape[:2]) == (16, 19)
+    assert torch.equal(fresh.refine(frames, gb, text, light, light_given=False), frames)
+    net = random_refiner("gbuffer-refiner-16-given")
+    vis = torch.ones(2, 32, 32)  # a shadow pass that shadows nothing: the prior's planes barely move
+    given = net.refine(frames, gb, text, light)
+    assert torch.equal(given, net.refine(frames, gb, text, light, light_given=torch.tensor([True, True])))
+    assert not torch.allclose(given, net.refine(frames, gb, text, light, light_given=False))
+    assert not torch.allclose(net.refine(frames, gb, text, light, sun_visibility=vis),
+                              net.refine(frames, gb, text, light, sun_visibility=vis, light_given=False))
+    rgb, planes = frames.permute(0, 3, 1, 2), rf.gbuffer_planes(gb)
+    prior = torch.rand(2, 5, 32, 32)
+    with pytest.raises(AlayaError, match=r"reads whether the light and shadows were given \(2, 2\), got None"):
+        net(rgb, planes, text, prior)
+    with pytest.raises(AlayaError, match="given needs prior"):
+        rf.RefinerConfig(given=True)
+
+
 @pytest.mark.parametrize("cut", [1, 5])
 def test_a_light_schedule_reaches_the_refiner_frame_by_frame(cut):
     """Streamed in any chunking, the pipeline's frames equal the refiner applied afterwards with each

@@ -451,6 +451,7 @@ def test_shadow_pass_rate_shades_with_the_clips_recorded_sun_visibility(runs, tm
     from alaya_flash.model_zoo.shading_prior import ShadingPrior
     from alaya_flash.streaming.gbuffer import DEFAULT_DEPTH_NEAR
     from alaya_flash.training.data import ClipSet
+    from alaya_flash.training.refiner import load_run
 
     data = tmp_path / "data"  # the session's dataset, with a sun visibility recorded: the left half in shadow
     shutil.copytree(runs / "data", data)
@@ -463,8 +464,10 @@ def test_shadow_pass_rate_shades_with_the_clips_recorded_sun_visibility(runs, tm
         np.savez(data / name, **arrays, sun_visibility=vis)
     cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(data), "clips": 1,
            "crop": 32, "batch": 4, "steps": 4, "log_every": 2, "ckpt_every": 4, "precision": "fp32",
-           "config": "gbuffer-refiner-16-blend", "shadow_pass_rate": 0.5}
+           "config": "gbuffer-refiner-16-given", "shadow_pass_rate": 0.5, "prompt_light_rate": 0.5}
     assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
+    net, name = load_run(tmp_path / "ref")  # it trained reading whether each crop's light and shadows were given
+    assert name == "gbuffer-refiner-16-given" and net.reads_given and net.head[0].weight.grad is None
     clips = ClipSet(data, "train")
     planes = read_state_dict(tmp_path / "ref" / "priors-shadow" / "clip-000000.safetensors")["planes"]
     q = len(clips.presets) - 1

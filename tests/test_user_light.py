@@ -174,11 +174,27 @@ def test_changed_switches_the_light_at_a_frame_and_keeps_only_what_is_ahead():
     assert [f for f, _ in LightSchedule.constant(Light()).changed(0, sun).keys] == [0]
 
 
-def test_a_light_changed_mid_stream_reaches_the_refiner_from_its_frame():
+def test_a_schedule_knows_from_which_frame_its_light_was_given_or_the_prompts():
+    """given_at: a user's or an engine's light is given, the light head's reading of the prompt is not; changed()
+    switches the flag at its frame, and a light changed every frame keeps only the flags still ahead."""
+    sun = pack(Light(sun_azimuth=10.0, sun_elevation=60.0))[0]
+    assert user_lights(MOVING).given_at(torch.arange(12)).all()
+    prompt = LightSchedule([(0, sun)], given=[(0, False)])
+    mixed = prompt.changed(4, sun, since=2).changed(9, sun, since=3, given=False)
+    assert mixed.given_at(torch.arange(3, 12)).tolist() == [False] + [True] * 5 + [False] * 3
+    live = LightSchedule.constant(Light())
+    for frame in range(1, 200):
+        live = live.changed(frame, sun, since=frame - 1, given=frame % 2 == 0)
+    assert len(live.given) <= 3 and live.given_at(torch.tensor([198, 199])).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("config", ["gbuffer-refiner-16-light", "gbuffer-refiner-16-given"])
+def test_a_light_changed_mid_stream_reaches_the_refiner_from_its_frame(config):
     """FlashPipeline.set_light(light, frame) mid-stream: every frame before `frame` keeps the prompt's light,
     every one from it the new one (the refiner applied afterwards with those per-frame lights); None goes
-    back to the prompt's."""
-    model = _model()
+    back to the prompt's. A refiner that reads whether the light was given gets False for the prompt's
+    frames and True for the given ones."""
+    model = _model(config)
     sched = PromptSchedule.encode(model.text_encoder(), PROMPT)
     g = random_gbuffers(13, 32, 32)
     plain = render_all(pl.FlashPipeline(model, sched, seed=2, refine=False), [g])
@@ -194,7 +210,10 @@ def test_a_light_changed_mid_stream_reaches_the_refiner_from_its_frame():
     lights = prompt.clone()
     lights[7:11] = pack(sun)[0]
     text = sched.at(0)[1][:, 0].expand(13, -1)
-    assert torch.equal(got, model.refiner.refine(plain, g.images, text, lights))
+    given = (torch.arange(13) >= 7) & (torch.arange(13) < 11)
+    assert torch.equal(got, model.refiner.refine(plain, g.images, text, lights, light_given=given))
+    if model.refiner.reads_given:  # the flag reaches the network
+        assert not torch.allclose(got, model.refiner.refine(plain, g.images, text, lights, light_given=True))
     unlit = pl.FlashPipeline(_model("gbuffer-refiner-16-prompt"), sched)
     with pytest.raises(LightNotRead, match="light: Flash model .* does not read a light"):
         unlit.set_light(sun, 0)

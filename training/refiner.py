@@ -311,7 +311,7 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
 
     def step(i: int) -> dict[str, float]:
         g = step_generator(cfg.seed, i)
-        rgb, planes, target, text, priors = [], [], [], [], []
+        rgb, planes, target, text, priors, given = [], [], [], [], [], []
         for _ in range(cfg.batch):
             # (each draw only when asked for, so runs without a mix or novel renders keep their random stream)
             src = sources[int(float(torch.rand((), generator=g)) < cfg.mix_rate) if cfg.mix_rate else 0]
@@ -340,6 +340,8 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
                     shaded = src.prompt_priors
                 elif src.shadow_priors is not None and float(torch.rand((), generator=g)) < cfg.shadow_pass_rate:
                     shaded = src.shadow_priors
+                # what a config with `given` reads: the light given (not the prompt's), the shadows from a pass
+                given.append(torch.tensor([float(shaded is not src.prompt_priors), float(shaded is src.shadow_priors)]))
                 crop.append(torch.from_numpy(shaded[c, q, f, :, y:y + k, x:x + k]).float() / 255)
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
                 crop = _mirrored(*crop)
@@ -366,7 +368,8 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
                 prompt = perturb_prompts(prompt, cfg.text_noise, g)  # drawn on the CPU, as on any device
             prior = torch.stack(priors).to(dev) if priors else None  # (B, 5, k, k), light-reading configs
             args = [seen.to(dev), torch.stack(planes).to(dev), None if prompt is None else prompt.to(dev)]
-            out = net(*args, *([prior] if priors else [])).float()
+            flags = torch.stack(given).to(dev) if net.reads_given else None  # (B, 2)
+            out = net(*args, *([prior, flags] if priors else [])).float()
         truth = images(target).to(dev)
         loss = F.l1_loss(out, truth) + F.mse_loss(out, truth)
         descend(opt, loss, net.parameters())

@@ -42,6 +42,13 @@ frame towards the prior's shaded image where the prior holds (direct sun, cast s
 
 Copying the prior is one weight for it to learn, not a function of 17 inputs through ReLU layers.
 
+A config with `given` also reads how far the prior can be trusted, as two constant planes: whether
+the frame's light was given (by the user or an engine: 1) or read from the prompt by the light head
+(0), and whether its shadows come from the engine's shadow pass (1) or were marched in screen space
+(0). One network then trusts a given light and a shadow pass fully and the prompt's guess with care.
+
+    x    = [rgb (3), G-buffers (9), prior (5), given (2)] in [-1, 1]         19 x H x W
+
 It works frame by frame (no memory), so it streams with any chunking and adds no latency. The
 last conv (and the prompt MLP's last layer) start at zero: an untrained refiner returns its input
 unchanged. Not in the seed paper, whose frames come straight out of its distilled decoder; a model
@@ -72,10 +79,13 @@ class RefinerConfig:
     context: int = 0  # channels of the 1/16-resolution context path (0: none)
     prior: bool = False  # reads the shading prior's planes under each frame's light
     blend: bool = False  # and mixes the prior's shaded image in by a weight it predicts per pixel (needs prior)
+    given: bool = False  # and reads whether the light was given and the shadows came from a pass (needs prior)
 
     def __post_init__(self):
         if self.blend and not self.prior:
             raise AlayaError("refiner config: blend needs prior (it mixes the prior's shaded image in)")
+        if self.given and not self.prior:
+            raise AlayaError("refiner config: given needs prior (it says how far the prior's light can be trusted)")
 
 
 CONFIGS: dict[str, RefinerConfig] = {
@@ -84,7 +94,9 @@ CONFIGS: dict[str, RefinerConfig] = {
     "gbuffer-refiner-16-context": RefinerConfig(text_dim=384, context=64),
     "gbuffer-refiner-16-light": RefinerConfig(text_dim=384, context=64, prior=True),
     "gbuffer-refiner-16-blend": RefinerConfig(text_dim=384, context=64, prior=True, blend=True),
+    "gbuffer-refiner-16-given": RefinerConfig(text_dim=384, context=64, prior=True, blend=True, given=True),
 }
+GIVEN_CHANNELS = 2  # light given (1) or the prompt's (0); shadows from a pass (1) or screen space (0)
 
 
 def gbuffer_planes(images: Tensor) -> Tensor:
@@ -110,7 +122,7 @@ class GBufferRefiner(nn.Module):
         super().__init__()
         self.config = cfg
         c, rgb = cfg.width, cfg.image_channels
-        inputs = rgb + GBUFFER_CHANNELS + (PRIOR_CHANNELS if cfg.prior else 0)
+        inputs = rgb + GBUFFER_CHANNELS + (PRIOR_CHANNELS if cfg.prior else 0) + (GIVEN_CHANNELS if cfg.given else 0)
         self.head = nn.Sequential(conv(inputs, c), nn.ReLU(), conv(c, c), nn.ReLU())
         self.down = nn.Sequential(conv(c, 2 * c, stride=2), nn.ReLU(), conv(2 * c, 2 * c), nn.ReLU(),
                                   conv(2 * c, 2 * c, stride=2), nn.ReLU(), conv(2 * c, 2 * c), nn.ReLU())
@@ -150,10 +162,17 @@ class GBufferRefiner(nn.Module):
     def reads_light(self) -> bool:
         return self.config.prior
 
-    def forward(self, rgb: Tensor, planes: Tensor, text: Tensor | None = None, prior: Tensor | None = None) -> Tensor:
+    @property
+    def reads_given(self) -> bool:
+        """Whether it reads if the light was given and the shadows came from a pass (config `given`)."""
+        return self.config.given
+
+    def forward(self, rgb: Tensor, planes: Tensor, text: Tensor | None = None, prior: Tensor | None = None,
+                given: Tensor | None = None) -> Tensor:
         """rgb (M, 3, H, W) in [0, 1], planes (M, 9, H, W) in [0, 1], when the config reads prompts text
-        (M, text_dim) pooled prompt embeddings, and when it reads the light the shading prior's planes
-        (M, 5, H, W) in [0, 1] -> refined rgb (M, 3, H, W), unclamped."""
+        (M, text_dim) pooled prompt embeddings, when it reads the light the shading prior's planes
+        (M, 5, H, W) in [0, 1], and with `given` the flags (M, 2) in {0, 1} (light given, shadows from a
+        pass) -> refined rgb (M, 3, H, W), unclamped."""
         p = self.tail[-1].weight
         inputs = [rgb, planes]
         if self.reads_light:
@@ -161,6 +180,12 @@ class GBufferRefiner(nn.Module):
                 got = None if prior is None else tuple(prior.shape)
                 raise AlayaError(f"G-buffer refiner: reads the shading prior ({rgb.shape[0]}, {PRIOR_CHANNELS}, H, W), got {got}")
             inputs.append(prior.to(rgb.dtype))
+        if self.config.given:
+            if given is None or tuple(given.shape) != (rgb.shape[0], GIVEN_CHANNELS):
+                got = None if given is None else tuple(given.shape)
+                raise AlayaError(f"G-buffer refiner: reads whether the light and shadows were given ({rgb.shape[0]}, "
+                                 f"{GIVEN_CHANNELS}), got {got}")
+            inputs.append(given.to(rgb.dtype)[:, :, None, None].expand(-1, -1, *rgb.shape[-2:]))
         x = channels_last(torch.cat(inputs, 1).to(p.dtype) * 2 - 1)
         f = fused.sequential(self.head, x)
         film = None
@@ -203,13 +228,16 @@ class GBufferRefiner(nn.Module):
 
     @torch.no_grad()
     def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None, light: Tensor | None = None,
-               depth_near: float = 0.5, up: Tensor | None = None, sun_visibility: Tensor | None = None) -> Tensor:
+               depth_near: float = 0.5, up: Tensor | None = None, sun_visibility: Tensor | None = None,
+               light_given: Tensor | bool = True) -> Tensor:
         """IMAGE frames (T, H, W, 3) float [0, 1] and their G-buffers uint8 (T, 5, H, W, 3) -> IMAGE frames.
 
         text: each frame's prompt embedding (T, text_dim), for a config that reads prompts (else ignored).
         light: each frame's packed light (T, PACKED) (model_zoo/light.py), for a config that reads the light
         (else ignored), with the G-buffers' depth_near and camera-space up (T, 3) (None: from the normals).
         sun_visibility: (T, H, W) in [0, 1], an engine's shadow pass: the prior's shadows (None: screen-space).
+        light_given: whether each frame's light was given (bool, or (T,) bool) rather than read from the prompt,
+        for a config that reads it (else ignored).
         """
         if frames.shape[0] != gbuffers.shape[0] or tuple(frames.shape[1:3]) != tuple(gbuffers.shape[2:4]):
             raise AlayaError(f"G-buffer refiner: frames {tuple(frames.shape)} and G-buffers {tuple(gbuffers.shape)} "
@@ -230,7 +258,11 @@ class GBufferRefiner(nn.Module):
                 prior = self.shading_prior(gbuffers[t:t + 1], light[t:t + 1], depth_near,
                                            None if up is None else up[t:t + 1],
                                            None if sun_visibility is None else sun_visibility[t:t + 1]).to(device)
-            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)), emb, prior)
+            given = None
+            if self.config.given:
+                lit = light_given if isinstance(light_given, bool) else bool(light_given[t])
+                given = torch.tensor([[float(lit), float(sun_visibility is not None)]], device=device)
+            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)), emb, prior, given)
             outs.append(out.clamp(0, 1).permute(0, 2, 3, 1).contiguous().cpu())
         return torch.cat(outs) if outs else frames
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,9 +32,12 @@ _KEYFRAME = re.compile(r"^\s*(\d+)\s*:\s*(.*)$")
 
 @dataclass
 class LightSchedule:
-    """[(pixel frame, packed light (PACKED,))], frames increasing from 0."""
+    """[(pixel frame, packed light (PACKED,))], frames increasing from 0. given: [(pixel frame, bool)] from
+    frame 0, whether the light from that frame on was given (by the user or an engine) or read from the
+    prompt (False), which a refiner config with `given` reads."""
 
     keys: list[tuple[int, torch.Tensor]]
+    given: list[tuple[int, bool]] = field(default_factory=lambda: [(0, True)])
 
     @classmethod
     def constant(cls, light: Light) -> "LightSchedule":
@@ -73,7 +76,7 @@ class LightSchedule:
                 following = entries[k + 1][0] if k + 1 < len(entries) else None
                 if following is not None and following - 1 > frame:  # held up to the next entry's frame
                     keys.append((following - 1, light))
-        return cls(keys)
+        return cls(keys, given=[(0, False)])
 
     def at(self, frames: torch.Tensor) -> torch.Tensor:
         """Packed lights (T, PACKED) at pixel frames (T,), interpolated between keyframes."""
@@ -92,19 +95,29 @@ class LightSchedule:
         out[:, SLICES["sun_azimuth"]] = (a0 + turn * w + 180) % 360 - 180
         return out
 
+    def given_at(self, frames: torch.Tensor) -> torch.Tensor:
+        """Whether the light at each pixel frame (T,) was given, bool (T,)."""
+        starts = torch.tensor([f for f, _ in self.given])
+        flags = torch.tensor([g for _, g in self.given])
+        return flags[(torch.searchsorted(starts, frames.long(), right=True) - 1).clamp_min(0)]
+
     def lights(self) -> list[Light]:
         return unpack(torch.stack([v for _, v in self.keys]))
 
-    def changed(self, frame: int, light: torch.Tensor, since: int = 0) -> "LightSchedule":
+    def changed(self, frame: int, light: torch.Tensor, since: int = 0, given: bool = True) -> "LightSchedule":
         """This schedule up to pixel frame `frame` - 1, then the packed `light` (PACKED,) held from `frame` on
-        (a step, no blending). Keys before `since` (frames already rendered) are dropped, so a stream whose
-        light changes every frame keeps only the keys still ahead of it."""
+        (a step, no blending; `given`: by the user or an engine, else the prompt's). Keys before `since`
+        (frames already rendered) are dropped, so a stream whose light changes every frame keeps only the
+        keys still ahead of it."""
         since = max(0, min(since, frame))
         keys = [(since, self.at(torch.tensor([since]))[0])] if frame > since else []
         keys += [(f, v) for f, v in self.keys if since < f < frame - 1]
         if frame - 1 > since:
             keys.append((frame - 1, self.at(torch.tensor([frame - 1]))[0]))
-        return LightSchedule(keys + [(frame, light.detach().float().reshape(-1).clone())])
+        # the flag in effect at `since` (earlier frames are rendered), the switches after it, then this one
+        held = [g for f, g in self.given if f <= since][-1]
+        flags = [(0, held)] + [(f, g) for f, g in self.given if since < f < frame] + [(frame, given)]
+        return LightSchedule(keys + [(frame, light.detach().float().reshape(-1).clone())], flags)
 
 
 def named() -> dict[str, Light]:

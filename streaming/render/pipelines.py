@@ -289,8 +289,10 @@ class Refine:
         light = None
         if getattr(self.refiner, "reads_light", False):
             light = self.lights.at(torch.arange(self.frame, self.frame + n))
-        shadow = {} if self.shadow is None else {"sun_visibility": self.shadow[:n].float() / 255}
-        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n], self._text(n), light, self.depth_near, **shadow)
+        more = {} if self.shadow is None else {"sun_visibility": self.shadow[:n].float() / 255}
+        if getattr(self.refiner, "reads_given", False):  # whether each frame's light was given or the prompt's
+            more["light_given"] = self.lights.given_at(torch.arange(self.frame, self.frame + n))
+        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n], self._text(n), light, self.depth_near, **more)
         self.frames, self.gbuffers = self.frames[n:], self.gbuffers[n:]
         self.shadow = None if self.shadow is None else self.shadow[n:]
         self.frame += n
@@ -516,7 +518,7 @@ class FlashPipeline(Pipeline):
             packed = prompt_lights(self.model, self.stage("sample").prompts).at(torch.tensor([frame]))[0]
         else:
             packed = pack(light)[0]
-        self.refine.lights = self.refine.lights.changed(frame, packed, since=self.refine.frame)
+        self.refine.lights = self.refine.lights.changed(frame, packed, since=self.refine.frame, given=light is not None)
         self.explicit_lights = light is not None
 
 
