@@ -161,3 +161,48 @@ def test_an_engine_sends_its_shadow_pass_with_each_frame(shadow_server):
         assert np.abs(plain.astype(int) - got).max() > 8
         client.send(N, frames[0], shadow=shadows[0])
         assert _errors(client)[0].startswith(f"frame {N}: has a shadow plane, but this session's frames have none")
+
+
+class _ShadowRenderer:
+    """A renderer double that keeps the shadow passes it is given (one frame a chunk, none held back)."""
+
+    chunk_frames, held_frames, light_problem = 1, 0, None
+    seen: list = []
+
+    def reset(self):
+        pass
+
+    def set_prompt(self, text):
+        pass
+
+    def set_light(self, light, offset=0):
+        pass
+
+    def render(self, chunk, shadow=None):
+        type(self).seen.append(None if shadow is None else shadow.copy())
+        return chunk[:, 0]
+
+
+def test_the_pages_file_source_renders_with_the_files_shadow_pass(tmp_path):
+    """`serve --source file` over a folder with a shadow pass: the page's renderer gets it with every frame,
+    in the file's order, looped."""
+    from alaya_flash.streaming.files.sinks import PngSequenceSink
+
+    from live_helpers import start_server
+
+    frames, shadows = _frames()[:3], _shadows()[:3]
+    with PngSequenceSink(tmp_path / "clip") as sink:
+        for images, s in zip(frames, shadows):
+            sink.write(gbuffer=images, shadow=s)
+    _ShadowRenderer.seen = []
+    server = start_server(renderer=_ShadowRenderer, source="file", gbuffers=tmp_path / "clip", width=SIZE, height=SIZE)
+    try:
+        for _ in range(400):
+            if len(_ShadowRenderer.seen) >= 5:
+                break
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    seen = _ShadowRenderer.seen[:5]
+    assert len(seen) == 5 and all(s is not None and s.shape == (1, SIZE, SIZE) for s in seen)
+    assert all(np.array_equal(s[0], shadows[k % 3]) for k, s in enumerate(seen))
