@@ -10,6 +10,7 @@
         client.set_prompt("a snowy street")                 # renders from the next chunk at the latest
         client.send(n + 1, gbuffers, light={"sun_azimuth": 90, "sun_elevation": 20})  # this frame on: the engine's sun
         client.set_light(None)                              # back to the prompt's light
+        client.send(n + 2, gbuffers, shadow=sun_mask)       # the engine's shadow pass: uint8 (H, W), 255 lit
         frame = client.receive()                            # waits for the next frame
 
     async with AsyncClient(url) as client:                  # the same verbs, as coroutines
@@ -30,6 +31,12 @@ a dict of Light fields (sun_azimuth, sun_elevation, sun_color, ...; docs/lightin
 for the prompt's light; it renders from the next frame sent, exactly. The server checks it and answers
 a wrong one (an unknown key, NaN, an elevation outside [-90, 90], a model that reads no light) with an
 error line in `errors`; `hello["reads_light"]` says whether this session's model reads a light at all.
+
+An engine that knows its shadows (its shadow maps) sends them with each frame, `send(..., shadow=...)`:
+the sun's visibility per pixel, uint8 (H, W) 255 where the sun reaches and 0 in its shadow (or float
+in [0, 1]), at the G-buffers' size. The shading prior then takes its shadows from it instead of
+marching screen-space ones, which cannot see casters off the screen. A session sends it with every
+frame or never: a frame that breaks this is refused with an error line in `errors`.
 
 A dropped connection does not lose the session: the server keeps it for a grace period (the
 hello's resume_grace, `serve --resume-grace`), and the client reconnects with backoff and resumes
@@ -180,12 +187,13 @@ class AsyncClient:
         return self
 
     async def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
-                   timeout: float | None = None, light=None) -> None:
+                   timeout: float | None = None, light=None, shadow=None) -> None:
         """Send one G-buffer frame: uint8 (5, H, W, 3) teacher form, or float32 passes (albedo, depth,
         metallic, normal, roughness; depth_near scales their depth, 0 = 0.5). Every frame of a session
         has the first one's size. Waits while max_inflight frames are at the server. light: the light
-        from this frame on (as set_light takes it; None: unchanged)."""
-        data = pack_gbuffers(number, time.perf_counter() if sent is None else sent, gbuffers, depth_near)
+        from this frame on (as set_light takes it; None: unchanged). shadow: the frame's shadow pass,
+        uint8 (H, W) 255 where the sun reaches, or float (H, W) in [0, 1]; with every frame or never."""
+        data = pack_gbuffers(number, time.perf_counter() if sent is None else sent, gbuffers, depth_near, shadow)
         await self._wait(lambda: self._sent - self._back < self.max_inflight or self._failure,
                          self.timeout if timeout is None else timeout,
                          f"room to send frame {number} ({self.max_inflight} frames are at the server)")
@@ -491,10 +499,10 @@ class Client:
         return self._async.resumes
 
     def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
-             timeout: float | None = None, light=None) -> None:
-        """As AsyncClient.send: one G-buffer frame (and the light from it on, when given); waits while
-        max_inflight frames are at the server."""
-        self._call(self._async.send(number, gbuffers, depth_near, sent, timeout, light))
+             timeout: float | None = None, light=None, shadow=None) -> None:
+        """As AsyncClient.send: one G-buffer frame (with its shadow pass, and the light from it on, when
+        given); waits while max_inflight frames are at the server."""
+        self._call(self._async.send(number, gbuffers, depth_near, sent, timeout, light, shadow))
 
     def set_light(self, light) -> None:
         """The light from the next frame sent on (None: the prompt's), as AsyncClient.set_light."""

@@ -86,9 +86,9 @@ def test_frame_message_round_trips_both_forms():
 
 
 def _header(**fields) -> bytes:
-    f = {"magic": wire.MAGIC, "version": 1, "form": 1, "reserved": 0, "width": SIZE, "height": SIZE, "near": 0.0,
+    f = {"magic": wire.MAGIC, "version": 1, "form": 1, "flags": 0, "width": SIZE, "height": SIZE, "near": 0.0,
          "number": 5, "sent": 1.0, **fields}
-    return wire.HEADER.pack(f["magic"], f["version"], f["form"], f["reserved"], f["width"], f["height"], f["near"],
+    return wire.HEADER.pack(f["magic"], f["version"], f["form"], f["flags"], f["width"], f["height"], f["near"],
                             f["number"], f["sent"])
 
 
@@ -98,7 +98,13 @@ BAD_FRAMES = [  # message -> what the one-line refusal says
     (_header(version=2) + bytes(15 * SIZE * SIZE), "version 2 is not supported"),
     (_header(number=2 ** 53), "frame number 9007199254740992 is not below 2**53"),
     (_header(form=3) + bytes(15 * SIZE * SIZE), "frame 5: form 3 is unknown"),
-    (_header(reserved=1) + bytes(15 * SIZE * SIZE), "frame 5: reserved header bytes"),
+    (_header(flags=2) + bytes(15 * SIZE * SIZE), "frame 5: header flags (bytes 6..7) 0x0002 set unknown bits"),
+    (_header(flags=1) + bytes(15 * SIZE * SIZE), "frame 5: header flags say a shadow plane follows, but the payload "
+                                                 "holds only the passes"),
+    (_header() + bytes(16 * SIZE * SIZE), f"frame 5: payload of {16 * SIZE * SIZE} bytes is the passes and "
+                                          f"{SIZE * SIZE} bytes more (a shadow plane?)"),
+    (_header(flags=1) + bytes(16 * SIZE * SIZE - 1), f"expected {16 * SIZE * SIZE} for 64x64 uint8 teacher form "
+                                                     "and a 64x64 uint8 shadow plane"),
     (_header(width=60) + bytes(15 * 60 * SIZE), "frame 5: width 60 must be a multiple of 16"),
     (_header(width=4096, height=16), "frame 5: width 4096 must be a multiple of 16 in 16..2048"),
     (_header(width=2048, height=2048), "frame 5: 2048x2048 is 4194304 pixels, over the limit of 1048576"),

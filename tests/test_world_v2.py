@@ -326,6 +326,8 @@ def test_clip_folder_reads_back_and_matches_the_source(mi, tmp_path):
         frame = world.frame(i)[0]
         np.testing.assert_array_equal(images, frame_to_teacher(frame))
         np.testing.assert_array_equal(extras["rgb"], frame.extras["rgb_bright_sunny"])  # lossless, deterministic
+        # the shadow pass (shadow.mp4, lossless): the first preset's sun visibility in 8 bits
+        np.testing.assert_array_equal(extras["shadow"], np.rint(frame.extras["sun_visibility"] * 255).astype(np.uint8))
     meta = json.loads((out / "clip.json").read_text())
     assert meta["scene_kind"] == "courtyard" and len(meta["cameras"]) == 4 and meta["sun_side"] in ("ahead", "left", "behind", "right")
     assert meta["presets"][0]["prompt"] == world.captions["bright_sunny"]

@@ -405,11 +405,15 @@ class PageSession:
             if self.recorder and self.source.playable:
                 self.recorder.controls(self.index, controls)
             self.index += 1
-            chunk.append(frame.teacher)
+            chunk.append(frame)
         if len(self._inflight) > MAX_INFLIGHT:
             raise AlayaError(f"live: the renderer holds back {len(self._inflight)} frames (bound {MAX_INFLIGHT})")
         t0 = time.perf_counter()
-        rgb = self.renderer.render(np.stack(chunk))
+        images = np.stack([f.teacher for f in chunk])
+        if chunk[0].shadow is not None:  # a file source's shadow pass (every frame of it has one)
+            rgb = self.renderer.render(images, shadow=np.stack([f.shadow for f in chunk]))
+        else:
+            rgb = self.renderer.render(images)
         self.render_ms = 1000 * (time.perf_counter() - t0)
         for image in rgb:
             if self._stop.is_set():

@@ -3,7 +3,8 @@
 `renderer_factory(...)` returns a zero-argument callable that the render thread calls once, so the
 model loads on the thread that uses it. Every renderer follows LiveRenderer:
 chunk_frames, reset(), set_prompt(text), set_light(light, offset), light_problem,
-render(uint8 (T, 5, H, W, 3)) -> uint8 (T', H, W, 3).
+render(uint8 (T, 5, H, W, 3), shadow=None) -> uint8 (T', H, W, 3); shadow: the G-buffers' shadow pass,
+uint8 (T, H, W) (an engine's, streaming/live/ingest.py), which the shading prior takes as its shadows.
 
 FlashLive drives streaming/render/pipelines.py's Flash stages (G-buffer encoder -> few-step AR sampler
 -> tiny streaming decoder) on an endless stream: it never flushes. It asks its session for exactly
@@ -41,9 +42,10 @@ log = logging.getLogger(__name__)
 class LiveRenderer(Protocol):
     """What a live session renders with (FlashLive, WorkflowLive below).
 
-    render(chunk uint8 (T, 5, H, W, 3), MODALITIES order) -> uint8 (T', H, W, 3) RGB; T' may
-    differ from T per call (a renderer may hold frames back), but over the stream every input
-    frame gives exactly one output frame, in order.
+    render(chunk uint8 (T, 5, H, W, 3), MODALITIES order, shadow=None) -> uint8 (T', H, W, 3) RGB; T'
+    may differ from T per call (a renderer may hold frames back), but over the stream every input
+    frame gives exactly one output frame, in order. shadow: uint8 (T, H, W), the chunk's shadow pass
+    (GBuffers.shadow), or None; given with every chunk of a stream or never.
     """
 
     chunk_frames: int
@@ -56,7 +58,7 @@ class LiveRenderer(Protocol):
 
     light_problem: str | None
 
-    def render(self, chunk: np.ndarray) -> np.ndarray: ...
+    def render(self, chunk: np.ndarray, shadow: np.ndarray | None = None) -> np.ndarray: ...
 
 
 class FlashLive:
@@ -119,12 +121,12 @@ class FlashLive:
         else:
             self.pipe.set_prompts(PromptSchedule.constant(emb, text))
 
-    def render(self, chunk: np.ndarray) -> np.ndarray:
+    def render(self, chunk: np.ndarray, shadow: np.ndarray | None = None) -> np.ndarray:
         from ..values import GBuffers
         from ..files.sinks import to_uint8
 
         self._frames += len(chunk)
-        frames = self.pipe.step(GBuffers(chunk, fps=self.fps))
+        frames = self.pipe.step(GBuffers(chunk, fps=self.fps, shadow=shadow))
         if frames is None:
             return np.zeros((0, *chunk.shape[2:4], 3), np.uint8)
         return to_uint8(frames)
@@ -197,11 +199,11 @@ class TakingTurns:
         with self.lock:
             self.renderer.set_light(light, offset)
 
-    def render(self, chunk: np.ndarray) -> np.ndarray:
+    def render(self, chunk: np.ndarray, shadow: np.ndarray | None = None) -> np.ndarray:
         asked = time.perf_counter()
         with self.lock:
             self.last_wait = time.perf_counter() - asked
-            return self.renderer.render(chunk)
+            return self.renderer.render(chunk) if shadow is None else self.renderer.render(chunk, shadow=shadow)
 
 
 def renderer_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
@@ -340,13 +342,13 @@ class WorkflowLive:
     def set_light(self, light, offset: int = 0) -> None:
         raise AlayaError(self.light_problem)
 
-    def render(self, chunk: np.ndarray) -> np.ndarray:
+    def render(self, chunk: np.ndarray, shadow: np.ndarray | None = None) -> np.ndarray:
         from ..values import GBuffers
         from ..files.sinks import to_uint8
 
         self._frames += len(chunk)
         n_out = len(self.runner.classes[self.runner.wf.nodes[self.source].class_type].RETURN_TYPES)
-        values = self.graph.tick({self.source: (GBuffers(chunk, fps=self.fps),) + (None,) * (n_out - 1)})
+        values = self.graph.tick({self.source: (GBuffers(chunk, fps=self.fps, shadow=shadow),) + (None,) * (n_out - 1)})
         result = values.get(self.display.node)
         frames = None if result is None else result[self.display.output]
         if frames is None:

@@ -25,6 +25,7 @@ from ..world.play import Controls
 class LiveFrame:
     teacher: np.ndarray  # uint8 (5, H, W, 3), MODALITIES order
     player: tuple[float, float, float] | None = None  # world position of the player ball (metres), world only
+    shadow: np.ndarray | None = None  # the file's shadow pass, uint8 (H, W), when it has one (docs/gbuffers.md)
 
 
 class WorldLiveSource:
@@ -54,7 +55,8 @@ class WorldLiveSource:
 
 
 class FileLiveSource:
-    """A G-buffer file stream (any layout open_gbuffers reads), looped forever; controls are ignored."""
+    """A G-buffer file stream (any layout open_gbuffers reads), looped forever, with its shadow pass when it has
+    one; controls are ignored."""
 
     name = "file"
     playable = False
@@ -69,10 +71,11 @@ class FileLiveSource:
     def next(self, controls: Controls | None = None) -> LiveFrame:
         for _attempt in range(2):
             if self._frames is None:
-                self._frames = self.stream.teacher_frames()
-            images = next(self._frames, None)
-            if images is not None:
-                return LiveFrame(np.asarray(images))
+                self._frames = self.stream.teacher_frames(extras=True)
+            item = next(self._frames, None)
+            if item is not None:
+                images, extras = item
+                return LiveFrame(np.asarray(images), shadow=extras.get("shadow"))
             self._frames = None  # end of the file: loop
         raise AlayaError(f"{self.description}: the G-buffer stream yielded no frames")
 

@@ -11,7 +11,7 @@ little-endian, then the passes.
     0      4    bytes   magic b"AFGB"
     4      1    uint8   version, 1
     5      1    uint8   form: 1 = uint8 teacher form, 2 = float32 canonical passes
-    6      2    uint16  reserved, 0
+    6      2    uint16  flags: bit 0 (FLAG_SHADOW) = a shadow plane follows the passes; other bits 0
     8      2    uint16  width  } multiples of 16 in 16..MAX_SIDE, width * height <= MAX_PIXELS
     10     2    uint16  height }
     12     4    float32 depth_near: form 2's inverse-depth scale (scene units shown at full
@@ -25,6 +25,9 @@ little-endian, then the passes.
               view depth in scene units > 0 (+inf: background), metallic (H, W) in [0, 1],
               normal (H, W, 3) camera space, OpenGL axes, roughness (H, W) in [0, 1]; no NaN,
               no depth below 0 (-inf included), no other pass infinite
+    ...    W*H          with FLAG_SHADOW: the shadow pass, uint8 (H, W), the sun's visibility (255 where
+                        the sun reaches, 0 in its shadow; the engine's shadow map), either form; a
+                        session sends it with every frame or never (ingest.py)
 
 Server -> client, binary: a frame message, the same for page viewers and engines: a 4-byte
 big-endian header length, a JSON header, then the pixels. Viewers get a JPEG; engines get raw
@@ -57,19 +60,21 @@ HEADER_BYTES = HEADER.size  # 32
 FORM_UINT8, FORM_FLOAT32 = 1, 2
 FORMS = {FORM_UINT8: "uint8 teacher form", FORM_FLOAT32: "float32 canonical passes"}
 FORM_BYTES_PER_PIXEL = {FORM_UINT8: 5 * 3, FORM_FLOAT32: 9 * 4}
+FLAG_SHADOW = 1  # header flags: a shadow plane, uint8 (H, W), follows the passes
 MAX_SIDE = 2048  # the live server's size limit (page_session.LiveConfig)
 MAX_PIXELS = 1024 * 1024
-"""Largest frame an engine may send (1024x1024, or 2048x512): bounds one message to 36 MiB (float
-form) and a session's queued frames to MAX_INFLIGHT of them."""
+"""Largest frame an engine may send (1024x1024, or 2048x512): bounds one message to 37 MiB (float
+form and a shadow plane) and a session's queued frames to MAX_INFLIGHT of them."""
 MAX_FRAME_NUMBER = 2 ** 53
-MAX_MESSAGE_BYTES = HEADER_BYTES + FORM_BYTES_PER_PIXEL[FORM_FLOAT32] * MAX_PIXELS
+MAX_MESSAGE_BYTES = HEADER_BYTES + (FORM_BYTES_PER_PIXEL[FORM_FLOAT32] + 1) * MAX_PIXELS  # float form + shadow
 """The engine socket's receive limit: a larger message closes it (1009) before it is read."""
 FLOAT_PASSES = (("albedo", 3), ("depth", 1), ("metallic", 1), ("normal", 3), ("roughness", 1))  # MODALITIES order
 
 
 @dataclass(frozen=True)
 class GBufferMessage:
-    """One checked engine frame: header fields and the raw pass bytes (not yet converted)."""
+    """One checked engine frame: header fields, the raw pass bytes (not yet converted) and the shadow
+    plane's bytes (None: the frame has none)."""
 
     number: int
     sent: float
@@ -78,6 +83,11 @@ class GBufferMessage:
     form: int
     depth_near: float
     payload: memoryview
+    shadow: memoryview | None = None
+
+    def shadow_u8(self) -> np.ndarray | None:
+        """The shadow plane as uint8 (H, W), 255 where the sun reaches (a read-only view), or None."""
+        return None if self.shadow is None else np.frombuffer(self.shadow, np.uint8).reshape(self.height, self.width)
 
     def teacher_u8(self) -> np.ndarray:
         """Form 1's payload as uint8 (5, H, W, 3) (a read-only view of the message)."""
@@ -128,7 +138,7 @@ def unpack_gbuffers(message: bytes) -> GBufferMessage:
     data = memoryview(message).cast("B")
     if len(data) < HEADER_BYTES:
         raise ProtocolError(f"frame message of {len(data)} bytes is shorter than the {HEADER_BYTES}-byte header")
-    magic, version, form, reserved, width, height, near, number, sent = HEADER.unpack_from(data)
+    magic, version, form, flags, width, height, near, number, sent = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ProtocolError(f"frame header: magic {magic!r} is not {MAGIC!r} (not an alaya-flash G-buffer frame)")
     if version != VERSION:
@@ -137,18 +147,21 @@ def unpack_gbuffers(message: bytes) -> GBufferMessage:
         raise ProtocolError(f"frame header: frame number {number} is not below 2**53")
     where = f"frame {number}"
     try:
-        _check_fields(where, form, reserved, width, height, near, sent, len(data) - HEADER_BYTES)
+        _check_fields(where, form, flags, width, height, near, sent, len(data) - HEADER_BYTES)
     except ProtocolError as err:
         raise FrameError(str(err), number) from None
-    return GBufferMessage(number, sent, width, height, form, near, data[HEADER_BYTES:])
+    passes = HEADER_BYTES + FORM_BYTES_PER_PIXEL[form] * width * height
+    shadow = data[passes:] if flags & FLAG_SHADOW else None
+    return GBufferMessage(number, sent, width, height, form, near, data[HEADER_BYTES:passes], shadow)
 
 
-def _check_fields(where: str, form: int, reserved: int, width: int, height: int, near: float, sent: float,
+def _check_fields(where: str, form: int, flags: int, width: int, height: int, near: float, sent: float,
                   got: int) -> None:
     if form not in FORMS:
         raise ProtocolError(f"{where}: form {form} is unknown; 1 = {FORMS[1]}, 2 = {FORMS[2]}")
-    if reserved:
-        raise ProtocolError(f"{where}: reserved header bytes 6..7 must be 0, got {reserved}")
+    if flags & ~FLAG_SHADOW:
+        raise ProtocolError(f"{where}: header flags (bytes 6..7) {flags:#06x} set unknown bits; bit 0 = a shadow "
+                            "plane follows the passes, the others must be 0")
     check_size(width, height, where)
     if not math.isfinite(sent):
         raise ProtocolError(f"{where}: send time {sent!r} is not a finite number")
@@ -156,15 +169,25 @@ def _check_fields(where: str, form: int, reserved: int, width: int, height: int,
         raise ProtocolError(f"{where}: depth_near must be 0 for the uint8 form (its depth is encoded already), got {near:g}")
     if form == FORM_FLOAT32 and not (math.isfinite(near) and 0.0 <= near <= 1e6):
         raise ProtocolError(f"{where}: depth_near {near!r} must be 0 (default) or a positive scene distance up to 1e6")
-    want = FORM_BYTES_PER_PIXEL[form] * width * height
+    passes, plane = FORM_BYTES_PER_PIXEL[form] * width * height, width * height
+    with_shadow = bool(flags & FLAG_SHADOW)
+    if with_shadow and got == passes:
+        raise ProtocolError(f"{where}: header flags say a shadow plane follows, but the payload holds only the "
+                            f"passes ({got} bytes for {width}x{height} {FORMS[form]}); the plane is {plane} more bytes")
+    if not with_shadow and got == passes + plane:
+        raise ProtocolError(f"{where}: payload of {got} bytes is the passes and {plane} bytes more (a shadow plane?): "
+                            "set header flags bit 0 when a shadow plane follows")
+    want = passes + plane * with_shadow
     if got != want:
-        raise ProtocolError(f"{where}: payload of {got} bytes, expected {want} for {width}x{height} {FORMS[form]}")
+        raise ProtocolError(f"{where}: payload of {got} bytes, expected {want} for {width}x{height} {FORMS[form]}"
+                            + (f" and a {width}x{height} uint8 shadow plane" if with_shadow else ""))
 
 
-def pack_gbuffers(number: int, sent: float, gbuffers, depth_near: float = 0.0) -> bytes:
+def pack_gbuffers(number: int, sent: float, gbuffers, depth_near: float = 0.0, shadow=None) -> bytes:
     """An engine frame message. gbuffers: uint8 (5, H, W, 3) teacher form, or float passes (a
     mapping or an object with albedo, depth, metallic, normal, roughness, e.g. GBufferFrame).
-    Raises ValueError naming the problem."""
+    shadow: the frame's shadow pass, uint8 (H, W) (255 where the sun reaches) or float (H, W) in
+    [0, 1] (rounded to 8 bits), or None. Raises ValueError naming the problem."""
     if isinstance(gbuffers, np.ndarray):
         if gbuffers.dtype != np.uint8 or gbuffers.ndim != 4 or gbuffers.shape[0] != 5 or gbuffers.shape[-1] != 3:
             raise ValueError(f"frame {number}: teacher form must be uint8 (5, H, W, 3), got {gbuffers.dtype} "
@@ -197,8 +220,26 @@ def pack_gbuffers(number: int, sent: float, gbuffers, depth_near: float = 0.0) -
         check_size(int(width), int(height), f"frame {number}")
     except ProtocolError as err:
         raise ValueError(str(err)) from None
-    head = HEADER.pack(MAGIC, VERSION, form, 0, width, height, near, number, float(sent))
+    if shadow is not None:
+        body.append(shadow_plane(number, shadow, (int(height), int(width))))
+    head = HEADER.pack(MAGIC, VERSION, form, 0 if shadow is None else FLAG_SHADOW, width, height, near, number,
+                       float(sent))
     return b"".join([head] + [a.tobytes() for a in body])
+
+
+def shadow_plane(number: int, shadow, size: tuple[int, int]) -> np.ndarray:
+    """A frame's shadow pass as the wire carries it, uint8 (H, W): uint8 as is, float in [0, 1] rounded;
+    ValueError naming the frame when its shape is not the G-buffers' (H, W) or a float holds NaN."""
+    arr = np.asarray(shadow)
+    if arr.dtype != np.uint8 and arr.dtype.kind != "f":
+        raise ValueError(f"frame {number}: shadow must be uint8 (255 lit) or float in [0, 1], got {arr.dtype}")
+    if arr.shape != size:
+        raise ValueError(f"frame {number}: shadow has shape {arr.shape}, expected {size} (H, W) like the G-buffers")
+    if arr.dtype.kind == "f":
+        if not np.isfinite(arr).all():
+            raise ValueError(f"frame {number}: shadow has NaN or infinite values; it is the sun's visibility, 0 to 1")
+        arr = np.rint(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return np.ascontiguousarray(arr)
 
 
 def pack_frame(header: dict, pixels: bytes) -> bytes:

@@ -51,7 +51,8 @@ def write_clip(config: WorldConfig, out, overwrite: bool = False, window: int = 
 def write_frames(out, frames, presets, fps, finish, overwrite: bool = False, window: int = 16, exr: bool = False,
                  progress=None) -> Path:
     """The clip folder of any world: `frames` yields (GBufferFrame, Camera) with the extras of
-    world.py ("rgb", "rgb_<preset>" when several presets, "object_id", "sun_visibility[_<preset>]");
+    world.py ("rgb", "rgb_<preset>" when several presets, "object_id", "sun_visibility[_<preset>]": the
+    first preset's becomes the shadow pass, shadow.mp4 and the EXRs' shadow layer);
     `finish(cameras, last_camera)` returns the text files to add ({name: text}, e.g. clip.json).
     Assembled in OUT.tmp and moved into place at the end; on any error nothing is left behind."""
     depth_near = DEFAULT_DEPTH_NEAR
@@ -84,8 +85,9 @@ def write_frames(out, frames, presets, fps, finish, overwrite: bool = False, win
         for sink in sinks.values():
             sink.close()
         extras.flush()
-        for name in MODALITIES + (("rgb",) if presets else ()):
-            os.replace(tmp / "_teacher" / f"{name}.mp4", tmp / f"{name}.mp4")
+        for name in MODALITIES + ("rgb", "shadow"):  # shadow.mp4: the first preset's sun visibility, with shadows
+            if (tmp / "_teacher" / f"{name}.mp4").exists():
+                os.replace(tmp / "_teacher" / f"{name}.mp4", tmp / f"{name}.mp4")
         os.rmdir(tmp / "_teacher")
         for name, text in finish(frames_meta, camera).items():
             (tmp / name).write_text(text)
@@ -119,6 +121,7 @@ def _metadata(config: WorldConfig, camera, frames, window, exr, backend, depth_n
         "files": {
             "gbuffers": [f"{m}.mp4" for m in MODALITIES],
             "rgb": "rgb.mp4 (first preset, lossless)" if presets else None,
+            "shadow": "shadow.mp4 the shadow pass: the first preset's sun visibility (lossless)" if config.shadows else None,
             "npy_windows": f"windows/window-NNNN.npy uint8 (T<={window}, 5, H, W, 3)",
             "exr": "exr/NNNNNN.exr canonical float passes" if exr else None,
             "scene": "scene.xml (MJCF)",

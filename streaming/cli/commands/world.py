@@ -5,9 +5,11 @@
 OUT becomes one clip folder (written atomically; an existing OUT needs --overwrite):
   albedo.mp4 depth.mp4 metallic.mp4 normal.mp4 roughness.mp4   the teacher layout (lossless)
   rgb.mp4                   ground truth under the first preset (lossless)
+  shadow.mp4                with --shadows: the shadow pass, the first preset's sun visibility (lossless)
   windows/window-0000.npy   uint8 (T, 5, H, W, 3) G-buffer windows (+ rgb-0000.npy)
   presets/{preset}.mp4      ground truth per preset (H.264 yuv420p, for viewing)
-  exr/000000.exr            with --exr: canonical float passes (exact; shade() them to get any preset)
+  exr/000000.exr            with --exr: canonical float passes (exact; shade() them to get any preset),
+                            with --shadows a shadow layer
   extras/object_id-0000.npy uint16 (T, H, W) object ids per window (+ sun_visibility with --shadows)
   clip.json                 seed, presets and prompts, camera intrinsics and per-frame extrinsics
   scene.xml                 the MuJoCo scene (MJCF) the clip was simulated from
@@ -15,7 +17,7 @@ OUT becomes one clip folder (written atomically; an existing OUT needs --overwri
 
 World v2 (docs/world.md): --renderer pathtrace renders a street, courtyard or interior
 (--scene) with exact G-buffers and ground truth path traced by Mitsuba 3 (pip install
-'alaya-flash[pathtrace]'); scene.json replaces scene.xml, cast shadows are always on.
+'alaya-flash[pathtrace]'); scene.json replaces scene.xml, cast shadows are always on (so is shadow.mp4).
   alaya-flash world --renderer pathtrace --scene street --camera drive --sun left --out clips/street3
 """
 from __future__ import annotations
@@ -50,8 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--presets", default="bright_sunny",
                         help="comma-separated lighting presets for ground truth, 'all', or 'none'")
     parser.add_argument("--shadows", action="store_true",
-                        help="cast sun shadows in the ground truth (sun visibility is then an input "
-                             "the G-buffers alone do not carry)")
+                        help="cast sun shadows in the ground truth and write the shadow pass (shadow.mp4: "
+                             "the first preset's sun visibility, what an engine's shadow map gives)")
     parser.add_argument("--window", type=args_.bounded(int, 1, 4096), default=16, help="frames per npy window")
     parser.add_argument("--exr", action="store_true", help="also write the canonical float passes as EXR")
     parser.add_argument("--renderer", choices=("auto", "gl", "torch", "pathtrace"), default="auto",

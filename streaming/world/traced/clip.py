@@ -49,6 +49,7 @@ def _metadata(world: TracedWorld, camera, frames, window, exr) -> dict:
         "files": {
             "gbuffers": [f"{m}.mp4" for m in MODALITIES],
             "rgb": "rgb.mp4 (first preset, lossless)" if presets else None,
+            "shadow": "shadow.mp4 the shadow pass: the first preset's sun visibility (lossless)" if presets else None,
             "npy_windows": f"windows/window-NNNN.npy uint8 (T<={window}, 5, H, W, 3)",
             "exr": "exr/NNNNNN.exr canonical float passes" if exr else None,
             "scene": "scene.json (world v2 scene description)",
