@@ -357,7 +357,7 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
         assert clip["light"].shape[:2] == (2, 5) and clip["up"].shape == (5, 3)
         assert np.allclose(np.linalg.norm(clip["up"], axis=1), 1.0, atol=1e-5)
     rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
-               "--runtime-size", "32", "--runtime-frames", "5", "--long-frames", "10", "--long-block", "5",
+               "--runtime-size", "32", "--runtime-frames", "5", "--long-frames", "4", "--long-block", "2",
                "--long-size", "32", "--json"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
