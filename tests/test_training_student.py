@@ -233,7 +233,8 @@ def test_side_pairs_fit_the_change_the_sun_side_makes(runs, tmp_path, capsys):
     from alaya_flash.streaming.world.traced.presets import OPPOSITE_SIDE
     from training_helpers import rollout_config
 
-    cfg = DataConfig(out=str(tmp_path / "seeded"), width=32, height=32, frames=9, fps=8.0, train_clips=2,
+    frames = 5  # clips of 2 latent frames (the shortest data makes): about half the path tracing of 9
+    cfg = DataConfig(out=str(tmp_path / "seeded"), width=32, height=32, frames=frames, fps=8.0, train_clips=2,
                      heldout_clips=0, world="pathtrace", scenes=("street", "courtyard"),
                      presets=("bright_sunny", "overcast"), spp=2)
     build_dataset(cfg.validate())
@@ -246,7 +247,7 @@ def test_side_pairs_fit_the_change_the_sun_side_makes(runs, tmp_path, capsys):
     assert seeded.captions[0][0] != other.captions[0][0] and seeded.captions[0][1] == other.captions[0][1]
 
     def train(name: str, **extra) -> float:
-        conf = rollout_config(runs, tmp_path / name, data=str(tmp_path / "seeded"), caption_rate=1.0, **extra)
+        conf = rollout_config(runs, tmp_path / name, data=str(tmp_path / "seeded"), caption_rate=1.0, frames=frames, **extra)
         assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / f"{name}.json", conf)]) == 0
         a = LatentSet(tmp_path / name / "latents-train.safetensors")
         b = LatentSet(tmp_path / "paired" / "latents-side.safetensors")
@@ -259,7 +260,8 @@ def test_side_pairs_fit_the_change_the_sun_side_makes(runs, tmp_path, capsys):
     paired = train("paired", side_data=str(tmp_path / "other"), side_rate=1.0, side_weight=4.0)
     assert " side=" in (tmp_path / "paired" / "train.log").read_text()
     assert paired < train("captions")
-    bad = rollout_config(runs, tmp_path / "bad", data=str(tmp_path / "seeded"), side_data=str(runs / "data"), side_rate=0.5)
+    bad = rollout_config(runs, tmp_path / "bad", data=str(tmp_path / "seeded"), side_data=str(runs / "data"), side_rate=0.5,
+                         frames=frames)
     assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert "must be world v2 clips under data's presets" in capsys.readouterr().err
 
