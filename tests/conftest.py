@@ -109,6 +109,16 @@ def mixed(runs):
 
     return build_mixed(runs)
 
+
+@pytest.fixture(scope="session")
+def world_v2_data(tmp_path_factory):
+    """A tiny world v2 dataset (training_helpers.world_v2_config), path traced once for the training
+    tests that read world v2 clips; they only read it."""
+    from training_helpers import build_world_v2_data
+
+    return build_world_v2_data(tmp_path_factory.mktemp("world-v2"))
+
+
 # The networks run on torch in the tests unless a test asks for another runtime (tests/test_runtime.py
 # compiles with OpenVINO explicitly, into its own temporary cache).
 os.environ.setdefault("ALAYA_FLASH_BACKEND", "torch")
