@@ -305,7 +305,8 @@ def test_novel_share_trains_on_renders_of_the_refiner_wordings_read_with_their_o
     assert all(torch.isclose(allowed, e, atol=1e-6).all(-1).any() for e in crops)
 
 
-def test_world_v2_crops_read_their_clips_caption_mirrored_with_the_crop(runs, world_v2_data, tmp_path, monkeypatch, capsys):
+def test_world_v2_crops_read_their_clips_caption_mirrored_with_the_crop(runs, world_v2_data, tmp_path, monkeypatch,
+                                                                        capsys):
     """caption_rate 1: every crop of a world v2 dataset reads its clip's caption under its preset, and
     exactly the crops mirrored left-right read the mirrored caption (the sun on the other side). A
     dataset without captions is refused by name."""
