@@ -195,10 +195,11 @@ def test_eval_refuses_a_negative_heldout_wording_count(tiny_models, capsys):
 
 
 @pytest.mark.parametrize("kind", ["physics", pytest.param("v2", marks=pytest.mark.slow)])
-def test_long_stream_scores_one_continuous_stream_block_by_block(kind):
+def test_long_stream_scores_one_continuous_stream_block_by_block(kind, monkeypatch):
     """The block curve is PSNR of a whole-clip render of the same world frames (the physics world's, or
     world v2's path-traced street), block by block; the fresh start is a new stream over the midpoint
-    block's frames."""
+    block's frames. (World v2's frames are the ones the long stream traced, from a config asserted equal
+    to the one here: tracing them again cost seconds and gives the same frames, test_world_v2.py.)"""
     from alaya_flash.model_zoo import bundle
     from alaya_flash.training import eval as ev
     from alaya_flash.streaming.render.pipelines import FlashPipeline
@@ -208,17 +209,30 @@ def test_long_stream_scores_one_continuous_stream_block_by_block(kind):
 
     if kind == "v2":
         pytest.importorskip("mitsuba")
+        from alaya_flash.streaming.world import traced
+
+        traced_worlds = []
+
+        class Recorded(traced.TracedSource):
+            def __iter__(self):
+                frames = list(super().__iter__())
+                traced_worlds.append((self.config, frames))
+                return iter(frames)
+
+        monkeypatch.setattr(traced, "TracedSource", Recorded)
     flash = bundle.make_random_flash(settings=bundle.FlashSettings(chunk_frames=1, window_frames=3, sink_frames=0))
     text = flash.text_encoder()
     report = ev.long_stream(flash, text, 15, 5, (32, 32), world_kind=kind)
     assert report["world"] == kind
     if kind == "v2":
-        from alaya_flash.streaming.world.traced import TracedConfig, TracedSource
+        from alaya_flash.streaming.world.traced import TracedConfig
 
         assert (report["scene"], report["camera"]) == (ev.LONG_V2_SCENE, ev.LONG_V2_CAMERA)
-        frames = list(TracedSource(TracedConfig(seed=ev.LONG_SEED, scene=ev.LONG_V2_SCENE, camera=ev.LONG_V2_CAMERA,
-                                                width=32, height=32, fps=ev.LONG_FPS, num_frames=15,
-                                                presets=(ev.LONG_PRESET,), spp=ev.LONG_V2_SPP)))
+        (config, frames), = traced_worlds
+        assert config == TracedConfig(seed=ev.LONG_SEED, scene=ev.LONG_V2_SCENE, camera=ev.LONG_V2_CAMERA,
+                                      width=32, height=32, fps=ev.LONG_FPS, num_frames=15,
+                                      presets=(ev.LONG_PRESET,), spp=ev.LONG_V2_SPP)
+        assert len(frames) == 15
     else:
         world = WorldConfig(seed=ev.LONG_SEED, width=32, height=32, fps=ev.LONG_FPS, num_frames=15,
                             num_objects=ev.LONG_OBJECTS, camera=report["camera"], presets=(ev.LONG_PRESET,))
@@ -343,7 +357,7 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
         assert clip["light"].shape[:2] == (2, 5) and clip["up"].shape == (5, 3)
         assert np.allclose(np.linalg.norm(clip["up"], axis=1), 1.0, atol=1e-5)
     rc = main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
-               "--runtime-size", "32", "--runtime-frames", "5", "--long-frames", "10", "--long-block", "5",
+               "--runtime-size", "32", "--runtime-frames", "5", "--long-frames", "4", "--long-block", "2",
                "--long-size", "32", "--json"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)

@@ -519,18 +519,21 @@ def test_a_teacher_config_is_checked_against_the_same_table(session, message, tm
 
 
 @pytest.mark.slow
-def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path):
-    """--out without an extension writes NAME.mp4, and the success line names NAME.mp4; a reader that
-    leaves early (`| head -1`) ends the command quietly."""
+def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path, monkeypatch, capsys):
+    """--out without an extension writes NAME.mp4, and the success line names NAME.mp4 (in this process);
+    a reader that leaves early (`| head -1`) ends the command quietly (a real process, its stdout a pipe)."""
     import subprocess
     import sys
 
+    from alaya_flash.streaming.cli import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(["render", "samples/courtyard", "--prompt", "x", "--out", str(tmp_path / "shot"), "--frames", "5",
+                 "--size", "32"]) == 0
+    err = capsys.readouterr().err
+    assert f"to {tmp_path / 'shot.mp4'} (" in err and (tmp_path / "shot.mp4").is_file(), err
     cli = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
            "from alaya_flash.streaming.cli import main; sys.exit(main())"]
-    done = subprocess.run(cli + ["render", "samples/courtyard", "--prompt", "x", "--out", str(tmp_path / "shot"),
-                                 "--frames", "5", "--size", "32"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert f"to {tmp_path / 'shot.mp4'} (" in done.stderr and (tmp_path / "shot.mp4").is_file()
     info = subprocess.Popen(cli + ["gbuffers", "info", "samples/courtyard"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     info.stdout.close()  # the reader is gone before the command prints (it reads the clip first)

@@ -305,20 +305,18 @@ def test_novel_share_trains_on_renders_of_the_refiner_wordings_read_with_their_o
     assert all(torch.isclose(allowed, e, atol=1e-6).all(-1).any() for e in crops)
 
 
-def test_world_v2_crops_read_their_clips_caption_mirrored_with_the_crop(runs, tmp_path, monkeypatch, capsys):
+def test_world_v2_crops_read_their_clips_caption_mirrored_with_the_crop(runs, world_v2_data, tmp_path, monkeypatch,
+                                                                        capsys):
     """caption_rate 1: every crop of a world v2 dataset reads its clip's caption under its preset, and
     exactly the crops mirrored left-right read the mirrored caption (the sun on the other side). A
     dataset without captions is refused by name."""
     pytest.importorskip("mitsuba")
     from alaya_flash.model_zoo.codecs import refiner as rf
     from alaya_flash.training import refiner as stage
-    from alaya_flash.training.data import ClipSet, DataConfig, build_dataset
+    from alaya_flash.training.data import ClipSet
     from alaya_flash.streaming.world.traced import presets
 
-    data = tmp_path / "data"
-    build_dataset(DataConfig(out=str(data), width=32, height=32, frames=5, fps=8.0, train_clips=2, heldout_clips=0,
-                             world="pathtrace", scenes=("street",), presets=("bright_sunny", "rainy_wet"),
-                             spp=2).validate())
+    data = world_v2_data  # 2 clips of 5 frames under 2 presets (training_helpers.world_v2_config)
     # a mirrored caption that differs whatever side the seeds gave the two clips
     monkeypatch.setattr(presets, "mirrored_caption", lambda text: text + " Seen in a mirror.")
     events = []

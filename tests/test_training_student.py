@@ -220,33 +220,30 @@ def test_rollout_with_word_tokens_caches_them_and_exports_a_model_that_reads_the
     assert "fits one pooled token's cross-attention" in capsys.readouterr().err
 
 
-def test_side_pairs_fit_the_change_the_sun_side_makes(runs, tmp_path, capsys):
+def test_side_pairs_fit_the_change_the_sun_side_makes(runs, world_v2_data, tmp_path, capsys):
     """data's sun "opposite" renders the same world v2 clips (the same G-buffers) with the sun on the
     other side and captions naming it; student-rollout's side pairs then bring the change between a
     clip's renders under the two captions nearer the change between the two truths than the same
     training on the captions alone leaves it. Pairs from clips that are not the same are refused."""
     pytest.importorskip("mitsuba")
-    from alaya_flash.training.data import ClipSet, DataConfig, build_dataset, dataset_meta
+    from alaya_flash.training.data import ClipSet, build_dataset, dataset_meta
     from alaya_flash.training.latent_data import LatentSet
     from alaya_flash.training.student import rollout
     from alaya_flash.training.teacher import load_dit
     from alaya_flash.streaming.world.traced.presets import OPPOSITE_SIDE
-    from training_helpers import rollout_config
+    from training_helpers import rollout_config, world_v2_config
 
-    cfg = DataConfig(out=str(tmp_path / "seeded"), width=32, height=32, frames=9, fps=8.0, train_clips=2,
-                     heldout_clips=0, world="pathtrace", scenes=("street", "courtyard"),
-                     presets=("bright_sunny", "overcast"), spp=2)
-    build_dataset(cfg.validate())
-    build_dataset(DataConfig(**{**cfg.__dict__, "out": str(tmp_path / "other"), "sun": "opposite"}).validate())
-    seeded, other = ClipSet(tmp_path / "seeded", "train"), ClipSet(tmp_path / "other", "train")
+    frames = 5  # the session's world v2 clips (world_v2_config): 2 latent frames
+    build_dataset(world_v2_config(tmp_path / "other", sun="opposite"))
+    seeded, other = ClipSet(world_v2_data, "train"), ClipSet(tmp_path / "other", "train")
     assert (seeded.gbuffers == other.gbuffers).all() and not (seeded.rgb[:, 0] == other.rgb[:, 0]).all()
     sides = [[dataset_meta(d, "train")["clip_info"][c]["sun_side"] for c in seeded.meta["clips"]["train"]]
-             for d in (tmp_path / "seeded", tmp_path / "other")]
+             for d in (world_v2_data, tmp_path / "other")]
     assert sides[1] == [OPPOSITE_SIDE[s] for s in sides[0]]
     assert seeded.captions[0][0] != other.captions[0][0] and seeded.captions[0][1] == other.captions[0][1]
 
     def train(name: str, **extra) -> float:
-        conf = rollout_config(runs, tmp_path / name, data=str(tmp_path / "seeded"), caption_rate=1.0, **extra)
+        conf = rollout_config(runs, tmp_path / name, data=str(world_v2_data), caption_rate=1.0, frames=frames, **extra)
         assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / f"{name}.json", conf)]) == 0
         a = LatentSet(tmp_path / name / "latents-train.safetensors")
         b = LatentSet(tmp_path / "paired" / "latents-side.safetensors")
@@ -259,7 +256,8 @@ def test_side_pairs_fit_the_change_the_sun_side_makes(runs, tmp_path, capsys):
     paired = train("paired", side_data=str(tmp_path / "other"), side_rate=1.0, side_weight=4.0)
     assert " side=" in (tmp_path / "paired" / "train.log").read_text()
     assert paired < train("captions")
-    bad = rollout_config(runs, tmp_path / "bad", data=str(tmp_path / "seeded"), side_data=str(runs / "data"), side_rate=0.5)
+    bad = rollout_config(runs, tmp_path / "bad", data=str(world_v2_data), side_data=str(runs / "data"), side_rate=0.5,
+                         frames=frames)
     assert main(["train", "student-rollout", "--config", write(tmp_path / "bad.json", bad)]) == 2
     assert "must be world v2 clips under data's presets" in capsys.readouterr().err
 

@@ -146,18 +146,15 @@ def test_text_noise_moves_kept_prompts_to_a_shell_and_leaves_dropped_ones(runs):
     assert torch.equal(plain[dropped], prompt[dropped]) and torch.equal((plain == data.negative).all(-1).squeeze(1), dropped)
 
 
-def test_world_v2_captions_are_cached_per_window_and_drawn_at_caption_rate(runs, tmp_path, capsys):
+def test_world_v2_captions_are_cached_per_window_and_drawn_at_caption_rate(runs, world_v2_data, tmp_path, capsys):
     """A world v2 dataset's clip captions (the only prompts that name the sun's side) reach the latent
     cache per window and preset; caption_rate swaps that share of the kept prompts for them."""
     pytest.importorskip("mitsuba")
     from alaya_flash.model_zoo.text_encoder import TextEncoder
-    from alaya_flash.training.data import ClipSet, DataConfig, build_dataset
+    from alaya_flash.training.data import ClipSet
     from alaya_flash.training.latent_data import LatentSet
 
-    data = tmp_path / "data"
-    build_dataset(DataConfig(out=str(data), width=32, height=32, frames=5, fps=8.0, train_clips=2, heldout_clips=0,
-                             world="pathtrace", scenes=("street", "courtyard"), presets=("bright_sunny", "rainy_wet"),
-                             spp=2).validate())
+    data = world_v2_data  # 2 clips of 5 frames under 2 presets (training_helpers.world_v2_config)
     cfg = {"out": str(tmp_path / "teacher"), "data": str(data), "vae_run": str(runs / "vae"), "cond_encoder": "vae",
            "frames": 5, "steps": 1, "batch": 2, "caption_rate": 0.5, **TINY_DIT}
     assert main(["--quiet", "train", "teacher", "--config", write(tmp_path / "teacher.json", cfg)]) == 0

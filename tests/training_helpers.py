@@ -81,6 +81,24 @@ def rollout_config(runs: Path, out: Path, **extra) -> dict:
             "lr": 3e-3, "steps": 25, "log_every": 1, "ckpt_every": 25, **extra}
 
 
+def world_v2_config(out: Path, **extra):
+    """The training tests' world v2 dataset: 2 path-traced clips of 5 frames (a street, a courtyard) at
+    32x32 under bright_sunny (a sun, so captions name its side) and overcast (none)."""
+    from alaya_flash.training.data import DataConfig
+
+    return DataConfig(out=str(out), width=32, height=32, frames=5, fps=8.0, train_clips=2, heldout_clips=0,
+                      world="pathtrace", scenes=("street", "courtyard"), presets=("bright_sunny", "overcast"), spp=2,
+                      **extra).validate()
+
+
+def build_world_v2_data(root: Path) -> Path:
+    """The body of the session-scoped `world_v2_data` fixture (conftest.py): world_v2_config built once."""
+    from alaya_flash.training.data import build_dataset
+
+    build_dataset(world_v2_config(root / "world-v2-data"))
+    return root / "world-v2-data"
+
+
 def build_mixed(runs: Path) -> Path:
     """runs/mix-data: 2 clips of other seeds under two presets the fixture's data lacks; runs/mixed: the
     rollout student trained with it mixed into half its steps (mix_rate 0.5)."""
