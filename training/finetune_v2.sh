@@ -94,8 +94,8 @@ E256="--set student_run=$R/s256-ft3 --set teacher_run=$R/imported/teacher --set 
 $AF --quiet train export --config $C/export.json $E256 --set refiner_run=$R/r128-v2m4c --set out=$MODEL
 # the light: 12 more world v2 scenes at 128x128 (13 frames, 8 samples a pixel, seeds 1000-1011; each frame's light
 # recorded), and a blending refiner trained on the fine-tuned model's frames of them and of 7 physics-world clips,
-# beside the prior under each clip's recorded light or (half the crops) the light head's reading of its prompt, with
-# the world v2 crops' shadows (60% of the recorded-light ones) from their recorded sun visibility, as an engine's
+# beside the prior under each clip's recorded light or (35% of the crops) the light head's reading of its prompt, with
+# the world v2 crops' shadows (75% of the recorded-light ones) from their recorded sun visibility, as an engine's
 # shadow pass gives them; two input flags tell it which light and which shadows each crop got
 $AF --quiet train data --config $C/data-v2.json --set out=$R/data-v2-lr --set width=128 --set height=128 --set frames=13 \
     --set train_clips=12 --set heldout_clips=0 --set train_seed=1000 --set spp=8
