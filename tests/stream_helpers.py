@@ -71,3 +71,21 @@ def random_refiner(name: str, seed: int = 3):
         for p in net.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     return net
+
+
+def moving_shadow(n: int, h: int, w: int, start: int, step: int, width: int, edge: int | None = None,
+                  gradient: int = 0, rows: slice = slice(None)):
+    """A shadow pass uint8 (n, H, W): 255 lit, a band of `width` columns in shadow (0) over `rows` that moves
+    `step` columns a frame from `start`, then one column at level `edge` (a soft edge) and, with `gradient`,
+    the last row a ramp of that step per column (so many levels appear)."""
+    import numpy as np
+
+    out = np.full((n, h, w), 255, np.uint8)
+    for i in range(n):
+        a = start + step * i
+        out[i, rows, a: a + width] = 0
+        if edge is not None:
+            out[i, rows, a + width] = edge
+        if gradient:
+            out[i, -1] = np.arange(w) * gradient
+    return out

@@ -6,13 +6,12 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
 from alaya_flash.client import Client
 from alaya_flash.streaming.live import wire
 from alaya_flash.streaming.live.protocol import ProtocolError
 
-from stream_helpers import random_refiner
+from stream_helpers import moving_shadow, random_refiner
 
 SIZE, N = 32, 9  # chunks of 1, 4, 4 frames (one latent frame a chunk)
 PROMPT = "a sunny street, the sun on the left"
@@ -23,10 +22,7 @@ def _frames(seed=0):
 
 
 def _shadows():
-    out = np.full((N, SIZE, SIZE), 255, np.uint8)
-    for i in range(N):
-        out[i, :, 2 + 2 * i: 14 + 2 * i] = 0
-    return out
+    return moving_shadow(N, SIZE, SIZE, start=2, step=2, width=12)
 
 
 def _close(a, b) -> bool:

@@ -10,6 +10,7 @@ from alaya_flash.nodes import NODE_CLASS_MAPPINGS as NODES
 from alaya_flash.streaming.files import sinks
 from alaya_flash.streaming.files.synthetic import synthetic_stream
 from alaya_flash.streaming.values import GBuffers
+from stream_helpers import moving_shadow
 
 H, W, N = 16, 24, 6
 PASSES = ("albedo", "depth", "metallic", "normal", "roughness")
@@ -22,11 +23,7 @@ def teacher():
 
 @pytest.fixture(scope="module")
 def shadows():
-    out = np.full((N, H, W), 255, np.uint8)
-    for i in range(N):
-        out[i, 2:9, i: 8 + i] = 0
-        out[i, -1] = np.arange(W) * 10
-    return torch.from_numpy(out)
+    return torch.from_numpy(moving_shadow(N, H, W, start=0, step=1, width=8, gradient=10, rows=slice(2, 9)))
 
 
 def _images(teacher):

@@ -11,6 +11,7 @@ from alaya_flash.streaming.files.image_files import read_exr, write_exr, write_p
 from alaya_flash.streaming.files.readers import open_gbuffers
 from alaya_flash.streaming.files.synthetic import synthetic_stream
 from alaya_flash.streaming.values import GBuffers, gbuffer_chunks
+from stream_helpers import moving_shadow
 
 H, W, N = 24, 32, 5
 
@@ -23,11 +24,7 @@ def source():
 @pytest.fixture(scope="module")
 def shadows():
     """A shadow per frame: a band that moves, soft at one edge."""
-    out = np.full((N, H, W), 255, np.uint8)
-    for i in range(N):
-        out[i, :, 4 + 3 * i: 14 + 3 * i] = 0
-        out[i, :, 14 + 3 * i] = 128
-    return out
+    return moving_shadow(N, H, W, start=4, step=3, width=10, edge=128)
 
 
 def _chunked_shadow(path, chunk: int = 2, **kw):

@@ -12,6 +12,7 @@ from alaya_flash.streaming.files import sinks
 from alaya_flash.streaming.files.readers import open_gbuffers
 from alaya_flash.streaming.files.synthetic import synthetic_stream
 from alaya_flash.streaming.values import GBuffers, gbuffer_chunks
+from stream_helpers import moving_shadow
 
 H, W, N = 24, 32, 5
 
@@ -24,12 +25,7 @@ def teacher():
 @pytest.fixture(scope="module")
 def shadows():
     """A band of shadow that moves, a soft edge and a gradient: every level appears somewhere."""
-    out = np.full((N, H, W), 255, np.uint8)
-    for i in range(N):
-        out[i, :, 3 + 4 * i: 12 + 4 * i] = 0
-        out[i, :, 12 + 4 * i] = 100
-        out[i, -1] = np.arange(W) * 8
-    return out
+    return moving_shadow(N, H, W, start=3, step=4, width=9, edge=100, gradient=8)
 
 
 def _read(path, **kw) -> GBuffers:
