@@ -70,3 +70,32 @@ def test_score_render_equal_to_truth_and_flat(bc):
     assert scored["sphere_contrast"]["render"] == pytest.approx(0.0, abs=1e-6)
     assert scored["frames"][0]["shadowed_sunlit_pixels"]["road"] == [35, 35]
     assert 0 < scored["psnr_db"] < 30
+
+
+def test_the_scenes_sun_and_shadow_pass_as_an_engine_gives_them(bc, tmp_path):
+    """given_light: the scene's sun with its azimuth relative to the camera's heading (camera.json's first
+    frame); with_shadow_pass: the export beside the ray-cast sun masks as `shadow_NNNN.exr`, which the
+    readers take as the shadow pass."""
+    import json
+
+    from alaya_flash.streaming.files import sinks
+    from alaya_flash.streaming.files.readers import open_gbuffers
+    from alaya_flash.streaming.files.synthetic import synthetic_stream
+    from alaya_flash.streaming.values import gbuffer_chunks
+
+    src = tmp_path / "street"
+    src.mkdir()
+    (src / "scene.json").write_text(json.dumps({"sun": {"azimuth": -55.0, "elevation": 40.0}}))
+    sinks.write_stream(synthetic_stream(16, 16, 3, seed=0), sinks.open_sink(src / "gbuffers", "exr"))
+    # a camera looking along +y (heading 90 degrees): its -Z axis is world +y
+    pose = [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, -1.0, 0.0], [0.0, 1.0, 0.0, 1.6], [0.0, 0.0, 0.0, 1.0]]
+    (src / "gbuffers" / "camera.json").write_text(json.dumps({"camera_to_world": [pose] * 3}))
+    assert bc.given_light(src) == "bright_sunny,az=-145.0,el=40"  # -55 - 90
+    (src / "masks").mkdir()
+    masks = [np.zeros((16, 16), np.float32) for _ in range(3)]
+    for k, m in enumerate(masks):
+        m[:, k * 4:] = 1.0
+        np.save(src / "masks" / f"sun_{k + 1:04d}.npy", m)
+    shadowed = bc.with_shadow_pass(src, tmp_path / "with-shadow")
+    got = np.concatenate([g.shadow.numpy() for g in gbuffer_chunks(open_gbuffers(shadowed), 2)])
+    np.testing.assert_array_equal(got, np.stack(masks).astype(np.uint8) * 255)

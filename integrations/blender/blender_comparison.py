@@ -352,7 +352,38 @@ def read_pngs(folder: Path):
     return files, np.stack([np.asarray(Image.open(p).convert("RGB")) for p in files])
 
 
-def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None, model: Path | None = None) -> int:
+def given_light(src: Path) -> str:
+    """The scene's sun as a `--light` (bright_sunny's colours, the sun's elevation, its azimuth relative to the
+    camera's heading in camera.json's first frame, as an engine that knows its sun would send it)."""
+    import numpy as np
+
+    info = json.loads((src / "scene.json").read_text())
+    pose = np.asarray(json.loads((src / "gbuffers" / "camera.json").read_text())["camera_to_world"][0])
+    forward = -pose[:3, 2]  # the camera looks down its -Z
+    heading = math.degrees(math.atan2(forward[1], forward[0]))
+    azimuth = (info["sun"]["azimuth"] - heading + 180.0) % 360.0 - 180.0
+    return f"{PROMPT_PRESET},az={azimuth:.1f},el={info['sun']['elevation']:g}"
+
+
+def with_shadow_pass(src: Path, dst: Path) -> Path:
+    """A copy of src/gbuffers with the ray-cast sun masks beside the frames as the shadow pass
+    (`shadow_NNNN.exr`, docs/gbuffers.md), as an engine's shadow maps would give it."""
+    import shutil
+
+    import numpy as np
+
+    from alaya_flash.streaming.files.image_files import write_exr
+
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src / "gbuffers", dst)
+    for mask in sorted((src / "masks").glob("sun_*.npy")):
+        write_exr(dst / f"shadow_{mask.stem[4:]}.exr", {"Y": np.load(mask).astype(np.float32)})
+    return dst
+
+
+def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None, model: Path | None = None,
+            light: bool = False, shadow_pass: bool = False) -> int:
     import numpy as np
 
     from alaya_flash.streaming.cli import main as cli
@@ -360,13 +391,15 @@ def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None, 
     from alaya_flash.streaming.gbuffer import linear_to_srgb
 
     info = json.loads((src / "scene.json").read_text())
-    gb = src / "gbuffers"
+    gb = with_shadow_pass(src, src / "gbuffers-shadow") if shadow_pass else src / "gbuffers"
     frames = list(open_gbuffers(gb))
     render_dir = render_dir or src / "render"
     text = prompt()
     t = time.perf_counter()
     chosen = ["--model", str(model)] if model is not None else []
-    if cli(["render", str(gb), *chosen, "--prompt", text, "--out", str(render_dir), "--format", "png", "--overwrite"]) != 0:
+    lit = ["--light", given_light(src)] if light else []
+    if cli(["render", str(gb), *chosen, *lit, "--prompt", text, "--out", str(render_dir), "--format", "png",
+            "--overwrite"]) != 0:
         raise SystemExit("alaya-flash render failed")
     render_s = time.perf_counter() - t
     _, render = read_pngs(render_dir)
@@ -386,6 +419,8 @@ def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None, 
     agree = [float((m["sphere"] == (m["objects"] == sphere_id)).mean()) for m in masks]
     label = "embedded default" if model is None else str(model)
     result = {"scene": str(src), "prompt": text, "preset": PROMPT_PRESET, "model": label,
+              "light": lit[1] if lit else "the prompt's", "shadows": "the ray-cast sun masks as the shadow pass"
+              if shadow_pass else "screen-space",
               "num_frames": len(truth), "size": list(truth.shape[1:3]), "truth": info["truth"],
               "sun_visibility": info["sun_visibility"],
               "shadow_region": {"road": "asphalt only: one albedo, so the ratio is the lighting's alone",
@@ -420,10 +455,12 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, required=True, help="the report")
     p.add_argument("--render-dir", type=Path, default=None, help="where the model's PNG frames go (default IN/render)")
     p.add_argument("--model", type=Path, default=None, help="a Flash model folder (default: the embedded default)")
+    p.add_argument("--light", action="store_true", help="give the model the scene's sun (else the prompt's light)")
+    p.add_argument("--shadow-pass", action="store_true", help="give it the ray-cast sun masks as the shadow pass")
     args = parser.parse_args(argv)
     if args.command == "scene":
         return make_scene(args.out)
-    return compare(args.src, args.out, args.json, args.render_dir, args.model)
+    return compare(args.src, args.out, args.json, args.render_dir, args.model, args.light, args.shadow_pass)
 
 
 if __name__ == "__main__":
