@@ -85,12 +85,14 @@ def test_the_scenes_sun_and_shadow_pass_as_an_engine_gives_them(bc, tmp_path):
 
     src = tmp_path / "street"
     src.mkdir()
-    (src / "scene.json").write_text(json.dumps({"sun": {"azimuth": -55.0, "elevation": 40.0}}))
+    (src / "scene.json").write_text(json.dumps({"sun": {"azimuth": -55.0, "elevation": 40.0, "strength": 4.0},
+                                                "sky": {"color": [0.2, 0.4, 0.8], "strength": 0.5}}))
     sinks.write_stream(synthetic_stream(16, 16, 3, seed=0), sinks.open_sink(src / "gbuffers", "exr"))
     # a camera looking along +y (heading 90 degrees): its -Z axis is world +y
     pose = [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, -1.0, 0.0], [0.0, 1.0, 0.0, 1.6], [0.0, 0.0, 0.0, 1.0]]
     (src / "gbuffers" / "camera.json").write_text(json.dumps({"camera_to_world": [pose] * 3}))
-    assert bc.given_light(src) == "bright_sunny,az=-145.0,el=40"  # -55 - 90
+    assert bc.given_light(src) == ("bright_sunny,az=-145.0,el=40,sun=4,zenith=0.1:0.2:0.4,horizon=0.1:0.2:0.4,"  # -55 - 90
+                                   "ground=0.1:0.2:0.4,ambient=1")
     (src / "masks").mkdir()
     masks = [np.zeros((16, 16), np.float32) for _ in range(3)]
     for k, m in enumerate(masks):

@@ -353,8 +353,9 @@ def read_pngs(folder: Path):
 
 
 def given_light(src: Path) -> str:
-    """The scene's sun as a `--light` (bright_sunny's colours, the sun's elevation, its azimuth relative to the
-    camera's heading in camera.json's first frame, as an engine that knows its sun would send it)."""
+    """The scene's light as a `--light`, as an engine that knows it would send it: the sun's strength (its
+    irradiance, white), elevation and azimuth relative to the camera's heading in camera.json's first frame,
+    and the world's uniform sky (colour times strength) above and below the horizon."""
     import numpy as np
 
     info = json.loads((src / "scene.json").read_text())
@@ -362,7 +363,9 @@ def given_light(src: Path) -> str:
     forward = -pose[:3, 2]  # the camera looks down its -Z
     heading = math.degrees(math.atan2(forward[1], forward[0]))
     azimuth = (info["sun"]["azimuth"] - heading + 180.0) % 360.0 - 180.0
-    return f"{PROMPT_PRESET},az={azimuth:.1f},el={info['sun']['elevation']:g}"
+    sky = ":".join(f"{c * info['sky']['strength']:.4g}" for c in info["sky"]["color"])
+    return (f"{PROMPT_PRESET},az={azimuth:.1f},el={info['sun']['elevation']:g},sun={info['sun']['strength']:g},"
+            f"zenith={sky},horizon={sky},ground={sky},ambient=1")
 
 
 def with_shadow_pass(src: Path, dst: Path) -> Path:
