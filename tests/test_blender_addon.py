@@ -28,8 +28,10 @@ import numpy as np
 import pytest
 
 import blender_addon_scene as scene
+import blender_shadow_scene as shadow_scene
 from alaya_flash.streaming.cli import main
 from alaya_flash.streaming.files.readers import open_gbuffers
+from alaya_flash.streaming.values import gbuffer_chunks
 from test_engines_normals import _rot  # the same rotation helper
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,24 +50,29 @@ def _bpy_python() -> tuple[str | None, bool]:
     return None, False
 
 
-@pytest.fixture(scope="module")
-def export(tmp_path_factory):
+def _run_in_blender(script: str, work: Path, out: Path) -> str:
+    """Run tests/SCRIPT OUT with the Python that has bpy (skip without one); its stdout."""
     python, required = _bpy_python()
     if python is None:
         pytest.skip(f"no Python with bpy (Blender as a module): {INSTALL}, or set ALAYA_BPY_PYTHON")
-    work = tmp_path_factory.mktemp("blender")
-    out = work / "shot"
     env = {**os.environ, "BLENDER_USER_RESOURCES": str(work / "user")}  # the add-on installs here, not in ~
-    done = subprocess.run([python, str(ROOT / "tests" / "blender_addon_scene.py"), str(out)], env=env,
+    done = subprocess.run([python, str(ROOT / "tests" / script), str(out)], env=env,
                           capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
-        msg = (f"{python} tests/blender_addon_scene.py failed ({done.returncode}):\n"
-               f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        msg = f"{python} tests/{script} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         if not required and "No module named 'bpy'" in done.stderr:
             pytest.skip(f"{python} has no bpy: {INSTALL}")
         pytest.fail(msg)
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    work = tmp_path_factory.mktemp("blender")
+    out = work / "shot"
+    stdout = _run_in_blender("blender_addon_scene.py", work, out)
     report = json.loads((work / "shot.report.json").read_text())
-    return out, report, done.stdout
+    return out, report, stdout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,7 +138,8 @@ def test_addon_fast_render_puts_the_scene_back(export):
     out, report, stdout = export
     assert report["result"] == ["FINISHED"] and report["blender"].split(".")[0] in ("4", "5")  # 4.2+ and 5.x
     assert report["operators"] == ["render_gbuffers", "setup_export", "write_camera"] and report["panel"]
-    assert sorted(p.name for p in out.iterdir()) == ["0001.exr", "0002.exr", "0003.exr", "0004.exr", "camera.json"]
+    frames = ["0001.exr", "0002.exr", "0003.exr", "0004.exr"]  # and the scene's Sun's shadow pass beside them
+    assert sorted(p.name for p in out.iterdir()) == frames + ["camera.json"] + [f"shadow_{f}" for f in frames]
     after = report["after"]  # the scene's own settings again (Workbench, 64 samples, motion blur, depth of field)
     assert after["engine"] == "BLENDER_WORKBENCH"
     assert (after["samples"], after["motion_blur"], after["dof"], after["filter_width"]) == (64, True, True, 1.5)
@@ -204,3 +212,54 @@ def test_render_cli_on_the_export_as_it_is(export, tmp_path):
         images = [fr.to_ndarray(format="rgb24") for fr in f.decode(video=0)]
     assert len(images) == scene.FRAMES and images[0].shape == (scene.SIZE, scene.SIZE, 3)
     assert max(float(im.std()) for im in images) > 1.0  # a picture, not a flat fill
+
+
+# ---------------------------------------------------------------------------------------------
+# The shadow pass: a floor, a 1 m cube and a Sun at 45 degrees (tests/blender_shadow_scene.py).
+
+
+@pytest.fixture(scope="module")
+def shadow_export(tmp_path_factory):
+    work = tmp_path_factory.mktemp("blender-shadow")
+    _run_in_blender("blender_shadow_scene.py", work, work / "out")
+    return work / "out", json.loads((work / "out" / "report.json").read_text())
+
+
+def _shadow_of(folder: Path) -> np.ndarray | None:
+    chunks = list(gbuffer_chunks(open_gbuffers(folder), 4))
+    if chunks[0].shadow is None:
+        assert all(c.shadow is None for c in chunks)
+        return None
+    return np.concatenate([c.shadow.numpy() for c in chunks])
+
+
+def test_shadow_pass_of_the_sun(shadow_export):
+    out, report = shadow_export
+    assert report["option_default"] is True and report["sun"] == ["FINISHED"]
+    assert sorted(p.name for p in (out / "sun").glob("shadow_*")) == ["shadow_0001.exr", "shadow_0002.exr"]
+    shadow = _shadow_of(out / "sun")
+    assert shadow.shape == (shadow_scene.FRAMES, shadow_scene.SIZE, shadow_scene.SIZE) and shadow.dtype == np.uint8
+    # each pixel centre's point on the floor (the camera looks straight down from CAMERA_HEIGHT)
+    n, h = shadow_scene.SIZE, shadow_scene.CAMERA_HEIGHT
+    f = (n / 2) / (shadow_scene.SENSOR_MM / 2 / shadow_scene.LENS_MM)
+    x = np.broadcast_to((np.arange(n) + 0.5 - n / 2) / f * h, (n, n))
+    y = np.broadcast_to(-(np.arange(n)[:, None] + 0.5 - n / 2) / f * h, (n, n))
+    seen_at_top = np.maximum(abs(x), abs(y)) * (h - shadow_scene.CUBE) / h  # where the ray crosses the cube's top
+    floor = seen_at_top > 0.5 + 0.1  # misses the cube by 10 cm
+    top = seen_at_top < 0.5 - 0.1  # the cube's top face
+    # the cube's shadow on the floor (sun at 45 degrees towards -x): x in [0.5, 1.5], |y| <= 0.5; 10 cm margins
+    shaded = floor & (x > 0.6) & (x < 1.4) & (abs(y) < 0.4)
+    near_edge = (x > 0.4) & (x < 1.6) & (abs(y) < 0.6)
+    lit = (floor & ~near_edge) | top
+    assert shaded.sum() >= 12 and lit.sum() > 0.8 * n * n
+    for frame in shadow:
+        assert (frame[shaded] == 0).all() and (frame[lit] == 255).all()
+    assert set(np.unique(shadow)) == {0, 255}  # hard shadows, written exactly
+
+
+def test_no_shadow_pass_without_a_sun_or_when_off(shadow_export):
+    out, report = shadow_export
+    assert report["no_sun"] == ["FINISHED"] and report["off"] == []
+    for folder in ("no-sun", "off"):
+        assert not list((out / folder).glob("shadow_*"))
+        assert _shadow_of(out / folder) is None

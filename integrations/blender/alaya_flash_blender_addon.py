@@ -8,6 +8,9 @@ Then Render Properties > "Alaya Flash G-buffers" panel:
                           per AOV fed from its Principled BSDF's Base Color, Metallic and Roughness
                           (the same link, or the constant), and sets the output to 32-bit ZIP
                           multilayer OpenEXR, one file per frame.
+  Shadow pass (Sun)       on (the default) and the scene has a Sun light: the fast render also writes
+                          shadow_NNNN.exr beside each frame, the first Sun's visibility per pixel
+                          (1 lit, 0 in shadow; ray cast: shadow_pass() below).
   Write camera.json       writes the active camera's matrix_world for every frame of the range
                           into camera.json beside the output (also done after each animation
                           render while the add-on is enabled).
@@ -137,6 +140,71 @@ def _fov_y(scene, cam) -> float:
     return 2 * math.atan(sensor_h / 2 / cam.lens)
 
 
+def sun_light(scene):
+    """The scene's first Sun light object (in scene.objects order), or None."""
+    return next((o for o in scene.objects if o.type == "LIGHT" and o.data.type == "SUN"), None)
+
+
+def shadow_pass(scene, depsgraph, to_sun=None, objects: bool = False):
+    """The sun's visibility at the surface each pixel centre sees: float32 (H, W), row 0 at the top, 1 where
+    a ray from the hit point (1 mm off the surface) towards the sun hits nothing, 0 in shadow, on faces
+    turned from the sun and on the sky. to_sun: world direction towards the sun (default: the first Sun
+    light's +Z). Hard shadows (the sun's angle is ignored); one scene.ray_cast pair per pixel, in Python.
+    With objects=True also returns the name of the object each pixel sees (None: sky), (H, W) lists."""
+    import numpy as np
+    from mathutils import Vector
+
+    if to_sun is None:
+        sun = sun_light(scene)
+        if sun is None:
+            raise RuntimeError("the scene has no Sun light")
+        to_sun = sun.matrix_world.to_3x3() @ Vector((0.0, 0.0, 1.0))  # a sun shines down its local -Z
+    to_sun = Vector(to_sun).normalized()
+    cam = scene.camera
+    if cam is None:
+        raise RuntimeError("the scene has no active camera")
+    pct = scene.render.resolution_percentage / 100
+    w, h = max(1, round(scene.render.resolution_x * pct)), max(1, round(scene.render.resolution_y * pct))
+    corners = list(cam.data.view_frame(scene=scene))  # camera-space image corners at z = -d
+    xs, ys, z = [v.x for v in corners], [v.y for v in corners], corners[0].z
+    left, right, bottom, top = min(xs), max(xs), min(ys), max(ys)
+    rot, origin = cam.matrix_world.to_3x3(), cam.matrix_world.translation.copy()
+    vis = np.zeros((h, w), np.float32)
+    names = [[None] * w for _ in range(h)]
+    for i in range(h):
+        py = top - (i + 0.5) / h * (top - bottom)
+        for j in range(w):
+            d = (rot @ Vector((left + (j + 0.5) / w * (right - left), py, z))).normalized()
+            hit, loc, normal, _, obj, _ = scene.ray_cast(depsgraph, origin, d)
+            if not hit:
+                continue
+            names[i][j] = obj.name
+            if normal.dot(d) > 0:  # the side the camera sees
+                normal = -normal
+            if normal.dot(to_sun) > 0 and not scene.ray_cast(depsgraph, loc + normal * 1e-3, to_sun)[0]:
+                vis[i, j] = 1.0
+    return (vis, names) if objects else vis
+
+
+def write_shadow_exr(path: str, vis) -> None:
+    """A visibility plane as a float32 ZIP EXR (R = G = B = vis), through a temporary Blender image."""
+    import numpy as np
+
+    h, w = vis.shape
+    img = bpy.data.images.new("alaya-flash shadow", w, h, alpha=False, float_buffer=True)
+    try:
+        img.colorspace_settings.name = "Non-Color"  # written as is
+        rgba = np.ones((h, w, 4), np.float32)
+        rgba[..., :3] = vis[::-1, :, None]  # Blender images start at the bottom row
+        img.pixels.foreach_set(rgba.ravel())
+        img.filepath_raw, img.file_format = path, "OPEN_EXR"
+        if hasattr(img, "use_half_precision"):
+            img.use_half_precision = False
+        img.save()
+    finally:
+        bpy.data.images.remove(img)
+
+
 def output_folder(scene) -> str:
     return os.path.dirname(bpy.path.abspath(scene.render.frame_path(frame=scene.frame_start)))
 
@@ -178,8 +246,12 @@ class FastRender:
     switch to FAST_SETTINGS, render each frame to the output path as multilayer EXR; finish() writes
     camera.json and puts every setting back (also after an error or a cancel)."""
 
-    def __init__(self, scene, folder: str | None = None):
+    def __init__(self, scene, folder: str | None = None, shadow: bool | None = None):
         self.scene, self.folder = scene, folder
+        if shadow is None:  # the panel's option, which only counts when there is a Sun light
+            shadow = getattr(scene, "alaya_flash_shadow_pass", True)
+        self.shadow = bool(shadow) and sun_light(scene) is not None
+        self.shadows: list[str] = []
         self.frames = list(range(scene.frame_start, scene.frame_end + 1, scene.frame_step))
         self.done: list[str] = []
         self.skipped: list[str] = []
@@ -223,6 +295,11 @@ class FastRender:
         self.scene.render.filepath = self.paths[k]  # a still's path is used as is (no #### substitution)
         bpy.ops.render.render(write_still=True)
         self.done.append(self.paths[k])
+        if self.shadow:  # shadow_0001.exr beside 0001.exr: the reader's side-file shadow pass
+            stem = os.path.splitext(os.path.basename(self.paths[k]))[0]
+            path = os.path.join(self.folder, f"shadow_{stem}.exr")
+            write_shadow_exr(path, shadow_pass(self.scene, bpy.context.evaluated_depsgraph_get()))
+            self.shadows.append(path)
         return k + 1 < len(self.frames)
 
     def finish(self, complete: bool = True) -> str | None:
@@ -242,11 +319,12 @@ class FastRender:
         return path
 
 
-def render_gbuffers(scene, folder: str | None = None) -> dict:
+def render_gbuffers(scene, folder: str | None = None, shadow: bool | None = None) -> dict:
     """Set the scene up and render its frame range's G-buffers fast (FastRender) into folder (default:
-    the scene's output path), with camera.json. Blocks until done; for scripts and `blender -b`.
-    Returns {"frames": [EXR paths], "camera": camera.json path, "skipped": materials without AOVs}."""
-    job = FastRender(scene, folder)
+    the scene's output path), with camera.json and, with a Sun light, the shadow pass (shadow: None = the
+    panel's option). Blocks until done; for scripts and `blender -b`. Returns {"frames": [EXR paths],
+    "camera": camera.json path, "skipped": materials without AOVs, "shadows": [shadow EXR paths]}."""
+    job = FastRender(scene, folder, shadow)
     ok = False
     try:
         job.start()
@@ -255,7 +333,7 @@ def render_gbuffers(scene, folder: str | None = None) -> dict:
         ok = True
     finally:
         camera = job.finish(complete=ok)
-    return {"frames": job.done, "camera": camera, "skipped": job.skipped}
+    return {"frames": job.done, "camera": camera, "skipped": job.skipped, "shadows": job.shadows}
 
 
 class ALAYA_OT_setup(bpy.types.Operator):
@@ -359,6 +437,9 @@ class ALAYA_PT_panel(bpy.types.Panel):
     def draw(self, context):
         self.layout.operator(ALAYA_OT_setup.bl_idname)
         self.layout.operator(ALAYA_OT_render.bl_idname, icon="RENDER_ANIMATION")
+        row = self.layout.row()
+        row.enabled = sun_light(context.scene) is not None  # greyed out (and not written) without a Sun
+        row.prop(context.scene, "alaya_flash_shadow_pass")
         self.layout.operator(ALAYA_OT_camera.bl_idname)
 
 
@@ -376,11 +457,16 @@ CLASSES = (ALAYA_OT_setup, ALAYA_OT_render, ALAYA_OT_camera, ALAYA_PT_panel)
 def register():
     for c in CLASSES:
         bpy.utils.register_class(c)
+    bpy.types.Scene.alaya_flash_shadow_pass = bpy.props.BoolProperty(
+        name="Shadow Pass (Sun)", default=True,
+        description="With a Sun light, Render G-Buffers also writes shadow_NNNN.exr: the first Sun's "
+                    "visibility per pixel, ray cast (slow on large images: two rays per pixel in Python)")
     bpy.app.handlers.render_complete.append(_after_render)
 
 
 def unregister():
     if _after_render in bpy.app.handlers.render_complete:
         bpy.app.handlers.render_complete.remove(_after_render)
+    del bpy.types.Scene.alaya_flash_shadow_pass
     for c in reversed(CLASSES):
         bpy.utils.unregister_class(c)
