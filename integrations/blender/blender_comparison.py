@@ -190,38 +190,17 @@ def render_truth(bpy, scene, folder: Path) -> None:
 
 
 def sun_masks(bpy, scene, folder: Path, names: list[str]) -> None:
-    """Per frame: which object each pixel centre sees, and whether the sun reaches that point."""
+    """Per frame: which object each pixel centre sees, and whether the sun reaches that point (the add-on's
+    shadow_pass: the shadow pass it exports, ray cast)."""
     import numpy as np
-    from mathutils import Vector
 
+    addon = sys.modules[ADDON.stem]  # installed and enabled by make_scene
     folder.mkdir(parents=True, exist_ok=True)
     index = {n: i for i, n in enumerate(names)}
-    to_sun = Vector(sun_direction())
-    cam = scene.camera
     for f in range(scene.frame_start, scene.frame_end + 1):
         scene.frame_set(f)
-        depsgraph = bpy.context.evaluated_depsgraph_get()
-        frame = [v for v in cam.data.view_frame(scene=scene)]  # camera-space corners at z = -d
-        xs, ys, z = [v.x for v in frame], [v.y for v in frame], frame[0].z
-        left, right, bottom, top = min(xs), max(xs), min(ys), max(ys)
-        rot, origin = cam.matrix_world.to_3x3(), cam.matrix_world.translation.copy()
-        sun = np.zeros((SIZE, SIZE), np.float32)
-        obj_ids = np.full((SIZE, SIZE), -1, np.int8)
-        for i in range(SIZE):  # row 0 at the top
-            py = top - (i + 0.5) / SIZE * (top - bottom)
-            for j in range(SIZE):
-                px = left + (j + 0.5) / SIZE * (right - left)
-                d = (rot @ Vector((px, py, z))).normalized()
-                hit, loc, normal, _, obj, _ = scene.ray_cast(depsgraph, origin, d)
-                if not hit:
-                    continue
-                obj_ids[i, j] = index[obj.name]
-                if normal.dot(d) > 0:
-                    normal = -normal
-                if normal.dot(to_sun) <= 0:
-                    continue  # faces away from the sun
-                blocked = scene.ray_cast(depsgraph, loc + normal * 1e-3, to_sun)[0]
-                sun[i, j] = 0.0 if blocked else 1.0
+        sun, seen = addon.shadow_pass(scene, bpy.context.evaluated_depsgraph_get(), sun_direction(), objects=True)
+        obj_ids = np.array([[-1 if n is None else index[n] for n in row] for row in seen], np.int8)
         np.save(folder / f"sun_{f:04d}.npy", sun)
         np.save(folder / f"objects_{f:04d}.npy", obj_ids)
         np.save(folder / f"ground_{f:04d}.npy", np.isin(obj_ids, [index[n] for n in GROUND]))
@@ -244,6 +223,7 @@ def make_scene(out: Path) -> int:
 
     t = time.perf_counter()
     scene.render.filepath = str(out / "gbuffers" / "####")  # Output Properties > Output
+    scene.alaya_flash_shadow_pass = False  # compare gives the shadow pass only with --shadow-pass (from masks/)
     if bpy.ops.alaya_flash.render_gbuffers() != {"FINISHED"}:  # the panel's "Render G-Buffers (Fast)"
         raise RuntimeError("Render G-Buffers (Fast) did not finish")
     times["gbuffers_s"] = time.perf_counter() - t
