@@ -332,8 +332,24 @@ def _model_folder_kind(path: Path) -> str | None:
     return model_folder_kind(path)  # a Flash release was looked for first (_describe_release)
 
 
-def _missing(report: Report, folder: Path) -> None:
-    """The 'missing:' line of a folder: what a renderer needs beside the DiTs found."""
+def _unreadable_config(folder: Path) -> str | None:
+    """One line when the folder's config.json (what says how to load its weights) is there but is not a
+    JSON object, else None."""
+    cfg = folder / "config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        data = jsonfile.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # (UnicodeDecodeError is a ValueError)
+        return f"{cfg}: not readable as JSON ({err}); the weights below are named from their tensors alone"
+    if not isinstance(data, dict):
+        return f"{cfg}: a {type(data).__name__}, not a JSON object; the weights below are named from their tensors alone"
+    return None
+
+
+def _missing(report: Report, folder: Path, config_unreadable: bool = False) -> None:
+    """The 'missing:' line of a folder: what a renderer needs beside the DiTs found (and a readable
+    config.json, when the folder has a broken one)."""
     dits = [f for f in report.found if f.kind == "dit"]
     if not dits:
         return
@@ -351,6 +367,8 @@ def _missing(report: Report, folder: Path) -> None:
                 missing.append(MISSING_VAE)
             if d.text_dim == published.UMT5_DIM and not has_text:
                 missing.append(MISSING_TEXT)
+        if config_unreadable:
+            missing.append("a readable config.json (above)")
         article = "an" if d.label[0] in "aeiouAEIOU" else "a"
         which = f" ({d.where.name})" if len(dits) > 1 else ""
         if missing:
@@ -422,10 +440,12 @@ def identify_path(path: str | os.PathLike) -> Report:
         if _model_folder_kind(path):
             _describe_model_folder(path, report)
             return report
+        broken = _unreadable_config(path)
+        report.lines += [broken] if broken else []
         _scan(path, report, str(path), depth=1)
         if not report.lines:
             report.lines.append(f"{path}: no weight files here (.safetensors, .safetensors.index.json)")
-        _missing(report, path)
+        _missing(report, path, config_unreadable=broken is not None)
         return report
     if path.name.endswith(".index.json") or path.suffix == ".safetensors":
         _describe_unit(path, report)

@@ -8,6 +8,7 @@ on the meta device: diffusers' own key lists (tests/data/*.diffusers.keys.txt, d
 WanTransformer3DModel and AutoencoderKLWan) convert to exactly our modules' names and shapes.
 """
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ from alaya_flash.model_zoo.identify import identify_path
 from alaya_flash.streaming.cli import main
 from test_umt5 import spiece, state  # noqa: F401  (module-scoped fixtures: a tiny umT5 and its tokenizer)
 from wan_helpers import write_diffsynth_checkpoint, write_wan_ai_folder
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA = Path(__file__).resolve().parent / "data"
 # A tiny teacher: 96 input channels, umT5-wide prompts (4096) padded to 512 tokens, as the real one.
@@ -357,6 +360,16 @@ def test_our_model_folders_and_other_networks(tmp_path, capsys):
     (folder / "vae.safetensors").unlink()
     status, out = identify_out(folder, capsys)
     assert status == 0 and "missing: vae (vae.safetensors)" in out
+    # a Flash model folder whose config.json is broken: named, and the folder is not called ready to render
+    flash_folder = tmp_path / "flash"
+    shutil.copytree(ROOT / "model_zoo" / "default", flash_folder, ignore=shutil.ignore_patterns("teacher"))
+    (flash_folder / "config.json").write_text("{not json")
+    status, out = identify_out(flash_folder, capsys)
+    assert f"{flash_folder / 'config.json'}: not readable as JSON (" in out
+    assert "missing: a readable config.json (above)" in out and "nothing missing to render" not in out
+    (flash_folder / "config.json").write_text("[1, 2]")
+    status, out = identify_out(flash_folder, capsys)
+    assert "config.json: a list, not a JSON object" in out
     taew = save(registry.build("taew-slim").state_dict(), tmp_path / "decoder.safetensors")
     status, out = identify_out(taew, capsys)
     assert status == 0 and "tiny decoder (TAEHV codec): taew-slim (family tiny-codec)" in out
