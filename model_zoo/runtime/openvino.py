@@ -38,6 +38,7 @@ import os
 import shutil
 import tempfile
 import threading
+import warnings
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
@@ -169,7 +170,10 @@ class _Compiler:
         import openvino as ov
 
         graph = make_graph().eval()
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # static shapes: the networks' input checks become constants in the trace, as they should; say
+            # nothing of it on a user's console
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
             model = ov.convert_model(graph, example_input=tuple(example.values()),
                                      input=[tuple(t.shape) for t in example.values()])
         for param, name in zip(model.get_parameters(), example):
