@@ -101,6 +101,33 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets listening on every address `host` names, all on one port (0: the first's free one), as
+    aiohttp's TCPSite binds them; a port already in use is an OSError at once, naming host and port."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if socks[0] is not sock:  # port 0: every address on the first one's port
+                address = (address[0], socks[0].getsockname()[1], *address[2:])
+            try:
+                sock.bind(address)
+            except OSError as err:
+                raise OSError(err.errno, f"{host}:{port}: {(err.strerror or str(err)).lower()}") from None
+            sock.listen(128)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
 @dataclass(eq=False)
 class EngineLink:
     """An engine session, its outbox and the socket it is on (None while it waits to be resumed)."""
@@ -630,18 +657,21 @@ class LiveServer:
         await asyncio.get_running_loop().run_in_executor(None, stop_all)
 
     async def _main(self) -> None:
+        socks = listening_sockets(self.host, self.port)  # first: a port in use fails before the page starts
         runner = web.AppRunner(self.make_app(), access_log=None)
-        await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self.port)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]
+            await runner.setup()
+            for sock in socks:
+                await web.SockSite(runner, sock).start()
+            port = socks[0].getsockname()[1]
             self.url = f"http://{self.host}:{port}/"
             self._stopped = asyncio.Event()
             self._started.set()
             await self._stopped.wait()
         finally:
             await runner.cleanup()
+            for sock in socks:  # (closed already by a site that started)
+                sock.close()
 
     def serve_forever(self, on_ready: Callable[[str], None] | None = None) -> None:
         async def main():
