@@ -74,14 +74,27 @@ def _material(bpy, name: str):
     return mat
 
 
-def build_scene(bpy):
+def empty_scene(bpy, size: int, frames: int):
+    """Blender's factory settings with nothing in them (which unloads add-ons): a size x size scene of
+    frames 1..frames on the CPU, with an empty world."""
     bpy.ops.wm.read_factory_settings(use_empty=True)
     scene = bpy.context.scene
     scene.cycles.device = "CPU"
-    scene.render.resolution_x = scene.render.resolution_y = SIZE
+    scene.render.resolution_x = scene.render.resolution_y = size
     scene.render.resolution_percentage = 100
-    scene.frame_start, scene.frame_end = 1, FRAMES
+    scene.frame_start, scene.frame_end = 1, frames
     scene.world = bpy.data.worlds.new("sky")
+    return scene
+
+
+def install_addon(bpy) -> None:
+    """Install from Disk + enable, as a user does (Edit > Preferences > Add-ons)."""
+    assert bpy.ops.preferences.addon_install(filepath=str(ADDON)) == {"FINISHED"}
+    assert bpy.ops.preferences.addon_enable(module=ADDON.stem) == {"FINISHED"}
+
+
+def build_scene(bpy):
+    scene = empty_scene(bpy, SIZE, FRAMES)
     bpy.ops.mesh.primitive_plane_add(size=2 * FLOOR_HALF, location=(0, 0, 0))
     bpy.context.object.data.materials.append(_material(bpy, "floor"))
     for centre, half, rot_z, mat in BOXES.values():
@@ -112,9 +125,7 @@ def main(out: Path) -> int:
     import bpy
 
     scene = build_scene(bpy)  # first: factory settings unload add-ons
-    # Install from Disk + enable, as a user does (Edit > Preferences > Add-ons)
-    assert bpy.ops.preferences.addon_install(filepath=str(ADDON)) == {"FINISHED"}
-    assert bpy.ops.preferences.addon_enable(module=ADDON.stem) == {"FINISHED"}
+    install_addon(bpy)
     scene.render.filepath = str(out / "####")  # Output Properties > Output
     result = bpy.ops.alaya_flash.render_gbuffers()  # the panel's "Render G-Buffers (Fast)" button
     report = {"result": sorted(result), "blender": bpy.app.version_string,

@@ -14,7 +14,8 @@ import math
 import sys
 from pathlib import Path
 
-ADDON = Path(__file__).resolve().parents[1] / "integrations" / "blender" / "alaya_flash_blender_addon.py"
+from blender_addon_scene import ADDON, empty_scene, install_addon
+
 SIZE, FRAMES = 32, 2
 CAMERA_HEIGHT, LENS_MM, SENSOR_MM = 4.0, 20.0, 24.0  # straight down; fov_y = 2 atan(12 / 20)
 CUBE = 1.0  # edge, metres, standing on the floor at the origin
@@ -24,13 +25,7 @@ SUN_ELEVATION_DEG = 45.0  # the sun in the -x direction: the cube's shadow lies 
 def main(out: Path) -> int:
     import bpy
 
-    bpy.ops.wm.read_factory_settings(use_empty=True)
-    scene = bpy.context.scene
-    scene.cycles.device = "CPU"
-    scene.render.resolution_x = scene.render.resolution_y = SIZE
-    scene.render.resolution_percentage = 100
-    scene.frame_start, scene.frame_end = 1, FRAMES
-    scene.world = bpy.data.worlds.new("sky")
+    scene = empty_scene(bpy, SIZE, FRAMES)
     bpy.ops.mesh.primitive_plane_add(size=20.0, location=(0, 0, 0))
     bpy.ops.mesh.primitive_cube_add(size=CUBE, location=(0, 0, CUBE / 2))
     sun = bpy.data.objects.new("sun", bpy.data.lights.new("sun", "SUN"))
@@ -42,8 +37,7 @@ def main(out: Path) -> int:
     cam.location = (0.0, 0.0, CAMERA_HEIGHT)
     scene.collection.objects.link(cam)
     scene.camera = cam
-    assert bpy.ops.preferences.addon_install(filepath=str(ADDON)) == {"FINISHED"}
-    assert bpy.ops.preferences.addon_enable(module=ADDON.stem) == {"FINISHED"}
+    install_addon(bpy)
     report = {"option_default": scene.alaya_flash_shadow_pass}
     scene.render.filepath = str(out / "sun" / "####")
     report["sun"] = sorted(bpy.ops.alaya_flash.render_gbuffers())  # the panel's button, the option as it is

@@ -173,9 +173,7 @@ class GBufferStream:
     def _resize_teacher(self, images: np.ndarray, extras: dict) -> tuple[np.ndarray, dict]:
         if not self.size:
             return images, extras
-        out = {k: (resize_rgb(v, self.size, self.resize) if v.dtype == np.uint8 and v.ndim == 3
-                   else resize_rgb(np.repeat(v[..., None], 3, -1), self.size, self.resize)[..., 0]
-                   if v.dtype == np.uint8 and v.ndim == 2 else v)
+        out = {k: (resize_rgb(v, self.size, self.resize) if v.dtype == np.uint8 and v.ndim in (2, 3) else v)
                for k, v in extras.items()}
         return resize_teacher(images, self.size, self.resize), out
 
