@@ -83,11 +83,13 @@ class GBuffers:
         shadow = None if shadows[0] is None else torch.cat(shadows)
         return cls(torch.cat([c.images for c in chunks]), chunks[0].fps, chunks[0].depth_near, shadow)
 
+    def __getitem__(self, frames: slice) -> "GBuffers":
+        """The frames of a slice, with their shadow pass."""
+        return GBuffers(self.images[frames], self.fps, self.depth_near, None if self.shadow is None else self.shadow[frames])
+
     def pieces(self, n: int) -> list["GBuffers"]:
         """Consecutive pieces of at most n frames."""
-        return [GBuffers(self.images[a:a + n], self.fps, self.depth_near,
-                         None if self.shadow is None else self.shadow[a:a + n])
-                for a in range(0, len(self), n)] or [self]
+        return [self[a:a + n] for a in range(0, len(self), n)] or [self]
 
 
 @dataclass

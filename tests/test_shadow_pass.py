@@ -131,7 +131,7 @@ def test_shade_and_refine_take_their_shadows_from_the_pass(source, shadows):
     direct = net.refine(frames, images, emb, lights, g.depth_near, sun_visibility=g.sun_visibility())
     torch.testing.assert_close(torch.cat(outs), direct)
     assert not torch.allclose(direct, net.refine(frames, images, emb, lights, g.depth_near), atol=1e-2)
-    with pytest.raises(AlayaError, match="some G-buffer chunks carry a shadow pass and some do not"):
+    with pytest.raises(AlayaError, match="some chunks carry a shadow pass and some do not"):
         stage = Refine(net, PromptSchedule.constant(text), LightSchedule.constant(light))
         stage.add_gbuffers(g.pieces(2)[0])
         stage.add_gbuffers(GBuffers(images[2:4]))

@@ -33,7 +33,6 @@ import torch
 from ...model_zoo.errors import AlayaError
 from ...model_zoo.latents import TIME_COMPRESSION
 from ...model_zoo.text_encoder import sentence_embedding
-from ..gbuffer import DEFAULT_DEPTH_NEAR
 from ..values import GBuffers, Latents, PromptSchedule, end_pad, latent_start_pixel
 from .driver import Lanes, StageGraph, Step, concat_chunks, ticks
 from .history_sampler import HistoryConfig, HistorySampler
@@ -261,18 +260,11 @@ class Refine:
         self.lights = lights  # a LightSchedule (engine/lighting.py) for a refiner that reads the light
         self.frame = 0  # pixel frames refined so far
         self.frames: torch.Tensor | None = None
-        self.gbuffers: torch.Tensor | None = None
-        self.shadow: torch.Tensor | None = None  # the waiting G-buffers' shadow pass, when they carry one
-        self.depth_near = DEFAULT_DEPTH_NEAR
+        self.gbuffers: GBuffers | None = None  # those waiting for their frames (with their shadow pass, if any)
 
     def add_gbuffers(self, gbuffers: GBuffers | None) -> None:
-        if gbuffers is not None:
-            if _count(self.gbuffers) and (gbuffers.shadow is None) != (self.shadow is None):
-                raise AlayaError("Refine: some G-buffer chunks carry a shadow pass and some do not; a stream has it "
-                                 "all along or never")
-            self.gbuffers = _append(self.gbuffers, gbuffers.images)
-            self.shadow = None if gbuffers.shadow is None else _append(self.shadow, gbuffers.shadow)
-            self.depth_near = gbuffers.depth_near
+        if gbuffers is not None:  # (concat refuses a shadow pass in some chunks and not in others)
+            self.gbuffers = gbuffers if not _count(self.gbuffers) else GBuffers.concat([self.gbuffers, gbuffers])
 
     def _text(self, n: int) -> torch.Tensor | None:
         if not getattr(self.refiner, "text_dim", 0):
@@ -289,12 +281,12 @@ class Refine:
         light = None
         if getattr(self.refiner, "reads_light", False):
             light = self.lights.at(torch.arange(self.frame, self.frame + n))
-        more = {} if self.shadow is None else {"sun_visibility": self.shadow[:n].float() / 255}
+        now, self.gbuffers = self.gbuffers[:n], self.gbuffers[n:]
+        more = {} if now.shadow is None else {"sun_visibility": now.sun_visibility()}
         if getattr(self.refiner, "reads_given", False):  # whether each frame's light was given or the prompt's
             more["light_given"] = self.lights.given_at(torch.arange(self.frame, self.frame + n))
-        out = self.refiner.refine(self.frames[:n], self.gbuffers[:n], self._text(n), light, self.depth_near, **more)
-        self.frames, self.gbuffers = self.frames[n:], self.gbuffers[n:]
-        self.shadow = None if self.shadow is None else self.shadow[n:]
+        out = self.refiner.refine(self.frames[:n], now.images, self._text(n), light, now.depth_near, **more)
+        self.frames = self.frames[n:]
         self.frame += n
         return out
 
