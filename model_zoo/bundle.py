@@ -330,6 +330,10 @@ def load_flash_folder(folder: str | os.PathLike | None = None, device: str | tor
         raise CheckpointError(f"{folder / 'config.json'}: networks {', '.join(unknown)} are unknown "
                               f"(a Flash model has {', '.join([*FLASH_ROLES, *FLASH_OPTIONAL_ROLES])})")
     text = _text_encoder_name(folder, cfg)
+    cond = nets["gbuffer_encoder"].config.out_channels
+    if nets["dit"].config.cond_dim != cond:
+        raise CheckpointError(f"{folder / 'config.json'}: the DiT reads {nets['dit'].config.cond_dim} conditioning "
+                              f"channels, the G-buffer encoder gives {cond}")
     reads = getattr(nets.get("refiner"), "text_dim", 0)
     if reads and reads != nets["dit"].config.text_dim:
         raise CheckpointError(f"{folder / 'config.json'}: the refiner reads {reads}-wide prompt embeddings, the DiT "
@@ -343,21 +347,23 @@ def make_random_flash(dit: str = "dit-tiny", gbuffer_encoder: str = "gbuffer-enc
                       refiner: str | None = None) -> FlashModel:
     """A Flash model with random weights from named configs (tests and benchmarks).
 
-    The DiT's text width is set to the text encoder's (384), whatever the named config says. A
-    refiner (e.g. "gbuffer-refiner-16") starts as the identity: its last layer is zero.
+    The DiT's text width is set to the text encoder's (384), and its input to its latent and the encoder's
+    channels, whatever the named config says. A refiner (e.g. "gbuffer-refiner-16") starts as the identity:
+    its last layer is zero.
     """
     torch.manual_seed(seed)
     text_dim = _text_dim(text_encoder)
     nets = {}
     roles = {**FLASH_ROLES, **FLASH_OPTIONAL_ROLES}
-    for role, name in (("dit", dit), ("gbuffer_encoder", gbuffer_encoder), ("decoder", decoder), ("refiner", refiner)):
+    for role, name in (("gbuffer_encoder", gbuffer_encoder), ("dit", dit), ("decoder", decoder), ("refiner", refiner)):
         if name is None:
             continue
         family, cfg = registry.get_config(name)
         if family != roles[role]:
             raise AlayaError(f"config {name!r} is a {family} config; the {role} needs a {roles[role]} config")
         if role == "dit":
-            cfg = dataclasses.replace(cfg, text_dim=text_dim)
+            cfg = dataclasses.replace(cfg, text_dim=text_dim,
+                                      in_dim=cfg.out_dim + nets["gbuffer_encoder"].config.out_channels)
         nets[role] = registry.build_config(family, cfg, dtype=dtype).to(device).eval().requires_grad_(False)
     return FlashModel(**nets, settings=settings, text_encoder_name=text_encoder, random_weights=True)
 

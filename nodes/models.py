@@ -33,6 +33,7 @@ class EncoderHandle:
     kind: str  # "flash" | "teacher"
     module: Any
     window_frames: int = 81
+    model: Any = None  # the Flash model it belongs to (the prompt's light for an encoder that reads the light)
 
 
 @dataclass
@@ -222,7 +223,7 @@ class LoadFlashModel:
             flash.refiner = None
         _text_override(flash, text_encoder, dev)
         flash = runtime.accelerate(flash, backend)
-        return (flash, EncoderHandle("flash", flash.gbuffer_encoder), DecoderHandle("tiny", flash.decoder), TextHandle(flash),
+        return (flash, EncoderHandle("flash", flash.gbuffer_encoder, model=flash), DecoderHandle("tiny", flash.decoder), TextHandle(flash),
                 RefinerHandle(flash.refiner, flash))
 
 

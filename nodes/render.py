@@ -65,13 +65,20 @@ class EncodeGBuffers(StageNode):
         return {"required": {
             "gbuffer_encoder": ("ALAYA_GBUFFER_ENCODER", {"tooltip": "From Load Flash Model (streaming encoder) or Load Teacher Model (Wan VAE)."}),
             "gbuffers": ("ALAYA_GBUFFERS", {"tooltip": "G-buffer frames (sides multiples of 8)."}),
+        }, "optional": {
+            "prompt": ("ALAYA_PROMPT", {"tooltip": "The prompt the sampler reads (Encode Prompt): its light, as the light head "
+                                                   "reads it, for an encoder that reads the light; ignored otherwise."}),
+            "light": (LIGHT, {"tooltip": "The light, frame by frame (Light, Light From Prompt), for an encoder that reads "
+                                         "the light (it shades the G-buffers under it); unconnected: the prompt's. An "
+                                         "encoder that does not read it leaves it to Refine with G-Buffers."}),
         }}
 
-    def start_stream(self, gbuffer_encoder):
+    def start_stream(self, gbuffer_encoder, prompt=None, light=None):
         from ..streaming.render.pipelines import GBufferEncode, TeacherEncode
 
         if gbuffer_encoder.kind == "flash":
-            inner = GBufferEncode(gbuffer_encoder.module)
+            lights = encoder_lights("Encode G-Buffers", gbuffer_encoder, prompt, light)
+            inner = GBufferEncode(gbuffer_encoder.module, lights=lights)
         else:
             inner = TeacherEncode(gbuffer_encoder.module, gbuffer_encoder.window_frames)
         return Piecewise(_Single(inner), MOST_FRAMES, _last_albedo)
@@ -298,6 +305,28 @@ class Refine(StageNode):
                              "input to the Encode Prompt node that feeds the sampler")
         return Piecewise(_Refining(RefineStage(refiner.module, prompt if refiner.module.text_dim else None, lights)),
                          MOST_FRAMES, _last_frame)
+
+
+def encoder_lights(where: str, encoder, prompt, light):
+    """The LightSchedule an encoder that reads the light gets: the connected light, else the prompt's (the light
+    head's reading); None for an encoder that reads none. One Light node feeds the encoder and the refiner, so
+    an encoder that does not read the light leaves it to the refiner (which refuses a light no part reads)."""
+    from ..streaming.render.lighting import LightNotRead, LightSchedule, prompt_lights
+    from ..streaming.render.pipelines import encoder_reads_light
+
+    if light is not None:
+        refuse(where, [None if isinstance(light, LightSchedule) else
+                       f"light must come from a Light node, got {type(light).__name__}"])
+        if encoder.kind != "flash":
+            raise LightNotRead(f"{where}: light", "the teacher does not read a light")
+    if not (encoder.kind == "flash" and encoder_reads_light(encoder.module)):
+        return None
+    if light is not None:
+        return light
+    if prompt is None or encoder.model is None:
+        refuse(where, ["this model's encoder reads the light: connect a 'light' (or the 'prompt', whose light the "
+                       "light head reads)"])
+    return prompt_lights(encoder.model, prompt)
 
 
 def refiner_lights(where: str, refiner, prompt, light):

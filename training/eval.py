@@ -420,7 +420,7 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
     from .data import CAMERAS
     from .prompts import prompts as wordings
     from ..streaming import metrics
-    from ..streaming.render.pipelines import FlashPipeline
+    from ..streaming.render.pipelines import FlashPipeline, encoder_reads_light
     from ..streaming.values import GBuffers, PromptSchedule
     from ..streaming.gbuffer import frame_to_teacher
     from ..streaming.world import WorldConfig, WorldSource
@@ -454,7 +454,8 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
         if part:
             yield GBuffers(torch.from_numpy(np.stack(part)))
 
-    lit = world_light and world_kind == "physics" and getattr(flash.refiner, "reads_light", False) and refine
+    reads = encoder_reads_light(flash.gbuffer_encoder) or (refine and getattr(flash.refiner, "reads_light", False))
+    lit = world_light and world_kind == "physics" and reads
 
     def world_gbuffers(pipe):
         from ..streaming.world.shading import heading, light_of

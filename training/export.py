@@ -80,6 +80,7 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     from ..model_zoo.loading import load_strict, read_metadata
     from .codecs import load_vae
     from .common import final_weights, latest_checkpoint, run_chunk_frames, run_text_encoder
+    from .light_reading import LIT_CONFIG, run_encoder
     from .teacher import load_dit
 
     dtype = getattr(torch, cfg.dtype)
@@ -92,6 +93,10 @@ def run_export(cfg: ExportConfig, log, progress=None) -> int:
     genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[names["gbuffer_encoder"]])
     load_strict(genc, final_weights(Path(cfg.codecs_run), "gbuffer_encoder"))
     student = load_dit(cfg.student_run)
+    own = run_encoder(cfg.student_run)
+    if own is not None:  # a light-reading student ships with the encoder it was trained beside
+        genc, names["gbuffer_encoder"] = own, LIT_CONFIG
+        log.info("export: the G-buffer encoder is %s's (%s)", cfg.student_run, LIT_CONFIG)
     if cfg.blend_run:
         blend_students(student, cfg.student_run, cfg.blend_run, cfg.blend_weight)
     chunk = run_chunk_frames(cfg.student_run)

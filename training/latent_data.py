@@ -25,12 +25,14 @@ from .data import ClipSet
 
 def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path, codecs_run: str | Path | None,
                  cond_encoder: str, out: Path, log=None, max_windows: int = 0, size: int = 0,
-                 with_rgb: bool = True, text_encoder: str = MINILM) -> Path:
+                 with_rgb: bool = True, text_encoder: str = MINILM, encoder=None) -> Path:
     """Encode a split's windows and prompts into `out` (skipped when it exists with the same recipe).
 
     text_encoder: the MiniLM context the prompts are embedded with (bundle.TEXT_ENCODERS).
     with_rgb=False: only the conditioning (the student's distilled-encoder latents of the windows
-    its teacher's file holds; the windows are the same for the same data / frames / max_windows)."""
+    its teacher's file holds; the windows are the same for the same data / frames / max_windows).
+    encoder: a G-buffer encoder to use in place of codecs_run's; a light-reading one also writes the prior's
+    channels per (window, preset) under each way the light comes (training/light_reading.py)."""
     import json
 
     from ..model_zoo.codecs import gbuffer_encoder
@@ -51,21 +53,26 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
         recipe["captions"] = True  # a cache made before captions were cached is stale
     if text_encoder != MINILM:  # recorded only then, so caches made before it stay current
         recipe["text_encoder"] = text_encoder
+    if encoder is not None:  # a light-reading student's own encoder: its weights decide
+        recipe["encoder"] = _weights_digest(encoder)
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return _refresh_prompts(out, data, text_encoder)
     clips = ClipSet(data, split)
     vae = load_vae(vae_run)
-    genc = None
-    if cond_encoder == "distilled":
+    genc = encoder.eval() if encoder is not None else None
+    if genc is not None and cond_encoder != "distilled":
+        raise AlayaError(f"latents: an encoder is given, and cond_encoder is {cond_encoder!r}, not 'distilled'")
+    if genc is None and cond_encoder == "distilled":
         if codecs_run is None:
             raise AlayaError("latents: cond_encoder 'distilled' needs codecs_run")
         ckpt_extra = json.loads(read_metadata(_latest(codecs_run)).get("extra", "{}"))
         genc = gbuffer_encoder.build(gbuffer_encoder.CONFIGS[ckpt_extra["gbuffer_encoder"]])
         load_strict(genc, final_weights(Path(codecs_run), "gbuffer_encoder"))
         genc.eval()
-    elif cond_encoder != "vae":
+    elif genc is None and cond_encoder != "vae":
         raise AlayaError(f"latents: cond_encoder {cond_encoder!r} is not 'distilled' or 'vae'")
     windows = selected_windows(clips, frames, max_windows)
+    lit = _LitWindows(clips, size) if genc is not None and genc.config.reads_light else None
     rgb, cond = [], []
     with torch.no_grad(), autocast():
         for c, s in windows:
@@ -73,16 +80,72 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
             video = to_video(_resize(torch.from_numpy(clips.rgb[c, :, s:s + frames]), size))  # (P, 3, T, H, W)
             if with_rgb:
                 rgb.append(vae.encode(video, chunk=None).float())
-            cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
+            if lit is not None:
+                cond.append(lit.encode(genc, gb[0], c, slice(s, s + frames)))
+            else:
+                cond.append(genc.encode(gb).float()[0] if genc is not None else vae_gbuffer_latents(vae, gb)[0])
     if log:
         log.info("encoded %d windows of %d frames from %s/%s", len(windows), frames, data, split)
     text = load_text_encoder(text_encoder)
+    if lit is not None:  # cond: the passes' channels; lit*: the prior's per preset
+        variants = {k: torch.stack([v[k] for v in cond]) for k in cond[0]}
+        cond = [v["cond"] for v in cond]
+        variants.pop("cond")
     tensors = {"cond": torch.stack(cond), **({"rgb": torch.stack(rgb)} if with_rgb else {}),
-               **_prompt_tensors(clips.prompts, text)}
+               **_prompt_tensors(clips.prompts, text), **(variants if lit is not None else {})}
     if clips.captions is not None:
         tensors["caption"] = _caption_tensor([clips.captions[c] for c, _ in windows], text)
     save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
     return out
+
+
+def _weights_digest(net) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for k, v in net.state_dict().items():
+        h.update(k.encode())
+        h.update(v.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class _LitWindows:
+    """A light-reading encoder's latents of a window: the passes' channels once, and the prior's channels under
+    each preset's light, each way the light comes (training/light_reading.py VARIANTS) that the data allows."""
+
+    def __init__(self, clips: ClipSet, size: int):
+        from ..model_zoo.shading_prior import ShadingPrior
+
+        if clips.light is None:
+            raise AlayaError(f"latents: a light-reading encoder needs each clip's light, and {clips.root} records "
+                             "none (made before clips carried their lights): make the dataset again")
+        if size:
+            raise AlayaError("latents: a light-reading encoder shades the clips at their own size (size 0)")
+        self.clips, self.prior = clips, ShadingPrior()
+        from .refiner import prompt_lights
+
+        self.prompt = prompt_lights(clips, len(clips))  # (N, P, T, PACKED)
+
+    def encode(self, genc, gb: torch.Tensor, c: int, frames: slice) -> dict[str, torch.Tensor]:
+        from ..model_zoo.codecs.gbuffer_encoder import with_prior
+        from ..streaming.gbuffer import DEFAULT_DEPTH_NEAR
+
+        n = genc.config.latent_channels
+        out: dict[str, list[torch.Tensor]] = {}
+        for q in range(len(self.clips.presets)):
+            lights = {"lit": (self.clips.light[c, q, frames], None),
+                      "lit_prompt": (self.prompt[c, q, frames], None)}
+            if self.clips.sun_visibility is not None:
+                vis = torch.from_numpy(self.clips.sun_visibility[c, q, frames]).float() / 255
+                lights["lit_pass"] = (self.clips.light[c, q, frames], vis)
+            for key, (light, vis) in lights.items():
+                with torch.autocast("cpu", enabled=False):  # the prior in float32, as it runs beside a stream
+                    planes = with_prior(self.prior, gb, torch.as_tensor(light).float(), DEFAULT_DEPTH_NEAR, vis)
+                z = genc.encode(planes[None]).float()[0]
+                if "cond" not in out:
+                    out["cond"] = [z[:-n]]
+                out.setdefault(key, []).append(z[-n:])
+        return {"cond": out["cond"][0], **{k: torch.stack(v) for k, v in out.items() if k != "cond"}}
 
 
 def _prompt_tensors(prompts: dict[str, dict[str, list[str]]], text) -> dict[str, torch.Tensor]:
@@ -164,6 +227,8 @@ class LatentSet:
         meta = read_metadata(path)
         self.rgb, self.cond, self.negative = state.get("rgb"), state["cond"], state["negative"]
         self.captions = state.get("caption")  # (N, P, text_len, 384) from a world v2 dataset, else None
+        # a light-reading encoder's prior channels per (window, preset): (N, P, 16, T', h, w) per way the light came
+        self.lit = {k: state[k] for k in ("lit", "lit_pass", "lit_prompt") if k in state}
         self.presets: list[str] = json.loads(meta["presets"])
         self.prompts: dict = json.loads(meta["prompts"])
         self.prompt_emb = {k[len("prompt."):]: v for k, v in state.items() if k.startswith("prompt.")}
@@ -183,8 +248,12 @@ class LatentSet:
         return len(self.prompts[self.presets[0]][kind])
 
     def sample(self, g: torch.Generator, batch: int, prompt_dropout: float = 0.0, wordings: int = 0,
-               text_noise: float = 0.0, caption_rate: float = 0.0):
+               text_noise: float = 0.0, caption_rate: float = 0.0, prompt_light_rate: float = 0.0,
+               shadow_pass_rate: float = 0.0):
         """x0 (B, 16, T', h, w), cond (B, 80, T', h, w), prompt (B, text_len, 384), (window, preset) indices.
+        A light-reading encoder's cache gives cond (B, 96, ...): its prior channels under the recorded light, for
+        a prompt_light_rate share the light head's reading of the prompt, and for a shadow_pass_rate share of the
+        others the recorded light with the recorded shadows (where the data has them).
         wordings: draw prompts from the first this many training wordings of each preset (0 = all);
         caption_rate: the share of (kept) prompts that are the window's own caption instead (world v2);
         text_noise: perturb the (kept) prompts, see perturb_prompts."""
@@ -206,7 +275,18 @@ class LatentSet:
             prompt = torch.where(use[:, None, None], self.captions[wi, pi], prompt)
         if text_noise:
             prompt = torch.where(drop[:, None, None], prompt, perturb_prompts(prompt, text_noise, g))
-        return self.rgb[wi, pi], self.cond[wi], prompt, (wi, pi)
+        return self.rgb[wi, pi], self._cond(wi, pi, g, prompt_light_rate, shadow_pass_rate), prompt, (wi, pi)
+
+    def _cond(self, wi: torch.Tensor, pi: torch.Tensor, g: torch.Generator, prompt_light_rate: float,
+              shadow_pass_rate: float) -> torch.Tensor:
+        if not self.lit:
+            return self.cond[wi]
+        # drawn only for a light-reading cache, so the others keep their random streams
+        by_prompt = torch.rand(len(wi), generator=g) < prompt_light_rate
+        by_pass = (torch.rand(len(wi), generator=g) < shadow_pass_rate) & ("lit_pass" in self.lit)
+        lit = [self.lit["lit_prompt" if a else "lit_pass" if b else "lit"][w, p]
+               for w, p, a, b in zip(wi, pi, by_prompt, by_pass)]
+        return torch.cat([self.cond[wi], torch.stack(lit)], 1)
 
 
 def nearest_presets(rgb: torch.Tensor) -> torch.Tensor:

@@ -139,8 +139,10 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
     """The model's frames of the first `cfg.clips` training clips under every preset, uint8 (N, P, T, H, W, 3),
     each clip and preset prompted with a random wording of the prompt split `split` (prompts.py), and
     those wordings, [clip][preset]. The 'train' renders live in out/renders/, others in out/renders-SPLIT/;
-    mix: the clips are mix_data's, in out/renders-mix/."""
-    from ..streaming.render.pipelines import FlashPipeline
+    mix: the clips are mix_data's, in out/renders-mix/. A model whose encoder reads the light renders each clip
+    under its recorded light (the light most of a light-reading refiner's crops are shaded under)."""
+    from ..streaming.render.lighting import recorded
+    from ..streaming.render.pipelines import FlashPipeline, encoder_reads_light
     from ..streaming.values import GBuffers, PromptSchedule
     from ..streaming.files.sinks import to_uint8
     from ..model_zoo import folders
@@ -168,9 +170,12 @@ def model_renders(cfg: RefinerStageConfig, clips: ClipSet, log, split: str = "tr
             dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
             model = folders.load_flash(cfg.model, device=cfg.device, dtype=dtype)
             text = model.text_encoder()
+        lit = encoder_reads_light(model.gbuffer_encoder)
+        if lit and clips.light is None:
+            raise AlayaError(f"refiner stage: {cfg.model}'s encoder reads the light, and {clips.root} records none")
         for q, preset in enumerate(clips.presets):
             pipe = FlashPipeline(model, PromptSchedule.encode(text, picks[q]), seed=cfg.seed + c * len(clips.presets) + q,
-                                 refine=False)
+                                 refine=False, lights=recorded(clips.light[c, q]) if lit else None)
             gbuffers = torch.from_numpy(clips.gbuffers[c])
             frames = list(pipe.run(GBuffers(gbuffers[a:a + CHUNK]) for a in range(0, len(gbuffers), CHUNK)))
             out[c, q] = to_uint8(torch.cat(frames))

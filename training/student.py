@@ -382,6 +382,13 @@ class RolloutStageConfig(StageConfig):
     # > the student's block count: it continues with this many blocks, the new ones starting as
     # identities (grow_blocks), so a trained student gains depth without retraining from nothing
     layers: int = 0
+    # the student reads the shading prior's image through the G-buffer encoder's sixth branch
+    # (training/light_reading.py); a light-reading student_run continues so without it
+    reads_light: bool = False
+    # shares of a light-reading student's windows whose prior is shaded under the light head's reading of the
+    # prompt (as `--light prompt` renders), and of the others with the recorded shadows (an engine's shadow pass)
+    prompt_light_rate: float = 0.0
+    shadow_pass_rate: float = 0.0
 
     def validate(self):
         if (self.frames - 1) % 4 or self.frames < 5:
@@ -401,6 +408,12 @@ class RolloutStageConfig(StageConfig):
         if self.window_frames < self.chunk_frames or self.sink_frames < 0:
             raise AlayaError(f"student-rollout: window_frames {self.window_frames} must hold a chunk "
                              f"({self.chunk_frames}) and sink_frames {self.sink_frames} be >= 0")
+        for name in ("prompt_light_rate", "shadow_pass_rate"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise AlayaError(f"student-rollout: {name} {getattr(self, name)} must be in [0, 1]")
+        if self.reads_light and (self.pair_weight or self.side_rate):
+            raise AlayaError("student-rollout: reads_light does not go with pair_weight or side_rate (their pairs "
+                             "share one conditioning, and a light-reading one differs by preset)")
 
 
 def sample_pairs(data: LatentSet, nearest: torch.Tensor, g: torch.Generator, pairs: int):
@@ -490,10 +503,19 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     Side pairs (side_data) do the same for the sun's side, which only the clip's caption names.
     """
     from .latent_data import encode_split
+    from .light_reading import LIT_CONFIG, light_reading_student, run_encoder
+
+    genc = None
+    own = run_encoder(cfg.student_run)
+    if cfg.reads_light or (own is not None and own.config.reads_light):
+        student, genc = light_reading_student(cfg.student_run, cfg.codecs_run, log)
+    else:
+        student = load_dit(cfg.student_run)
 
     def encoded(data: str, name: str, max_windows: int) -> LatentSet:
         return LatentSet(encode_split(data, "train", cfg.frames, cfg.vae_run, cfg.codecs_run, "distilled",
-                                      Path(cfg.out) / name, log, max_windows, text_encoder=cfg.text_encoder))
+                                      Path(cfg.out) / name, log, max_windows, text_encoder=cfg.text_encoder,
+                                      encoder=genc))
 
     sets = [encoded(cfg.data, "latents-train.safetensors", cfg.max_windows)]
     if cfg.mix_data:
@@ -501,7 +523,6 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
     sides = None
     if cfg.side_data:
         sides = SidePairs(sets[0], encoded(cfg.side_data, "latents-side.safetensors", cfg.max_windows), cfg.side_data)
-    student = load_dit(cfg.student_run)
     if cfg.layers and cfg.layers != student.config.num_layers:
         log.info("grew %s's %d blocks to %d", cfg.student_run, student.config.num_layers, cfg.layers)
         student = grow_blocks(student, cfg.layers, cfg.student_run)
@@ -519,7 +540,8 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
             x0, cond, prompt = sides.sample(g, cfg.batch // 2)
         elif nearest[k] is None:  # a physics world mixed in has no captions: its prompts are the wordings
             rate = cfg.caption_rate if k == 0 or data.captions is not None else 0.0
-            x0, cond, prompt, _ = data.sample(g, cfg.batch, caption_rate=rate)
+            x0, cond, prompt, _ = data.sample(g, cfg.batch, caption_rate=rate, prompt_light_rate=cfg.prompt_light_rate,
+                                              shadow_pass_rate=cfg.shadow_pass_rate)
         else:
             x0, cond, prompt = sample_pairs(data, nearest[k], g, cfg.batch // 2)
         exit_step = int(torch.randint(n_steps, (1,), generator=g))
@@ -537,6 +559,7 @@ def run_rollout(cfg: RolloutStageConfig, log, progress=None) -> int:
         descend(opt, loss, student.parameters())
         return logs
 
-    return train_loop(cfg, {"dit": student}, {"opt_dit": opt}, step, log, progress,
+    nets = {"dit": student, **({"gbuffer_encoder": genc} if genc is not None else {})}  # export ships its encoder
+    return train_loop(cfg, nets, {"opt_dit": opt}, step, log, progress,
                       extra={"dit_config": asdict(student.config), "chunk_frames": cfg.chunk_frames,
-                             "text_encoder": cfg.text_encoder})
+                             "text_encoder": cfg.text_encoder, **({"gbuffer_encoder": LIT_CONFIG} if genc is not None else {})})

@@ -39,7 +39,7 @@ def flash_branch(source: str, first: int, prompt: str, save: dict) -> dict:
     return {
         m: ("AlayaFlash_LoadFlashModel", "Load Flash Model", dict(MODEL)),
         p: ("AlayaFlash_EncodePrompt", "Encode Prompt", {"text_encoder": L(m, 3), "text": prompt, "style": "original"}),
-        e: ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers", {"gbuffer_encoder": L(m, 1), "gbuffers": L(source)}),
+        e: ("AlayaFlash_EncodeGBuffers", "Encode G-Buffers", {"gbuffer_encoder": L(m, 1), "gbuffers": L(source), "prompt": L(p)}),
         s: ("AlayaFlash_FlashSampler", "Flash Sampler", {"model": L(m), "cond": L(e), "prompt": L(p), **SAMPLER}),
         d: ("AlayaFlash_Decode", "Decode", {"decoder": L(m, 2), "latents": L(s)}),
         r: ("AlayaFlash_Refine", "Refine with G-Buffers", {"refiner": L(m, 4), "images": L(d), "gbuffers": L(source),

@@ -5,6 +5,10 @@ metallic, normal, roughness), each mapping 3-channel frames to 16 latent channel
 normalized Wan space; the five outputs are concatenated to 80 channels in that order (channels
 16g..16g+15 are branch g), the layout of the teacher's patch-embedding input slices 16..95.
 
+A light-reading config ("gbuffer-encoder-slim-lit", `reads_light`) has a sixth branch, channels 80..95:
+the shading prior's image of the frame under the stream's light (`with_prior`; model_zoo/shading_prior.py),
+so the DiT (in_dim 112) starts from a lit guess instead of learning the light from the passes alone.
+
 Each branch has the TAEHV encoder's layer stack (model_zoo/codecs/tiny.py; conv + three
 TPool/stride-2-conv/3xMemBlock stages + conv), with hidden width `hidden` (128 as in the Flash
 release; the public card says "5 branches, hidden dim 128"; the layer stack is our guess). Weights
@@ -47,15 +51,25 @@ class GBufferEncoderConfig:
     branches: int = 5  # one per modality, in streaming.gbuffer.MODALITIES order
     latent_channels: int = 16  # per branch
     image_channels: int = 3  # per branch (teacher form: every pass as 8-bit RGB)
+    # a sixth branch reads the shading prior's image of each frame under the stream's light (`with_prior`)
+    reads_light: bool = False
+
+    def __post_init__(self):
+        if self.reads_light and self.branches != LIT_BRANCHES:
+            raise AlayaError(f"G-buffer encoder config: reads_light needs {LIT_BRANCHES} branches (five passes and "
+                             f"the shading prior's image), got {self.branches}")
 
     @property
     def out_channels(self) -> int:
         return self.branches * self.latent_channels
 
 
+LIT_BRANCHES = 6  # the five passes, then the shading prior's shaded image
+
 CONFIGS: dict[str, GBufferEncoderConfig] = {
     "gbuffer-encoder": GBufferEncoderConfig(),
     "gbuffer-encoder-slim": GBufferEncoderConfig(hidden=32),
+    "gbuffer-encoder-slim-lit": GBufferEncoderConfig(hidden=32, branches=LIT_BRANCHES, reads_light=True),
 }
 
 
@@ -225,6 +239,22 @@ class GBufferEncoderStream:
         """'branch.layer' -> shape of that layer's memory."""
         return {f"{g}.{i}": tuple(t.shape) for g, state in enumerate(self.states) for i, t in state.items()
                 if t is not None}
+
+
+def with_prior(prior, images: Tensor, light: Tensor, depth_near: float = 0.5,
+               sun_visibility: Tensor | None = None) -> Tensor:
+    """Teacher-form passes uint8 (T, 5, H, W, 3) -> the six planes a light-reading encoder reads: the passes,
+    then the image `prior` (a model_zoo.shading_prior.ShadingPrior) shades of each frame under its packed light
+    (T, PACKED), as 8-bit sRGB. Camera up from the normals, as the refiner's prior has it; sun_visibility
+    (T, H, W) in [0, 1], an engine's shadow pass, replaces the screen-space shadows."""
+    if images.dtype != torch.uint8 or images.ndim != 5 or images.shape[1] != LIT_BRANCHES - 1:
+        raise AlayaError(f"G-buffer encoder: the prior is shaded from teacher-form passes uint8 (T, 5, H, W, 3), "
+                         f"got {images.dtype} {tuple(images.shape)}")
+    if light.ndim != 2 or len(light) != len(images):
+        raise AlayaError(f"G-buffer encoder: {len(images)} frame(s) need one packed light each, got {tuple(light.shape)}")
+    shaded = prior(images, light, depth_near, sun_visibility=sun_visibility)[:, :3]
+    plane = shaded.mul(255).round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+    return torch.cat([images, plane[:, None]], 1)
 
 
 def split_branches(state: dict[str, Tensor], branches: int = 5) -> list[dict[str, Tensor]]:

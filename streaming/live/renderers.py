@@ -73,7 +73,7 @@ class FlashLive:
         self.chunk_latents = chunk_latents or model.settings.chunk_frames
         self.steps = steps
         self.encode_text = model.text_encoder()
-        self.light_problem = unread_light(model.refiner, model.describe())
+        self.light_problem = unread_light(model.refiner, model.describe(), model.gbuffer_encoder)
         self.lights = lights  # what a reset starts from: a LightSchedule, or None (the prompt's)
         self.light = None  # the Light set live (set_light), or None
         self._emb = None
@@ -259,7 +259,7 @@ def renderer_factory(model: Path | None = None, workflow: Path | None = None, ra
     if lights is not None:  # refused now, in one line, rather than on the page once it runs
         from ..render.lighting import unread_light
 
-        why = unread_light(load().refiner, load().describe())
+        why = unread_light(load().refiner, load().describe(), load().gbuffer_encoder)
         if why:
             raise AlayaError(f"--light: {why}" + ("; --no-refiner left its refiner out" if not refine else ""))
 

@@ -142,10 +142,12 @@ class LightNotRead(AlayaError):
         self.what = what
 
 
-def unread_light(refiner, name: str) -> str | None:
-    """Why a light given to a model with this refiner (None: none) would go unread, as one line naming the
-    model (`name`), or None when the refiner reads the light."""
-    if refiner is not None and getattr(refiner, "reads_light", False):
+def unread_light(refiner, name: str, encoder=None) -> str | None:
+    """Why a light given to a model with this refiner (None: none) and G-buffer encoder would go unread, as one
+    line naming the model (`name`), or None when the refiner or the encoder reads the light."""
+    from .pipelines import encoder_reads_light
+
+    if refiner is not None and getattr(refiner, "reads_light", False) or encoder_reads_light(encoder):
         return None
     why = "it has no G-buffer refiner" if refiner is None else "its refiner is not light-reading"
     return f"{name} does not read a light ({why})"

@@ -44,22 +44,43 @@ from .teacher_sampler import teacher_sample
 
 
 class GBufferEncode:
-    """Streaming G-buffer encoder with Wan alignment and end padding (see module docstring)."""
+    """Streaming G-buffer encoder with Wan alignment and end padding (see module docstring).
 
-    def __init__(self, encoder, fps: float = 16.0):
+    A light-reading encoder (config `reads_light`) also reads the shading prior's image of each frame
+    under `lights` (a LightSchedule, engine/lighting.py), with the chunk's shadow pass when it has one."""
+
+    def __init__(self, encoder, fps: float = 16.0, lights=None):
         self.stream = encoder.new_stream()  # torch or a compiled runtime (model_zoo/runtime)
+        self.reads_light = encoder_reads_light(encoder)
+        if self.reads_light and lights is None:
+            raise AlayaError("G-buffer encoder: this encoder reads the light; connect a light (or the prompt's)")
+        self.lights, self.prior = lights, None
         self.frames = 0
         self.last: torch.Tensor | None = None
         self.fps = fps
+
+    def _planes(self, gbuffers: GBuffers) -> torch.Tensor:
+        """The encoder's input planes of a chunk: the passes, and for a light-reading encoder the prior's image."""
+        if not self.reads_light:
+            return gbuffers.images
+        from ...model_zoo.codecs.gbuffer_encoder import with_prior
+        from ...model_zoo.shading_prior import ShadingPrior
+
+        if self.prior is None:
+            self.prior = ShadingPrior()
+        light = self.lights.at(torch.arange(self.frames, self.frames + len(gbuffers)))
+        vis = None if gbuffers.shadow is None else gbuffers.sun_visibility()
+        return with_prior(self.prior, gbuffers.images, light, gbuffers.depth_near, vis)
 
     def step(self, gbuffers: GBuffers | None) -> Latents | None:
         if gbuffers is None or len(gbuffers) == 0:
             return None
         self.fps = gbuffers.fps
         starts = (0,) if self.frames == 0 else ()
+        planes = self._planes(gbuffers)
         self.frames += len(gbuffers)
-        self.last = gbuffers.images[-1:]
-        z = self.stream.encode(gbuffers.images)
+        self.last = planes[-1:]
+        z = self.stream.encode(planes)
         return None if z is None else Latents(z.float(), starts, 0, self.fps)
 
     def flush(self) -> Latents | None:
@@ -71,6 +92,11 @@ class GBufferEncode:
         z = self.stream.encode(self.last.expand(pad, -1, -1, -1, -1))
         # frames == 1 and pad == 0 cannot reach here; z is never None after padding to 4k+1
         return Latents(z.float(), (), pad, self.fps)
+
+
+def encoder_reads_light(encoder) -> bool:
+    """Whether a G-buffer encoder (torch or compiled) has the shading prior's branch."""
+    return bool(getattr(getattr(encoder, "config", None), "reads_light", False))
 
 
 def nominal_steps(steps: int) -> tuple[float, ...]:
@@ -411,16 +437,17 @@ def flash_steps(model, prompts: PromptSchedule, seed: int = 0, refine: bool = Tr
                 lights=None, **sample_options) -> list[Step]:
     """The Flash stage list over G-buffer chunks fed as `feed`: encode, sample, decode, and refine
     (the model's G-buffer refiner, with the same G-buffers) when the model has one and `refine` is on.
-    lights: the LightSchedule (engine/lighting.py) of a refiner that reads the light; None: the
+    lights: the LightSchedule (engine/lighting.py) of an encoder or refiner that reads the light; None: the
     prompt's, as the light head reads it."""
-    steps = [Step("encode", GBufferEncode(model.gbuffer_encoder), {"gbuffers": (feed, 0)}, single=True),
+    reads = encoder_reads_light(model.gbuffer_encoder) or (refine and getattr(model.refiner, "reads_light", False))
+    if reads and lights is None:
+        from .lighting import prompt_lights
+
+        lights = prompt_lights(model, prompts)
+    steps = [Step("encode", GBufferEncode(model.gbuffer_encoder, lights=lights), {"gbuffers": (feed, 0)}, single=True),
              Step("sample", FlashSample(model, prompts, seed, **sample_options), {"cond": ("encode", 0)}, single=True),
              Step("decode", Decode(TinyDecoder(model.decoder)), {"latents": ("sample", 0)}, single=True)]
     if refine and model.refiner is not None:
-        if getattr(model.refiner, "reads_light", False) and lights is None:
-            from .lighting import prompt_lights
-
-            lights = prompt_lights(model, prompts)
         steps.append(Step("refine", Refine(model.refiner, prompts, lights), {"frames": ("decode", 0), "gbuffers": (feed, 0)},
                           single=True))
     return steps
@@ -488,29 +515,49 @@ class FlashPipeline(Pipeline):
 
     def set_prompts(self, prompts: PromptSchedule) -> None:
         """Change the prompt mid-stream: the sampler from its next chunk (KV cache kept), a refiner
-        that reads the prompt from its next frame."""
+        that reads the prompt from its next frame (and the light it names, unless a light was given)."""
         self.stage("sample").set_prompts(prompts)
         if self.refine is not None and self.refine.prompts is not None:
             self.refine.prompts = prompts
-        if self.refine is not None and self.refine.lights is not None and not self.explicit_lights:
+        if self._lights() is not None and not self.explicit_lights:
             from .lighting import prompt_lights
 
-            self.refine.lights = prompt_lights(self.model, prompts)
+            self._share_lights(prompt_lights(self.model, prompts))
+
+    def _lights(self):
+        """The stream's LightSchedule (the encoder's and the refiner's are one), None when neither reads it."""
+        encode = self.stage("encode")
+        if encode.reads_light:
+            return encode.lights
+        return self.refine.lights if self.refine is not None else None
+
+    def _share_lights(self, lights) -> None:
+        if self.stage("encode").reads_light:
+            self.stage("encode").lights = lights
+        if self.refine is not None and getattr(self.refine.refiner, "reads_light", False):
+            self.refine.lights = lights
 
     def set_light(self, light, frame: int) -> None:
         """Change the light from pixel frame `frame` on (the frames before keep theirs): a Light, or None for
-        the prompt's light again. LightNotRead when the model's refiner does not read the light."""
+        the prompt's light again. LightNotRead when neither the model's encoder nor its refiner reads the light."""
         from ...model_zoo.light import pack
         from .lighting import LightNotRead, prompt_lights, unread_light
 
-        why = unread_light(None if self.refine is None else self.refine.refiner, self.model.describe())
+        why = unread_light(None if self.refine is None else self.refine.refiner, self.model.describe(),
+                           self.model.gbuffer_encoder)
         if why:
             raise LightNotRead("light", why)
         if light is None:
             packed = prompt_lights(self.model, self.stage("sample").prompts).at(torch.tensor([frame]))[0]
         else:
             packed = pack(light)[0]
-        self.refine.lights = self.refine.lights.changed(frame, packed, since=self.refine.frame, given=light is not None)
+        # the frames a stage has taken keep their light; the refiner lags the encoder (the decoder's delay)
+        encode = self.stage("encode")
+        taken = [encode.frames] if encode.reads_light else []
+        if self.refine is not None and getattr(self.refine.refiner, "reads_light", False):
+            taken.append(self.refine.frame)
+        done = min(taken)
+        self._share_lights(self._lights().changed(frame, packed, since=done, given=light is not None))
         self.explicit_lights = light is not None
 
 

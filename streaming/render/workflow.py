@@ -265,16 +265,17 @@ LIGHT_TYPE, LIGHT_NODE = "ALAYA_LIGHT", "AlayaFlash_Light"
 
 def feed_light(wf: Workflow, text: str, node_classes: Mapping[str, type], title: str = "--light") -> list[str]:
     """Render the workflow under a light given as text (`--light`: one light or 'FRAME: light' lines): a Light
-    node with that text is added (titled `title`) and linked to every LIGHT input of the graph (Refine with
-    G-Buffers, Render G-Buffer Stream, Shade G-Buffers), replacing what fed them (an explicit light wins).
+    node with that text is added (titled `title`) and linked to every LIGHT input of the graph (Encode
+    G-Buffers, Refine with G-Buffers, Render G-Buffer Stream, Shade G-Buffers), replacing what fed them (an
+    explicit light wins).
     Returns the fed node ids; AlayaError naming `title` for a wrong light or a graph with no LIGHT input."""
     from .lighting import user_lights
 
     user_lights(text, title)  # a wrong light is one line naming the flag, before the graph is touched
     fed = [nid for nid, spec in wf.nodes.items() if _light_inputs(node_classes.get(spec.class_type))]
     if not fed:
-        raise AlayaError(f"{title}: {wf.source} has no node that takes a light (Refine with G-Buffers, Render "
-                         "G-Buffer Stream, Shade G-Buffers)")
+        raise AlayaError(f"{title}: {wf.source} has no node that takes a light (Encode G-Buffers, Refine with "
+                         "G-Buffers, Render G-Buffer Stream, Shade G-Buffers)")
     cls = node_classes[LIGHT_NODE]
     inputs = {name: spec[1]["default"] for name, spec in widget_inputs(cls) if "default" in (spec[1] if len(spec) > 1 else {})}
     numbers = [int(n) for n in wf.nodes if n.isdigit()]

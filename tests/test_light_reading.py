@@ -1,0 +1,151 @@
+"""A student that reads the light through the G-buffer encoder (model_zoo/codecs/gbuffer_encoder.py's sixth
+branch, training/light_reading.py): the shading prior's image enters as the sixth plane, chunked streams
+equal whole ones, the light set mid-stream reaches the encoder from its frame, a five-branch student widened
+to read it renders exactly what it rendered before, and student-rollout trains and exports one."""
+import json
+
+import pytest
+import torch
+
+from alaya_flash.model_zoo import bundle
+from alaya_flash.model_zoo.codecs import gbuffer_encoder
+from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
+from alaya_flash.model_zoo.light import Light, pack
+from alaya_flash.model_zoo.shading_prior import ShadingPrior
+from alaya_flash.streaming.cli import main
+from alaya_flash.streaming.render import pipelines as pl
+from alaya_flash.streaming.render.lighting import LightSchedule, prompt_lights
+from alaya_flash.streaming.values import GBuffers, PromptSchedule
+from stream_helpers import moving_shadow, random_gbuffers, render_all
+
+PROMPT = "a courtyard at noon, the sun on the left"
+SUN = Light(sun_azimuth=-60.0, sun_elevation=35.0)
+
+
+def _lit_model(refiner: str | None = None):
+    model = bundle.make_random_flash(gbuffer_encoder="gbuffer-encoder-slim-lit", seed=0)
+    if refiner:
+        from stream_helpers import random_refiner
+
+        model.refiner = random_refiner(refiner)
+    return model
+
+
+def _encode(encoder, chunks, lights):
+    stage = pl.GBufferEncode(encoder, lights=lights)
+    outs = [stage.step(c) for c in chunks] + [stage.flush()]
+    return torch.cat([o.tensor for o in outs if o is not None], 2)
+
+
+def test_the_sixth_plane_is_the_priors_image_with_the_shadow_pass_when_given():
+    """with_prior appends the prior's shaded sRGB image as 8-bit; a stream's shadow pass replaces the screen-space
+    shadows there (and changes the plane); the encoder's latents of a chunked stream equal the whole clip's."""
+    g = random_gbuffers(9, 32, 32)
+    light = pack(SUN).expand(9, -1)
+    prior = ShadingPrior()
+    planes = gbuffer_encoder.with_prior(prior, g.images, light)
+    assert planes.shape == (9, 6, 32, 32, 3) and planes.dtype == torch.uint8
+    assert torch.equal(planes[:, :5], g.images)
+    want = prior(g.images, light)[:, :3].mul(255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+    assert torch.equal(planes[:, 5], want)
+    shadow = torch.from_numpy(moving_shadow(9, 32, 32, start=4, step=2, width=10))
+    passed = gbuffer_encoder.with_prior(prior, g.images, light, sun_visibility=shadow.float() / 255)
+    assert not torch.equal(passed[:, 5], planes[:, 5])
+
+    encoder = _lit_model().gbuffer_encoder
+    lights = LightSchedule.constant(SUN)
+    whole = _encode(encoder, [GBuffers(g.images, shadow=shadow)], lights)
+    chunked = _encode(encoder, [GBuffers(g.images[a:a + 3], shadow=shadow[a:a + 3]) for a in range(0, 9, 3)], lights)
+    assert torch.equal(whole, chunked)
+    assert torch.equal(whole, encoder.encode(passed))
+    assert not torch.equal(whole, _encode(encoder, [g], lights))  # the pass reached the encoder
+
+
+def test_a_light_changed_mid_stream_reaches_the_encoder_from_its_frame():
+    """FlashPipeline.set_light on a model whose encoder reads the light (no refiner): the frames before the
+    change keep the prompt's light, those after it the given one, exactly as a schedule that says so; the
+    encoder and a light-reading refiner share it."""
+    model = _lit_model()
+    sched = PromptSchedule.encode(model.text_encoder(), PROMPT)
+    g = random_gbuffers(13, 32, 32)
+    pipe = pl.FlashPipeline(model, sched, seed=2)
+    out = [pipe.step(GBuffers(g.images[:5]))]
+    pipe.set_light(SUN, 7)
+    out += [pipe.step(GBuffers(g.images[5:])), pipe.flush()]
+    got = torch.cat([o for o in out if o is not None])
+    lights = prompt_lights(model, sched).changed(7, pack(SUN)[0])
+    assert torch.equal(got, render_all(pl.FlashPipeline(model, sched, seed=2, lights=lights), [g]))
+    assert not torch.equal(got, render_all(pl.FlashPipeline(model, sched, seed=2), [g]))
+
+    both = _lit_model("gbuffer-refiner-16-given")
+    pipe = pl.FlashPipeline(both, sched, seed=2)
+    pipe.step(GBuffers(g.images[:5]))
+    pipe.set_light(SUN, 7)
+    assert pipe.stage("encode").lights is pipe.refine.lights
+
+
+def test_a_widened_student_renders_what_it_rendered_before():
+    """lit_encoder + widen_inputs: the five-branch model's DiT given 16 zero input columns and its encoder a
+    sixth branch (the tiny codec's RGB encoder) renders the five-branch model's frames, whatever the light."""
+    from alaya_flash.training.light_reading import lit_encoder, widen_inputs
+
+    five = bundle.make_random_flash(seed=4)
+    wide = bundle.make_random_flash(seed=4)
+    wide.gbuffer_encoder = lit_encoder(five.gbuffer_encoder, five.decoder.state_dict()).eval()
+    wide.dit = widen_inputs(five.dit, 16).eval()
+    assert wide.dit.config.in_dim == 112 and wide.gbuffer_encoder.config.reads_light
+    rgb_branch = gbuffer_encoder.split_branches(wide.gbuffer_encoder.state_dict(), 6)[5]
+    assert all(torch.equal(v, five.decoder.state_dict()[k]) for k, v in rgb_branch.items())
+    sched = PromptSchedule.encode(five.text_encoder(), PROMPT)
+    g = random_gbuffers(9, 32, 32)
+    before = render_all(pl.FlashPipeline(five, sched, seed=1), [g])
+    after = render_all(pl.FlashPipeline(wide, sched, seed=1, lights=LightSchedule.constant(SUN)), [g])
+    torch.testing.assert_close(after, before, atol=2e-5, rtol=0)  # zero columns: only the matmul's blocking differs
+
+
+def test_light_reading_bad_input_is_one_line(tmp_path):
+    with pytest.raises(AlayaError, match="reads_light needs 6 branches"):
+        gbuffer_encoder.GBufferEncoderConfig(branches=5, reads_light=True)
+    with pytest.raises(AlayaError, match="this encoder reads the light; connect a light"):
+        pl.GBufferEncode(_lit_model().gbuffer_encoder)
+    with pytest.raises(AlayaError, match=r"9 frame\(s\) need one packed light each"):
+        gbuffer_encoder.with_prior(ShadingPrior(), random_gbuffers(9).images, pack(SUN))
+    folder = bundle.save_flash(_lit_model(), tmp_path / "lit")
+    raw = json.loads((folder / "config.json").read_text())
+    raw["networks"]["gbuffer_encoder"]["config"].update(branches=5, reads_light=False)
+    (folder / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError):  # the encoder's weights no longer match, or the DiT's input does not
+        bundle.load_flash_folder(folder)
+
+
+def test_rollout_reads_the_light_and_exports_a_model_that_does(runs, tmp_path):
+    """student-rollout with reads_light: the cache holds the passes' 80 channels once and the prior's 16 per
+    (window, preset) under each way the light comes; the run's checkpoint holds its encoder; a run continued
+    from it stays light-reading; export ships that encoder, and the folder renders with a light."""
+    from alaya_flash.training.latent_data import LatentSet
+    from training_helpers import rollout_config, write
+
+    out = tmp_path / "lit"
+    conf = rollout_config(runs, out, steps=2, ckpt_every=2, reads_light=True, prompt_light_rate=0.5)
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "l.json", conf)]) == 0
+    data = LatentSet(out / "latents-train.safetensors")
+    plain = LatentSet(runs / "rollout" / "latents-train.safetensors")
+    assert torch.equal(data.cond, plain.cond)  # the passes' branches are the codecs run's
+    assert set(data.lit) == {"lit", "lit_prompt"}  # the physics fixture records no sun visibility
+    assert data.lit["lit"].shape == (*plain.rgb.shape[:2], 16, *plain.cond.shape[2:])
+    _, cond, _, _ = data.sample(torch.Generator().manual_seed(0), 2)
+    assert cond.shape[1] == 96
+    more = tmp_path / "more"
+    conf = rollout_config(runs, more, student_run=str(out), steps=1, ckpt_every=1)
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "m.json", conf)]) == 0
+    export = {"out": str(tmp_path / "model"), "student_run": str(more), "teacher_run": str(runs / "teacher"),
+              "codecs_run": str(runs / "codecs"), "vae_run": str(runs / "vae"), "trained_size": [32, 32],
+              "teacher_window_frames": 9}
+    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", export)]) == 0
+    model = bundle.load_flash_folder(tmp_path / "model")
+    assert model.gbuffer_encoder.config.reads_light and model.dit.config.in_dim == 112
+    sched = PromptSchedule.encode(model.text_encoder(), PROMPT)
+    frames = render_all(pl.FlashPipeline(model, sched, lights=LightSchedule.constant(SUN)), [random_gbuffers(5, 32, 32)])
+    assert frames.shape == (5, 32, 32, 3)
+    conf = rollout_config(runs, tmp_path / "bad", reads_light=True, pair_weight=1.0)
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "b.json", conf)]) == 2
