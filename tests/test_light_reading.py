@@ -149,3 +149,19 @@ def test_rollout_reads_the_light_and_exports_a_model_that_does(runs, tmp_path):
     assert frames.shape == (5, 32, 32, 3)
     conf = rollout_config(runs, tmp_path / "bad", reads_light=True, pair_weight=1.0)
     assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "b.json", conf)]) == 2
+
+
+
+def test_the_compiled_runtimes_encoder_graph_takes_the_six_planes():
+    """The graph model_zoo/runtime converts for OpenVINO (graphs.EncoderGroup, one latent per call with its
+    memory) computes a light-reading encoder's latents as the torch stream does (converting it costs over a
+    minute here; the graph is what differs by branch count)."""
+    from alaya_flash.model_zoo.runtime.graphs import EncoderGroup
+
+    encoder = _lit_model().gbuffer_encoder
+    planes = gbuffer_encoder.with_prior(ShadingPrior(), random_gbuffers(5, 32, 32).images, pack(SUN).expand(5, -1))
+    group = EncoderGroup(encoder)
+    memory = [torch.zeros(s) for s in EncoderGroup.memory_shapes_for(encoder, 32, 32)]
+    z0, *memory = group(planes[:1].expand(4, -1, -1, -1, -1), *memory)  # frame 0 alone makes latent 0
+    z1, *_ = group(planes[1:5], *memory)
+    torch.testing.assert_close(torch.stack([z0[0], z1[0]], 1)[None], encoder.encode(planes), atol=1e-5, rtol=1e-5)
