@@ -345,6 +345,16 @@ class CrossAttention(_Attention):
         return _linear(self.o, v.transpose(1, 2).flatten(2))
 
 
+def _modulation(rows: int, dim: int) -> nn.Parameter:
+    """A (1, rows, dim) modulation table, random / sqrt(dim). Built on the meta device (to receive
+    loaded weights) it is only allocated: a random or divided meta tensor runs torch's Python meta
+    kernels, whose first use imports sympy and torch._dynamo (about 1 s of CPU in every process that
+    loads a model)."""
+    if torch.get_default_device().type == "meta":
+        return nn.Parameter(torch.empty(1, rows, dim))
+    return nn.Parameter(torch.randn(1, rows, dim) / dim**0.5)
+
+
 class Block(nn.Module):
     """One Wan block: modulated self-attention, cross-attention (affine norm3, no gate), modulated FFN."""
 
@@ -355,7 +365,7 @@ class Block(nn.Module):
         self.cross_attn = CrossAttention(cfg.dim, cfg.num_heads, cfg.eps)
         self.norm3 = nn.LayerNorm(cfg.dim, eps=cfg.eps, elementwise_affine=True)
         self.ffn = nn.Sequential(nn.Linear(cfg.dim, cfg.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.ffn_dim, cfg.dim))
-        self.modulation = nn.Parameter(torch.randn(1, 6, cfg.dim) / cfg.dim**0.5)
+        self.modulation = _modulation(6, cfg.dim)
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:  # norm1 / norm2: no affine parameters
         return F.layer_norm(x, x.shape[-1:], eps=self.eps)
@@ -389,7 +399,7 @@ class Head(nn.Module):
         super().__init__()
         self.eps = cfg.eps
         self.head = nn.Linear(cfg.dim, math.prod(cfg.patch_size) * cfg.out_dim)
-        self.modulation = nn.Parameter(torch.randn(1, 2, cfg.dim) / cfg.dim**0.5)
+        self.modulation = _modulation(2, cfg.dim)
 
     def forward(self, x: torch.Tensor, t_emb: torch.Tensor, frames: int) -> torch.Tensor:
         """x (B, N, dim); t_emb (B, F or 1, dim) -> (B, N, prod(patch) * out_dim), float32."""

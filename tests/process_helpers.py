@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,9 +41,13 @@ def in_own_process(test):
         if os.environ.get(_OWN_PROCESS) == test.__name__:
             return test(*args, **kwargs)
         node = f"{Path(inspect.getfile(test)).relative_to(ROOT)}::{test.__name__}"
-        child = subprocess.run(
-            [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", node],
-            cwd=ROOT, env={**os.environ, _OWN_PROCESS: test.__name__}, capture_output=True, text=True, timeout=600)
+        # a --basetemp of its own: pytest's numbered temporary folders would have the child delete the
+        # oldest of them on its way out (another session's, a whole suite's GB at times)
+        with tempfile.TemporaryDirectory(prefix="alaya-own-process-") as basetemp:
+            child = subprocess.run(
+                [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                 "--basetemp", str(Path(basetemp) / "tmp"), node],
+                cwd=ROOT, env={**os.environ, _OWN_PROCESS: test.__name__}, capture_output=True, text=True, timeout=600)
         out = child.stdout + child.stderr
         assert child.returncode == 0 and re.search(r"\b1 passed\b", out), f"{node} in its own process ({child.returncode}):\n{out[-4000:]}"
 

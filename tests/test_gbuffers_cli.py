@@ -146,6 +146,29 @@ def test_help(argv, capsys):
     assert e.value.code == 0 and "usage: alaya-flash" in capsys.readouterr().out
 
 
+def test_the_parser_and_info_start_without_torch_and_a_model_loads_without_sympy():
+    """A fresh process: building every command's parser and `gbuffers info` import no torch (serve's
+    --preset names load when first needed), and loading the shipped model imports neither sympy nor
+    torch._dynamo (its modulation tables are only allocated on the meta device): seconds of every start."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; sys.path.insert(0, 'tests'); import conftest; from alaya_flash.streaming.cli import main; "
+            "main(['gbuffers', 'info', 'samples/courtyard']); print('torch' in sys.modules); "
+            "from alaya_flash.model_zoo.folders import load_flash; load_flash(); "
+            "print('torch' in sys.modules, 'sympy' in sys.modules, 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == ["False", "True False False"], out.stdout
+
+
+def test_a_preset_serve_does_not_know_is_one_line_naming_them(capsys):
+    assert main(["serve", "--preset", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --preset: invalid choice: 'nope' (choose from 'bright_sunny', 'overcast'" in err
+
+
 def test_the_world_demo_lights_a_light_reading_model_by_its_own_sun(tmp_path, monkeypatch):
     """The physics world knows its sun, as an engine does: the demo hands a light-reading model each frame's
     light (the demo preset's sun turned with that frame's camera), and renders what a pipeline given those

@@ -12,6 +12,27 @@ MAX_FRAMES = 10_000_000
 MAX_SEED = 2**63 - 1
 
 
+class LazyChoices:
+    """argparse `choices` read when first needed. Every command's parser is built for every command
+    line, and some choices live in modules that load torch (about 1.5 s of CPU), which `--help` or
+    `gbuffers info` never need. Give the argument a metavar too: without one argparse lists the
+    choices when the argument is added."""
+
+    def __init__(self, load):
+        self._load, self._names = load, None
+
+    def _get(self) -> tuple:
+        if self._names is None:
+            self._names = tuple(self._load())
+        return self._names
+
+    def __contains__(self, value) -> bool:
+        return value in self._get()
+
+    def __iter__(self):
+        return iter(self._get())
+
+
 def bounded(kind: type, low: float, high: float):
     """An argparse type: a finite `kind` (int or float) in [low, high]."""
 

@@ -41,9 +41,13 @@ def serve_token(host: str, token: str | None) -> str | None:
     return None if host.strip("[]").lower() in LOOPBACK_NAMES else secrets.token_urlsafe(16)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def _preset_names():
     from ...world.shading import PRESETS
 
+    return PRESETS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind; anything but 127.0.0.1 exposes the page to your network. "
                         "Requests must name the server in their Host header (localhost, an IP address, this "
@@ -59,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="render size: N for NxN or WIDTHxHEIGHT, multiples of 16")
     parser.add_argument("--fps", type=args_.FPS, default=30.0, help="stream frame rate (physics steps 1/fps per frame)")
     parser.add_argument("--seed", type=args_.SEED, default=0, help="world seed and sampler seed")
-    parser.add_argument("--preset", choices=tuple(PRESETS), default="bright_sunny",
-                        help="initial lighting preset (its prompt is the initial prompt)")
+    parser.add_argument("--preset", choices=args_.LazyChoices(_preset_names), default="bright_sunny", metavar="PRESET",
+                        help="initial lighting preset (its prompt is the initial prompt): %(choices)s")
     parser.add_argument("--prompt", default="", help="initial prompt (overrides the preset's)")
     args_.add_light_argument(parser, "; every session starts under it (the page's sun sliders and an engine's "
                              "light messages change it mid-stream); a model whose refiner does not read the light "
