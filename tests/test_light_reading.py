@@ -1,7 +1,7 @@
 """A student that reads the light through the G-buffer encoder (model_zoo/codecs/gbuffer_encoder.py's sixth
 branch, training/light_reading.py): the shading prior's image enters as the sixth plane, chunked streams
-equal whole ones, the light set mid-stream reaches the encoder from its frame, a five-branch student widened
-to read it renders exactly what it rendered before, and student-rollout trains and exports one."""
+equal whole ones, the light set mid-stream reaches the encoder from its frame, and a five-branch student
+widened to read it renders exactly what it rendered before. student-rollout's reads_light: test_training_student.py."""
 import json
 
 import pytest
@@ -12,7 +12,6 @@ from alaya_flash.model_zoo.codecs import gbuffer_encoder
 from alaya_flash.model_zoo.errors import AlayaError, CheckpointError
 from alaya_flash.model_zoo.light import Light, pack
 from alaya_flash.model_zoo.shading_prior import ShadingPrior
-from alaya_flash.streaming.cli import main
 from alaya_flash.streaming.render import pipelines as pl
 from alaya_flash.streaming.render.lighting import LightSchedule, prompt_lights
 from alaya_flash.streaming.values import GBuffers, PromptSchedule
@@ -116,40 +115,6 @@ def test_light_reading_bad_input_is_one_line(tmp_path):
     (folder / "config.json").write_text(json.dumps(raw))
     with pytest.raises(CheckpointError):  # the encoder's weights no longer match, or the DiT's input does not
         bundle.load_flash_folder(folder)
-
-
-def test_rollout_reads_the_light_and_exports_a_model_that_does(runs, tmp_path):
-    """student-rollout with reads_light: the cache holds the passes' 80 channels once and the prior's 16 per
-    (window, preset) under each way the light comes; the run's checkpoint holds its encoder; a run continued
-    from it stays light-reading; export ships that encoder, and the folder renders with a light."""
-    from alaya_flash.training.latent_data import LatentSet
-    from training_helpers import rollout_config, write
-
-    out = tmp_path / "lit"
-    conf = rollout_config(runs, out, steps=2, ckpt_every=2, reads_light=True, prompt_light_rate=0.5)
-    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "l.json", conf)]) == 0
-    data = LatentSet(out / "latents-train.safetensors")
-    plain = LatentSet(runs / "rollout" / "latents-train.safetensors")
-    assert torch.equal(data.cond, plain.cond)  # the passes' branches are the codecs run's
-    assert set(data.lit) == {"lit", "lit_prompt"}  # the physics fixture records no sun visibility
-    assert data.lit["lit"].shape == (*plain.rgb.shape[:2], 16, *plain.cond.shape[2:])
-    _, cond, _, _ = data.sample(torch.Generator().manual_seed(0), 2)
-    assert cond.shape[1] == 96
-    more = tmp_path / "more"
-    conf = rollout_config(runs, more, student_run=str(out), steps=1, ckpt_every=1)
-    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "m.json", conf)]) == 0
-    export = {"out": str(tmp_path / "model"), "student_run": str(more), "teacher_run": str(runs / "teacher"),
-              "codecs_run": str(runs / "codecs"), "vae_run": str(runs / "vae"), "trained_size": [32, 32],
-              "teacher_window_frames": 9}
-    assert main(["--quiet", "train", "export", "--config", write(tmp_path / "e.json", export)]) == 0
-    model = bundle.load_flash_folder(tmp_path / "model")
-    assert model.gbuffer_encoder.config.reads_light and model.dit.config.in_dim == 112
-    sched = PromptSchedule.encode(model.text_encoder(), PROMPT)
-    frames = render_all(pl.FlashPipeline(model, sched, lights=LightSchedule.constant(SUN)), [random_gbuffers(5, 32, 32)])
-    assert frames.shape == (5, 32, 32, 3)
-    conf = rollout_config(runs, tmp_path / "bad", reads_light=True, pair_weight=1.0)
-    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "b.json", conf)]) == 2
-
 
 
 def test_the_compiled_runtimes_encoder_graph_takes_the_six_planes():
