@@ -130,3 +130,34 @@ def test_the_compiled_runtimes_encoder_graph_takes_the_six_planes():
     z0, *memory = group(planes[:1].expand(4, -1, -1, -1, -1), *memory)  # frame 0 alone makes latent 0
     z1, *_ = group(planes[1:5], *memory)
     torch.testing.assert_close(torch.stack([z0[0], z1[0]], 1)[None], encoder.encode(planes), atol=1e-5, rtol=1e-5)
+
+
+def test_the_refiner_reuses_the_encoders_prior_and_renders_the_same_frames():
+    """With a light-reading encoder and refiner, the prior runs once a frame (SharedPrior): the frames equal a
+    pipeline whose refiner shades again, chunked, with a shadow pass, and with the light changed mid-stream
+    both ahead of the encoder and behind it (frames the encoder has taken: the refiner shades those again)."""
+    model = _lit_model("gbuffer-refiner-16-given")
+    sched = PromptSchedule.encode(model.text_encoder(), PROMPT)
+    g = random_gbuffers(17, 32, 32)
+    shadow = torch.from_numpy(moving_shadow(17, 32, 32, start=2, step=1, width=8))
+
+    def render(share: bool, change_at: int):
+        pipe = pl.FlashPipeline(model, sched, seed=2)
+        if not share:
+            pipe.stage("encode").share = pipe.refine.share = None
+        out = [pipe.step(GBuffers(g.images[:5], shadow=shadow[:5]))]
+        pipe.set_light(SUN, change_at)
+        out += [pipe.step(GBuffers(g.images[a:a + 4], shadow=shadow[a:a + 4])) for a in range(5, 17, 4)]
+        out.append(pipe.flush())
+        return torch.cat([o for o in out if o is not None])
+
+    for change_at in (7, 3):
+        assert torch.equal(render(True, change_at), render(False, change_at)), change_at
+    counted = []
+    real = model.refiner.shading_prior.forward
+    model.refiner.shading_prior.forward = lambda *a, **k: counted.append(1) or real(*a, **k)
+    try:
+        render(True, 7)
+    finally:
+        model.refiner.shading_prior.forward = real
+    assert not counted  # the refiner shaded nothing itself

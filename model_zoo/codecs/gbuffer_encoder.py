@@ -242,18 +242,20 @@ class GBufferEncoderStream:
 
 
 def with_prior(prior, images: Tensor, light: Tensor, depth_near: float = 0.5,
-               sun_visibility: Tensor | None = None) -> Tensor:
+               sun_visibility: Tensor | None = None, planes: Tensor | None = None) -> Tensor:
     """Teacher-form passes uint8 (T, 5, H, W, 3) -> the six planes a light-reading encoder reads: the passes,
     then the image `prior` (a model_zoo.shading_prior.ShadingPrior) shades of each frame under its packed light
     (T, PACKED), as 8-bit sRGB. Camera up from the normals, as the refiner's prior has it; sun_visibility
-    (T, H, W) in [0, 1], an engine's shadow pass, replaces the screen-space shadows."""
+    (T, H, W) in [0, 1], an engine's shadow pass, replaces the screen-space shadows. planes: the prior's
+    output for exactly these (T, 5, H, W), when already computed."""
     if images.dtype != torch.uint8 or images.ndim != 5 or images.shape[1] != LIT_BRANCHES - 1:
         raise AlayaError(f"G-buffer encoder: the prior is shaded from teacher-form passes uint8 (T, 5, H, W, 3), "
                          f"got {images.dtype} {tuple(images.shape)}")
     if light.ndim != 2 or len(light) != len(images):
         raise AlayaError(f"G-buffer encoder: {len(images)} frame(s) need one packed light each, got {tuple(light.shape)}")
-    shaded = prior(images, light, depth_near, sun_visibility=sun_visibility)[:, :3]
-    plane = shaded.mul(255).round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+    if planes is None:
+        planes = prior(images, light, depth_near, sun_visibility=sun_visibility)
+    plane = planes[:, :3].mul(255).round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
     return torch.cat([images, plane[:, None]], 1)
 
 

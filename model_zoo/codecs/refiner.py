@@ -229,7 +229,7 @@ class GBufferRefiner(nn.Module):
     @torch.no_grad()
     def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None, light: Tensor | None = None,
                depth_near: float = 0.5, up: Tensor | None = None, sun_visibility: Tensor | None = None,
-               light_given: Tensor | bool = True) -> Tensor:
+               light_given: Tensor | bool = True, prior: Tensor | None = None) -> Tensor:
         """IMAGE frames (T, H, W, 3) float [0, 1] and their G-buffers uint8 (T, 5, H, W, 3) -> IMAGE frames.
 
         text: each frame's prompt embedding (T, text_dim), for a config that reads prompts (else ignored).
@@ -238,6 +238,8 @@ class GBufferRefiner(nn.Module):
         sun_visibility: (T, H, W) in [0, 1], an engine's shadow pass: the prior's shadows (None: screen-space).
         light_given: whether each frame's light was given (bool, or (T,) bool) rather than read from the prompt,
         for a config that reads it (else ignored).
+        prior: the shading prior's planes of these frames under `light` (T, 5, H, W), already computed (a
+        light-reading encoder's, streaming/render/pipelines.py); None: computed here.
         """
         if frames.shape[0] != gbuffers.shape[0] or tuple(frames.shape[1:3]) != tuple(gbuffers.shape[2:4]):
             raise AlayaError(f"G-buffer refiner: frames {tuple(frames.shape)} and G-buffers {tuple(gbuffers.shape)} "
@@ -253,16 +255,18 @@ class GBufferRefiner(nn.Module):
         for t in range(frames.shape[0]):  # one frame per call: its result never depends on how the stream was cut
             rgb = frames[t:t + 1].to(device).permute(0, 3, 1, 2).float()
             emb = text[t:t + 1].to(device) if self.text_dim else None
-            prior = None
-            if self.reads_light:
-                prior = self.shading_prior(gbuffers[t:t + 1], light[t:t + 1], depth_near,
-                                           None if up is None else up[t:t + 1],
-                                           None if sun_visibility is None else sun_visibility[t:t + 1]).to(device)
+            planes = None
+            if self.reads_light and prior is not None:
+                planes = prior[t:t + 1].to(device)
+            elif self.reads_light:
+                planes = self.shading_prior(gbuffers[t:t + 1], light[t:t + 1], depth_near,
+                                            None if up is None else up[t:t + 1],
+                                            None if sun_visibility is None else sun_visibility[t:t + 1]).to(device)
             given = None
             if self.config.given:
                 lit = light_given if isinstance(light_given, bool) else bool(light_given[t])
                 given = torch.tensor([[float(lit), float(sun_visibility is not None)]], device=device)
-            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)), emb, prior, given)
+            out = self(rgb, gbuffer_planes(gbuffers[t:t + 1].to(device)), emb, planes, given)
             outs.append(out.clamp(0, 1).permute(0, 2, 3, 1).contiguous().cpu())
         return torch.cat(outs) if outs else frames
 

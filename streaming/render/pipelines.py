@@ -49,12 +49,12 @@ class GBufferEncode:
     A light-reading encoder (config `reads_light`) also reads the shading prior's image of each frame
     under `lights` (a LightSchedule, engine/lighting.py), with the chunk's shadow pass when it has one."""
 
-    def __init__(self, encoder, fps: float = 16.0, lights=None):
+    def __init__(self, encoder, fps: float = 16.0, lights=None, share: "SharedPrior | None" = None):
         self.stream = encoder.new_stream()  # torch or a compiled runtime (model_zoo/runtime)
         self.reads_light = encoder_reads_light(encoder)
         if self.reads_light and lights is None:
             raise AlayaError("G-buffer encoder: this encoder reads the light; connect a light (or the prompt's)")
-        self.lights, self.prior = lights, None
+        self.lights, self.prior, self.share = lights, None, share
         self.frames = 0
         self.last: torch.Tensor | None = None
         self.fps = fps
@@ -70,7 +70,10 @@ class GBufferEncode:
             self.prior = ShadingPrior()
         light = self.lights.at(torch.arange(self.frames, self.frames + len(gbuffers)))
         vis = None if gbuffers.shadow is None else gbuffers.sun_visibility()
-        return with_prior(self.prior, gbuffers.images, light, gbuffers.depth_near, vis)
+        planes = self.prior(gbuffers.images, light, gbuffers.depth_near, sun_visibility=vis)
+        if self.share is not None:
+            self.share.put(self.frames, planes, light, vis)
+        return with_prior(self.prior, gbuffers.images, light, planes=planes)
 
     def step(self, gbuffers: GBuffers | None) -> Latents | None:
         if gbuffers is None or len(gbuffers) == 0:
@@ -92,6 +95,38 @@ class GBufferEncode:
         z = self.stream.encode(self.last.expand(pad, -1, -1, -1, -1))
         # frames == 1 and pad == 0 cannot reach here; z is never None after padding to 4k+1
         return Latents(z.float(), (), pad, self.fps)
+
+
+class SharedPrior:
+    """The shading prior's planes a light-reading encoder computed, kept for the light-reading refiner of the
+    same stream, so the prior runs once a frame: from the refiner's next frame to the encoder's last (the
+    decoder's delay), each with the light and shadows it was shaded under. A frame whose light differs when
+    the refiner reaches it is shaded again there."""
+
+    def __init__(self):
+        self.start = 0  # the pixel frame of planes[0]
+        self.planes: torch.Tensor | None = None  # (n, 5, H, W)
+        self.lights: torch.Tensor | None = None  # (n, PACKED)
+        self.shadows: list[torch.Tensor | None] = []  # per frame: its sun visibility (H, W), or None
+
+    def put(self, start: int, planes: torch.Tensor, lights: torch.Tensor, shadows: torch.Tensor | None) -> None:
+        if self.planes is None or start != self.start + len(self.planes):
+            self.start, self.planes, self.lights, self.shadows = start, planes[:0], lights[:0], []
+        self.planes, self.lights = torch.cat([self.planes, planes]), torch.cat([self.lights, lights])
+        self.shadows += list(shadows) if shadows is not None else [None] * len(planes)
+
+    def take(self, start: int, lights: torch.Tensor, shadows: torch.Tensor | None) -> torch.Tensor | None:
+        """The planes of frames start .. start + len(lights) - 1 if all were shaded under these lights and
+        shadows (dropped either way), else None."""
+        n = len(lights)
+        if self.planes is None or start != self.start or len(self.planes) < n:
+            return None
+        planes, kept_lights, kept_shadows = self.planes[:n], self.lights[:n], self.shadows[:n]
+        self.start, self.planes, self.lights, self.shadows = start + n, self.planes[n:], self.lights[n:], self.shadows[n:]
+        same = torch.equal(kept_lights, lights) and all(
+            (a is None and shadows is None) or (a is not None and shadows is not None and torch.equal(a, shadows[k]))
+            for k, a in enumerate(kept_shadows))
+        return planes if same else None
 
 
 def encoder_reads_light(encoder) -> bool:
@@ -274,7 +309,7 @@ class Refine:
     refiner that reads the prompt gets each frame's embedding from `prompts` by its pixel frame.
     """
 
-    def __init__(self, refiner, prompts: PromptSchedule | None = None, lights=None):
+    def __init__(self, refiner, prompts: PromptSchedule | None = None, lights=None, share: SharedPrior | None = None):
         if getattr(refiner, "text_dim", 0):
             if prompts is None:
                 raise AlayaError("Refine: this G-buffer refiner reads the prompt; connect the prompt")
@@ -284,6 +319,7 @@ class Refine:
             raise AlayaError("Refine: this G-buffer refiner reads the light; connect a light (or the prompt's)")
         self.refiner, self.prompts = refiner, prompts
         self.lights = lights  # a LightSchedule (engine/lighting.py) for a refiner that reads the light
+        self.share = share  # the prior's planes a light-reading encoder computed for these frames
         self.frame = 0  # pixel frames refined so far
         self.frames: torch.Tensor | None = None
         self.gbuffers: GBuffers | None = None  # those waiting for their frames (with their shadow pass, if any)
@@ -311,6 +347,8 @@ class Refine:
         more = {} if now.shadow is None else {"sun_visibility": now.sun_visibility()}
         if getattr(self.refiner, "reads_given", False):  # whether each frame's light was given or the prompt's
             more["light_given"] = self.lights.given_at(torch.arange(self.frame, self.frame + n))
+        if self.share is not None and light is not None:
+            more["prior"] = self.share.take(self.frame, light, more.get("sun_visibility"))
         out = self.refiner.refine(self.frames[:n], now.images, self._text(n), light, now.depth_near, **more)
         self.frames = self.frames[n:]
         self.frame += n
@@ -439,16 +477,19 @@ def flash_steps(model, prompts: PromptSchedule, seed: int = 0, refine: bool = Tr
     (the model's G-buffer refiner, with the same G-buffers) when the model has one and `refine` is on.
     lights: the LightSchedule (engine/lighting.py) of an encoder or refiner that reads the light; None: the
     prompt's, as the light head reads it."""
-    reads = encoder_reads_light(model.gbuffer_encoder) or (refine and getattr(model.refiner, "reads_light", False))
-    if reads and lights is None:
+    encoder_reads = encoder_reads_light(model.gbuffer_encoder)
+    refiner_reads = refine and getattr(model.refiner, "reads_light", False)
+    if (encoder_reads or refiner_reads) and lights is None:
         from .lighting import prompt_lights
 
         lights = prompt_lights(model, prompts)
-    steps = [Step("encode", GBufferEncode(model.gbuffer_encoder, lights=lights), {"gbuffers": (feed, 0)}, single=True),
+    share = SharedPrior() if encoder_reads and refiner_reads else None  # the prior once a frame
+    steps = [Step("encode", GBufferEncode(model.gbuffer_encoder, lights=lights, share=share), {"gbuffers": (feed, 0)},
+                  single=True),
              Step("sample", FlashSample(model, prompts, seed, **sample_options), {"cond": ("encode", 0)}, single=True),
              Step("decode", Decode(TinyDecoder(model.decoder)), {"latents": ("sample", 0)}, single=True)]
     if refine and model.refiner is not None:
-        steps.append(Step("refine", Refine(model.refiner, prompts, lights), {"frames": ("decode", 0), "gbuffers": (feed, 0)},
+        steps.append(Step("refine", Refine(model.refiner, prompts, lights, share), {"frames": ("decode", 0), "gbuffers": (feed, 0)},
                           single=True))
     return steps
 
