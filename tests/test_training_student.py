@@ -478,13 +478,15 @@ def test_trajectories_of_an_earlier_teacher_are_made_again(runs, tmp_path):
 def test_rollout_reads_the_light_and_exports_a_model_that_does(runs, tmp_path):
     """student-rollout with reads_light: the cache holds the passes' 80 channels once and the prior's 16 per
     (window, preset) under each way the light comes; the run's checkpoint holds its encoder; a run continued
-    from it stays light-reading; export ships that encoder, and the folder renders with a light."""
+    from it stays light-reading (light_lr moves the prior's input columns that many times as far); export ships
+    that encoder, and the folder renders with a light."""
     from alaya_flash.model_zoo import bundle
     from alaya_flash.model_zoo.light import Light
     from alaya_flash.streaming.render import pipelines as pl
     from alaya_flash.streaming.render.lighting import LightSchedule
     from alaya_flash.streaming.values import PromptSchedule
     from alaya_flash.training.latent_data import LatentSet
+    from alaya_flash.training.teacher import load_dit
     from stream_helpers import random_gbuffers, render_all
     from training_helpers import rollout_config
 
@@ -501,6 +503,14 @@ def test_rollout_reads_the_light_and_exports_a_model_that_does(runs, tmp_path):
     more = tmp_path / "more"
     conf = rollout_config(runs, more, student_run=str(out), steps=1, ckpt_every=1)
     assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "m.json", conf)]) == 0
+    # light_lr: the prior's input columns move light_lr / lr times as far as at lr, the rest as far
+    fast = tmp_path / "fast"
+    conf = rollout_config(runs, fast, student_run=str(out), steps=1, ckpt_every=1, light_lr=10 * conf["lr"])
+    assert main(["--quiet", "train", "student-rollout", "--config", write(tmp_path / "f.json", conf)]) == 0
+    w0, w1, w10 = (load_dit(r).patch_embedding.weight for r in (out, more, fast))
+    torch.testing.assert_close(w10[:, 96:] - w0[:, 96:], 10 * (w1[:, 96:] - w0[:, 96:]), rtol=1e-3, atol=1e-6)
+    torch.testing.assert_close(w10[:, :96], w1[:, :96])
+    assert (w1[:, 96:] - w0[:, 96:]).abs().max() > 0
     export = {"out": str(tmp_path / "model"), "student_run": str(more), "teacher_run": str(runs / "teacher"),
               "codecs_run": str(runs / "codecs"), "vae_run": str(runs / "vae"), "trained_size": [32, 32],
               "teacher_window_frames": 9}
