@@ -316,3 +316,21 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert 0 < light.shadow_pass_rate < 1  # a share of the world v2 crops shaded with their shadow pass
     assert default.refiner_run == light.out and default.out == "model_zoo/default"
     assert (default.student_run, default.codecs_run) == (shipped.student_run, shipped.codecs_run)
+
+
+def test_light_student_script_chains_its_stages(tmp_path, monkeypatch):
+    """light_student.sh's calls load and chain: the default imported, a student made to read the light on world
+    v2's light scenes with the physics world mixed in, continued with the prior's columns at their own rate,
+    exported, a refiner on that model's frames, and the two exported together."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model_zoo").symlink_to(Path(__file__).resolve().parents[1] / "model_zoo")
+    (tmp_path / "runs" / "model-lit2").mkdir(parents=True)  # the refiner checks its model, which the export writes
+    (tmp_path / "runs" / "model-lit2" / "config.json").write_text("{}")
+    calls = _recipe_calls("light_student.sh")
+    assert [name for name, _ in calls] == ["import", "student-rollout", "student-rollout", "export", "refiner", "export"]
+    imported, first, second, export, refiner, final = (cfg for _, cfg in calls)
+    assert first.reads_light and first.student_run == f"{imported.out}/student" and first.codecs_run == f"{imported.out}/codecs"
+    assert second.student_run == first.out and second.light_lr > second.lr and not second.reads_light
+    assert first.mix_data and first.data == second.data == refiner.data and 0 < first.prompt_light_rate < 1
+    assert export.student_run == final.student_run == second.out and refiner.model == export.out
+    assert final.refiner_run == refiner.out and final.out != export.out
