@@ -61,8 +61,9 @@ async def _until_text(ws, pred, timeout=20.0):
             raise AssertionError(f"socket closed: {msg}")
 
 
-def _run(coro):
-    return asyncio.run(coro)
+def _run(coro, timeout: float = 180.0):
+    """Run a test's client; a hang past `timeout` is a failure, not a stalled suite."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def test_page_and_static_files_and_404s(server):
@@ -162,7 +163,10 @@ def test_bad_input_is_refused_without_harm(server):
             # a flood trips the rate limit, then too many refusals close the client
             async with s.ws_connect(server.url + "ws") as ws:
                 for _ in range(MAX_STRIKES + 150):
-                    await ws.send_str('{"type": "ping", "t": 1}')
+                    try:  # a server that has closed this client reads no more: the send would wait forever
+                        await asyncio.wait_for(ws.send_str('{"type": "ping", "t": 1}'), 10)
+                    except (asyncio.TimeoutError, ConnectionResetError):
+                        break
                 errors = []
                 while True:
                     msg = await ws.receive(timeout=10)
