@@ -5,6 +5,7 @@ missing, unexpected or mis-shaped is refused with the first offenders and their 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,6 +17,16 @@ from torch import nn
 from .errors import CheckpointError
 
 MAX_LISTED = 5  # offenders named per category in an error message
+
+
+def weights_hash(module: nn.Module) -> str:
+    """A hash of a network's weights (names, dtypes, shapes, bytes): compiled-model and latent caches key on it."""
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def shape_str(shape) -> str:

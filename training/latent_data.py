@@ -18,9 +18,10 @@ import torch
 
 from ..model_zoo.bundle import load_text_encoder
 from ..model_zoo.errors import AlayaError
-from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
+from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors, weights_hash
 from ..model_zoo.text_encoder import MINILM
 from .data import ClipSet
+from .light_reading import VARIANTS
 
 
 def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path, codecs_run: str | Path | None,
@@ -54,7 +55,7 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
     if text_encoder != MINILM:  # recorded only then, so caches made before it stay current
         recipe["text_encoder"] = text_encoder
     if encoder is not None:  # a light-reading student's own encoder: its weights decide
-        recipe["encoder"] = _weights_digest(encoder)
+        recipe["encoder"] = weights_hash(encoder)[:16]
     if out.is_file() and json.loads(read_metadata(out).get("recipe", "{}")) == recipe:
         return _refresh_prompts(out, data, text_encoder)
     clips = ClipSet(data, split)
@@ -97,16 +98,6 @@ def encode_split(data: str | Path, split: str, frames: int, vae_run: str | Path,
         tensors["caption"] = _caption_tensor([clips.captions[c] for c, _ in windows], text)
     save_safetensors(tensors, out, {"recipe": recipe, "presets": clips.presets, "prompts": clips.prompts})
     return out
-
-
-def _weights_digest(net) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for k, v in net.state_dict().items():
-        h.update(k.encode())
-        h.update(v.detach().float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 class _LitWindows:
@@ -228,7 +219,7 @@ class LatentSet:
         self.rgb, self.cond, self.negative = state.get("rgb"), state["cond"], state["negative"]
         self.captions = state.get("caption")  # (N, P, text_len, 384) from a world v2 dataset, else None
         # a light-reading encoder's prior channels per (window, preset): (N, P, 16, T', h, w) per way the light came
-        self.lit = {k: state[k] for k in ("lit", "lit_pass", "lit_prompt") if k in state}
+        self.lit = {k: state[k] for k in VARIANTS if k in state}
         self.presets: list[str] = json.loads(meta["presets"])
         self.prompts: dict = json.loads(meta["prompts"])
         self.prompt_emb = {k[len("prompt."):]: v for k, v in state.items() if k.startswith("prompt.")}

@@ -51,6 +51,7 @@ from ..dit import PromptContext, WanDiT, rope_freqs, apply_rope
 from ..errors import AlayaError
 from ..kv_cache import KVCache
 from ..latents import TIME_COMPRESSION
+from ..loading import weights_hash
 from . import graphs
 
 GRAPH_VERSION = 1  # bump when graphs.py changes what a graph computes: old cache entries are then ignored
@@ -62,16 +63,6 @@ def cache_root() -> Path:
         return Path(os.environ["ALAYA_FLASH_CACHE"]) / "openvino"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "alaya-flash" / "openvino"
-
-
-def weights_hash(module: nn.Module) -> str:
-    """A hash of a network's weights (names, dtypes, shapes, bytes)."""
-    h = hashlib.sha256()
-    for name, t in sorted(module.state_dict().items()):
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
 
 
 _core = None

@@ -47,7 +47,7 @@ class GBufferEncode:
     """Streaming G-buffer encoder with Wan alignment and end padding (see module docstring).
 
     A light-reading encoder (config `reads_light`) also reads the shading prior's image of each frame
-    under `lights` (a LightSchedule, engine/lighting.py), with the chunk's shadow pass when it has one."""
+    under `lights` (a LightSchedule, render/lighting.py), with the chunk's shadow pass when it has one."""
 
     def __init__(self, encoder, fps: float = 16.0, lights=None, share: "SharedPrior | None" = None):
         self.stream = encoder.new_stream()  # torch or a compiled runtime (model_zoo/runtime)
@@ -475,7 +475,7 @@ def flash_steps(model, prompts: PromptSchedule, seed: int = 0, refine: bool = Tr
                 lights=None, **sample_options) -> list[Step]:
     """The Flash stage list over G-buffer chunks fed as `feed`: encode, sample, decode, and refine
     (the model's G-buffer refiner, with the same G-buffers) when the model has one and `refine` is on.
-    lights: the LightSchedule (engine/lighting.py) of an encoder or refiner that reads the light; None: the
+    lights: the LightSchedule (render/lighting.py) of an encoder or refiner that reads the light; None: the
     prompt's, as the light head reads it."""
     encoder_reads = encoder_reads_light(model.gbuffer_encoder)
     refiner_reads = refine and getattr(model.refiner, "reads_light", False)
