@@ -199,6 +199,8 @@ def _config_from_entry(path: Path, role: str, entry: Any, family: str):
         config = cls(**raw)
     except TypeError as err:
         raise CheckpointError(f"{path}: networks.{role}.config is not a {cls.__name__}: {err}") from None
+    except AlayaError as err:  # a check in the config's __post_init__ (reads_light without a sixth branch)
+        raise CheckpointError(f"{path}: networks.{role}.config: {err}") from None
     try:  # fields that must agree (a DiT's dim divisible by its heads), named with the file
         return config.validate() if hasattr(config, "validate") else config
     except AlayaError as err:

@@ -115,6 +115,10 @@ def test_light_reading_bad_input_is_one_line(tmp_path):
     (folder / "config.json").write_text(json.dumps(raw))
     with pytest.raises(CheckpointError):  # the encoder's weights no longer match, or the DiT's input does not
         bundle.load_flash_folder(folder)
+    raw["networks"]["gbuffer_encoder"]["config"]["reads_light"] = True  # a config that contradicts itself
+    (folder / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError, match=r"config.json: networks.gbuffer_encoder.config: .*reads_light needs 6"):
+        bundle.load_flash_folder(folder)
 
 
 def test_the_compiled_runtimes_encoder_graph_takes_the_six_planes():
