@@ -122,8 +122,11 @@ class StoredTextEncoder(TextEncoder):
         from safetensors.torch import save
 
         pooled, hidden, mask = (t.detach().cpu().contiguous() for t in states)
-        data = save({"pooled": pooled, "hidden": hidden, "mask": mask}, metadata={"prompt": prompt})
         path, tmp = self.path(prompt), None
+        try:
+            data = save({"pooled": pooled, "hidden": hidden, "mask": mask}, metadata={"prompt": prompt})
+        except Exception:  # safetensors' own error: a prompt its metadata cannot hold stays unstored
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             # a name of its own: two processes storing one prompt at once each rename a whole file
