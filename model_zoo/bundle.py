@@ -109,9 +109,9 @@ class _Model:
     label = ""  # what describe() calls it
 
     def text_encoder(self):
-        """The prompt encoder (loaded on first use, then kept)."""
+        """The prompt encoder (loaded on first use, then kept); MiniLM's behind the prompt store."""
         if self._text is None:
-            self._text = load_text_encoder(self.text_encoder_name, self.device)
+            self._text = model_text_encoder(self.text_encoder_name, self.device)
         return self._text
 
     @property
@@ -173,6 +173,27 @@ def _load_text_encoder(name: str, device: str):
     from .text_encoder import TextEncoder, context_tokens
 
     return TextEncoder.load(device=device, tokens=context_tokens(name))
+
+
+def model_text_encoder(name: str, device: str | torch.device = "cpu"):
+    """A model's prompt encoder: MiniLM behind the prompt store (model_zoo/prompt_store.py: a prompt
+    encoded by an earlier process is read back, and MiniLM is loaded only for one it lacks), others
+    (and MiniLM with the store off) as load_text_encoder gives them."""
+    from .prompt_store import store_folder
+
+    folder = store_folder() if name in MINILM_NAMES else None
+    if folder is None:
+        return load_text_encoder(name, device)
+    return _stored_text_encoder(name, str(torch.device(device)), str(folder))
+
+
+@functools.lru_cache(maxsize=4)  # one per (name, device, store): models share it, as they share the encoder
+def _stored_text_encoder(name: str, device: str, folder: str):
+    from .prompt_store import StoredTextEncoder
+    from .text_encoder import context_tokens, default_model_dir
+
+    return StoredTextEncoder(lambda: load_text_encoder(name, device), default_model_dir(), Path(folder), device,
+                             tokens=context_tokens(name))
 
 
 # ---------------------------------------------------------------------------------------------

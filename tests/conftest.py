@@ -92,6 +92,19 @@ class _WholeFilesToAWorker:
         return ByFile(config, log)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def prompt_store(tmp_path_factory):
+    """The session's prompt store ($ALAYA_FLASH_PROMPT_STORE, model_zoo/prompt_store.py), never the user's:
+    one folder for both xdist workers and every process the tests start, so a prompt one of them
+    encoded is read back by the others (process_helpers.store_prompts). A test run in its own process
+    keeps its parent's. (Compiled OpenVINO models stay in the user's cache, as a user's do.)"""
+    if not (os.environ.get("ALAYA_FLASH_TEST_IN_OWN_PROCESS") and os.environ.get("ALAYA_FLASH_PROMPT_STORE")):
+        base = tmp_path_factory.getbasetemp()
+        folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "prompt-store"
+        os.environ["ALAYA_FLASH_PROMPT_STORE"] = str(folder)
+    return Path(os.environ["ALAYA_FLASH_PROMPT_STORE"])
+
+
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
     """Every training stage run once on a tiny dataset (training_helpers.build_runs), shared by the

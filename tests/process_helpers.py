@@ -28,6 +28,18 @@ def wait_until(proc, ready, what: str, polls: int = 2400, every: float = 0.05) -
     pytest.fail(f"{what}: not after {polls} polls")
 
 
+def store_prompts(*prompts: str) -> None:
+    """Encode prompts into the session's prompt store (conftest.py's cache_home), so a process the test
+    starts reads them back instead of loading MiniLM for them (about 3 s of CPU a process): what the
+    process does with a prompt is the test's subject, not how it encodes one."""
+    from alaya_flash.model_zoo.bundle import model_text_encoder
+    from alaya_flash.model_zoo.text_encoder import MINILM
+
+    encoder = model_text_encoder(MINILM)
+    for prompt in prompts:
+        encoder.states([prompt])
+
+
 def in_own_process(test):
     """Run the test in a pytest process of its own, for a test that raises signals in its process.
 

@@ -140,7 +140,8 @@ def test_same_shot_same_bits_in_this_process_and_another_whatever_its_default_th
     assert batch("--inputs", str(tmp_path / "other.jsonl"), "--out", f"{tmp_path}/x/{{name}}", *LOCAL, capsys=capsys)[0] == 0
     code, _ = batch(*args, "--out", f"{tmp_path}/b/{{name}}", *LOCAL, capsys=capsys)  # after another shot in this process
     assert code == 0
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+    # no prompt store: the other process encodes the prompts itself rather than reading this one's
+    env = dict(os.environ, OMP_NUM_THREADS="2", ALAYA_FLASH_PROMPT_STORE="off")
     proc = subprocess.run([*CLI, "--quiet", "batch", str(RENDER), *TINY, *args, "--out", f"{tmp_path}/c/{{name}}", *LOCAL],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -2,6 +2,7 @@
 the batch still finishes with every output complete and equal to the single-process render; a rerun
 renders nothing; a changed prompt renders only its shots again. The manifest, fingerprints and
 retries themselves: test_batch.py."""
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 from batch_helpers import (CLI, RENDER, ROOT, TINY, batch, holding_worker, leftovers, make_clips, manifest,
                            output_bytes, write_list)
+from process_helpers import store_prompts
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (the `ray` extra; `make test` installs it)")
 
@@ -78,6 +80,7 @@ def test_a_worker_killed_mid_shot_then_rerun_then_a_changed_prompt(cluster, tmp_
 
     shots[1]["prompt"] = shots[4]["prompt"] = "a rainy night"
     write_list(listing, shots)
+    store_prompts("a rainy night")  # the worker reads it back (the shots' other prompts: stored by the batches above)
     # one worker renders both (each worker's start is a process importing torch and loading MiniLM)
     code, s = batch("--inputs", str(listing), "--out", f"{out}/{{name}}.mp4", "--workers", "1", capsys=capsys)
     assert code == 0 and (s["rendered"], s["skipped"], s["workers"]) == (2, 4, 1)
@@ -93,6 +96,7 @@ def test_batch_starts_and_stops_its_own_local_ray(tmp_path):
     equal this process's."""
     clips = make_clips(tmp_path / "clips", 2)
     out = tmp_path / "out"
+    store_prompts(json.loads(RENDER.read_text())["3"]["inputs"]["text"])  # the workflow's prompt: its worker reads it back
     env = dict(os.environ, OMP_NUM_THREADS="2")
     proc = subprocess.run([*CLI, "--quiet", "batch", str(RENDER), *TINY, "--inputs", f"{tmp_path}/clips/*",
                            "--out", f"{out}/{{name}}.mp4", "--engine", "ray", "--workers", "1"],

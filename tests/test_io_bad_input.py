@@ -544,19 +544,24 @@ def test_render_names_the_file_it_wrote_and_a_closed_pipe_is_quiet(tmp_path, mon
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["mp4", "png"])
 def test_a_file_size_limit_mid_render_is_one_line_and_leaves_nothing(fmt, tmp_path):
-    """The disk refusing mid-write (here a 50 KB file-size limit, as a full disk would) is one line naming
-    the output, exit 2, and nothing is left behind."""
+    """The disk refusing mid-write (here a 3 KB file-size limit, as a full disk would) is one line naming
+    the output, exit 2, and nothing is left behind. At 64x64 a PNG frame is about 7 KB and the 5 frames'
+    MP4 about 6 KB: both go past the limit."""
     import resource
     import subprocess
     import sys
 
     def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3_000, 3_000))
+
+    from process_helpers import store_prompts
 
     cli = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
            "from alaya_flash.streaming.cli import main; sys.exit(main())"]
+    store_prompts("x")
     out = tmp_path / "big"
-    done = subprocess.run(cli + ["render", "samples/courtyard", "--prompt", "x", "--out", str(out), "--format", fmt],
+    done = subprocess.run(cli + ["render", "samples/courtyard", "--prompt", "x", "--out", str(out), "--format", fmt,
+                                 "--size", "64", "--frames", "5"],
                           cwd=ROOT, preexec_fn=limit, capture_output=True, text=True)
     err = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(err) == 1, done.stderr

@@ -18,7 +18,7 @@ from alaya_flash.streaming.live.page_session import unpack_frame
 from alaya_flash.streaming.live.protocol import MAX_STRIKES, WS_MAX_BYTES, Command
 
 from live_helpers import TintRenderer, raw_client, read_close_code, stalled_client, start_server, ws_frame
-from process_helpers import wait_until
+from process_helpers import store_prompts, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
@@ -448,7 +448,10 @@ def test_a_signal_during_serve_record_finishes_or_removes_the_recording(sig, fra
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    from alaya_flash.streaming.world.shading import PRESETS
+
     rec = tmp_path / "rec"
+    store_prompts("", PRESETS["bright_sunny"].prompt)  # what it encodes as it starts: read back, MiniLM never loaded
     proc = subprocess.Popen(CLI + ["serve", "--random-model", "--record", "--record-dir", str(rec), "--port", str(port),
                                    "--size", "32"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:

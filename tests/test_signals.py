@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from process_helpers import in_own_process, wait_until
+from process_helpers import in_own_process, store_prompts, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import conftest; "
@@ -98,6 +98,8 @@ def test_a_stop_that_library_code_swallowed_still_stops(tmp_path, monkeypatch):
 def stop_mid_write(command: str, sig: int, tmp_path: Path, **popen) -> None:
     """Start `command`, send `sig` once its temporary output exists, check it stopped and left nothing."""
     args, out = commands(tmp_path)[command]
+    if command == "render":
+        store_prompts("a street")
     proc = subprocess.Popen(CLI + ["--quiet"] + args, cwd=ROOT, stderr=subprocess.PIPE, text=True, **popen)
     # its temporary output exists: it is writing
     wait_until(proc, lambda: list(tmp_path.glob(f".{out.name}.*.tmp")), f"{command} starting to write")

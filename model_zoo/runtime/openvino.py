@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 import shutil
 import tempfile
 import threading
@@ -48,6 +47,7 @@ import torch
 from torch import nn
 
 from ..dit import PromptContext, WanDiT, rope_freqs, apply_rope
+from ..cache_home import cache_home
 from ..errors import AlayaError
 from ..kv_cache import KVCache
 from ..latents import TIME_COMPRESSION
@@ -59,10 +59,7 @@ GRAPH_VERSION = 1  # bump when graphs.py changes what a graph computes: old cach
 
 def cache_root() -> Path:
     """Where compiled models are kept (see the module docstring)."""
-    if os.environ.get("ALAYA_FLASH_CACHE"):
-        return Path(os.environ["ALAYA_FLASH_CACHE"]) / "openvino"
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "alaya-flash" / "openvino"
+    return cache_home() / "openvino"
 
 
 _core = None
