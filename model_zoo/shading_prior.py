@@ -58,6 +58,11 @@ class PriorConfig:
     ao_radius: float = 0.6  # scene units
     ao_stride: int = 4  # ambient occlusion from every n-th pixel, spread back bilinearly (it is low-frequency)
     sun_disc: float = 2000.0  # exponent of the sun's disc on the sky (shade()'s)
+    # screen-space reflections: a metal's mirror ray marched through the depth buffer shows the surface it meets
+    # (else it shows the sky); off for the shipped refiner, which was trained without them
+    reflections: bool = False
+    reflect_steps: int = 32  # samples along each mirror ray, spaced geometrically out to ~3.5 x the pixel's depth
+    reflect_min: float = 0.1  # pixels whose metallic x (1 - roughness) is below this keep the sky (and cost nothing)
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
@@ -274,6 +279,49 @@ def sun_visibility(depth: Tensor, sun: Tensor, grid: _Grid, depth_near: float,
 
 
 @functools.lru_cache(maxsize=4)
+def _reflect_reach(steps: int) -> Tensor:
+    """Where a mirror ray is sampled, as multiples of its pixel's depth: geometric from 0.02 to ~3.5."""
+    return 0.02 * (3.5 / 0.02) ** (torch.arange(steps, dtype=torch.float32) / max(steps - 1, 1))
+
+
+def screen_reflections(depth: Tensor, normal: Tensor, color: Tensor, chosen: Tensor, grid: _Grid, depth_near: float,
+                       thickness: float = PriorConfig.thickness, steps: int = PriorConfig.reflect_steps) -> tuple[Tensor, Tensor]:
+    """For the pixels `chosen` (K,) (indices into one frame's H*W): what each one's mirror ray meets first in the
+    depth buffer, as (hit (K,) in {0, 1}, colour (3, K): `color` (3, H*W) at the pixel met, 0 where nothing is).
+
+    The ray leaves the pixel's point along the view direction mirrored about its normal and is sampled at
+    `steps` distances (_reflect_reach); a sample meets a surface when it lies behind the surface its own
+    pixel shows, by more than the 8-bit depth's rounding and less than `thickness` of that surface's
+    distance. What the frame does not show (behind the camera, off the frame, the background) is met by no
+    ray: those pixels keep the sky."""
+    h, w = grid.h, grid.w
+    d = depth.index_select(0, chosen)
+    pos = grid.rays.index_select(1, chosen) * d  # view space
+    n = normal.index_select(1, chosen)
+    eye = grid.eye.index_select(1, chosen)
+    mirror = 2 * _dot(n, eye) * n - eye  # (3, K), unit
+    reach = d[:, None] * _reflect_reach(steps)[None]  # (K, S)
+    q = pos[:, :, None] + mirror[:, :, None] * reach[None]  # (3, K, S)
+    z = (-q[2]).clamp_min(1e-6)  # distance in front of the camera; behind it is dropped below
+    px = q[0] / z * grid.focal + w / 2
+    py = -q[1] / z * grid.focal + h / 2
+    inside = (q[2] < -1e-3) & (px >= 0) & (px < w) & (py >= 0) & (py < h)
+    pixel = (py.clamp(0, h - 1).long() * w + px.clamp(0, w - 1).long())
+    shown = depth.index_select(0, pixel.view(-1)).view_as(z)  # +inf on the background: never met
+    # behind by more than the 8-bit inverse depth's rounding (half a code: 0.5 d / (255 depth_near) of d), and
+    # by less than `thickness`, or the step just taken started in front of it (it stepped through the surface)
+    tol = 0.6 * shown / (depth_near * 255) + 1e-3
+    before = torch.cat([d[:, None], z[:, :-1]], 1)
+    away = pixel != chosen[:, None]  # its own pixel's depth is its pixel centre's: a grazing ray would meet it
+    meets = inside & away & (z > shown * (1 + tol)) & ((z < shown * (1 + thickness)) | (before < shown))
+    hit = meets.any(1)
+    first = meets.float().argmax(1)  # the first sample that meets a surface (0 where none does)
+    met = pixel.gather(1, first[:, None])[:, 0]
+    colour = color.index_select(1, met) * hit.float()
+    return hit.float(), colour
+
+
+@functools.lru_cache(maxsize=4)
 def _spiral(samples: int) -> tuple[Tensor, Tensor, Tensor]:
     """The AO taps' radii (as fractions of the radius) and directions, (samples, 1) each: a golden-angle spiral."""
     golden = math.pi * (3 - math.sqrt(5))
@@ -471,7 +519,14 @@ class ShadingPrior(torch.nn.Module):
         # the sky in the mirror direction m = 2 (n.v) n - v, by its cosine with up
         mirror_up = 2 * s.n_v_raw * n_up - up @ s.eye
         spec_amb = _sky(mirror_up, zenith, horizon, ground) * f_amb * (ambient * (1 - 0.7 * roughness))
-        color = color + irradiance * s.base * (1 - f_amb) + spec_amb
+        diffuse = color + irradiance * s.base * (1 - f_amb)
+        if cfg.reflections:  # where the mirror ray meets a surface in the frame, that surface's light, not the sky's
+            chosen = ((g["metallic"] * (1 - roughness) * geometry) >= cfg.reflect_min).nonzero()[:, 0]
+            if len(chosen):
+                hit, met = screen_reflections(depth, n, diffuse, chosen, grid, depth_near, cfg.thickness, cfg.reflect_steps)
+                seen = met * (f_amb * (1 - 0.7 * roughness)).index_select(1, chosen)
+                spec_amb = spec_amb.index_copy(1, chosen, torch.lerp(spec_amb.index_select(1, chosen), seen, hit))
+        color = diffuse + spec_amb
 
         fog_color, density = col("fog_color"), col("fog_density")
         foggy = bool(density > 0)

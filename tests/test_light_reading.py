@@ -165,3 +165,26 @@ def test_the_refiner_reuses_the_encoders_prior_and_renders_the_same_frames():
     finally:
         model.refiner.shading_prior.forward = real
     assert not counted  # the refiner shaded nothing itself
+
+
+def test_a_refiner_whose_prior_reflects_shades_its_own():
+    """A refiner whose prior has screen-space reflections (`gbuffer-refiner-16-mirror`) shades differently from
+    the encoder's plain prior, so nothing is shared: the refiner shades every frame itself. Its config needs the
+    prior."""
+    from alaya_flash.model_zoo.codecs.refiner import RefinerConfig
+
+    model = _lit_model("gbuffer-refiner-16-mirror")
+    assert model.refiner.shading_prior.config.reflections
+    pipe = pl.FlashPipeline(model, PromptSchedule.encode(model.text_encoder(), PROMPT), seed=2)
+    assert pipe.stage("encode").share is None and pipe.refine.share is None
+    counted = []
+    real = model.refiner.shading_prior.forward
+    model.refiner.shading_prior.forward = lambda *a, **k: counted.append(1) or real(*a, **k)
+    try:
+        g = random_gbuffers(9, 32, 32)
+        frames = [pipe.step(GBuffers(g.images)), pipe.flush()]
+    finally:
+        model.refiner.shading_prior.forward = real
+    assert sum(len(f) for f in frames if f is not None) == 9 and counted
+    with pytest.raises(AlayaError, match="reflections needs prior"):
+        RefinerConfig(reflections=True)

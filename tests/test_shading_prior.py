@@ -220,3 +220,53 @@ def test_block_minima_by_strided_views_are_min_pooling():
     for stride in (2, 4):
         want = -torch.nn.functional.max_pool2d(-g[None, None], stride, ceil_mode=True)[0, 0]
         assert torch.equal(_block_min(g, stride), want)
+
+
+def _grow(mask: np.ndarray, px: int) -> np.ndarray:
+    """mask dilated by px pixels (a square)."""
+    out = mask.copy()
+    for dy in range(-px, px + 1):
+        for dx in range(-px, px + 1):
+            out |= np.roll(np.roll(mask, dy, 0), dx, 1)
+    return out
+
+
+def test_a_mirror_floor_reflects_the_box_standing_on_it_where_the_mirrored_box_lies():
+    """Screen-space reflections (PriorConfig.reflections): a mirror floor one unit below the camera in front of a
+    red box lit by a sun behind the camera. A floor pixel reflects the box iff its view ray, continued below
+    the floor, enters the box mirrored in it; those pixels (2 pixels off the outline) turn red, the others keep
+    the blue sky, as they all do without reflections. The box's front face is what the mirror rays meet."""
+    h = w = 96
+    rays, _ = _rays(h, w)
+    box_lo, box_hi = np.array([-1.0, -1.0, -8.0]), np.array([1.0, 1.0, -6.0])
+    t_box, box_normal = _box_hits(rays, box_lo, box_hi)
+    with np.errstate(divide="ignore"):
+        t_floor = np.where(rays[..., 1] < 0, -1.0 / rays[..., 1], np.inf)
+    floor = t_floor < t_box
+    depth = np.minimum(t_floor, t_box)
+    normal = np.where(floor[..., None], np.array([0.0, 1.0, 0.0]), box_normal)
+    normal = np.where(np.isfinite(depth)[..., None], normal, np.array([0.0, 0.0, 1.0]))
+    on_box = np.isfinite(t_box) & ~floor
+    albedo = np.where(on_box[..., None], np.array([0.9, 0.05, 0.05]), np.array([1.0, 1.0, 1.0])).astype(np.float32)
+    frame = GBufferFrame(index=0, timestamp=0.0, albedo=albedo, depth=depth.astype(np.float32),
+                         metallic=floor.astype(np.float32), normal=normal.astype(np.float32),
+                         roughness=np.where(floor, 0.0, 1.0).astype(np.float32))
+    images = torch.from_numpy(frame_to_teacher(frame, 2.0))
+    light = pack(Light(sun_azimuth=180.0, sun_elevation=30.0, sky_zenith=(0.1, 0.2, 1.0), sky_horizon=(0.1, 0.2, 1.0),
+                       ground=(0.1, 0.2, 1.0)))[0]
+    up = torch.tensor([0.0, 1.0, 0.0])
+
+    def red_minus_blue(reflections):
+        rgb = ShadingPrior(PriorConfig(ao_samples=0, reflections=reflections))(images, light, depth_near=2.0, up=up)[:3]
+        return (rgb[0] - rgb[2]).numpy()
+
+    t_mirror, entry = _box_hits(rays, box_lo - [0, 2, 0], box_hi - [0, 2, 0])  # the box mirrored in y = -1
+    mirrored = np.isfinite(t_mirror) & (entry[..., 2] > 0.5)  # through its front face, the one the camera sees
+    # floor pixels 2 off the box's outline and the horizon, and beyond depth_near (nearer, 8-bit depth clamps)
+    away = floor & ~_grow(~floor, 2) & (depth > 2.2)
+    reflects, keeps = away & ~_grow(~mirrored, 2), away & ~_grow(mirrored, 2)
+    assert reflects.sum() > 100 and keeps.sum() > 100
+    with_reflections, without = red_minus_blue(True), red_minus_blue(False)
+    assert (with_reflections[reflects] > 0).mean() >= 0.9
+    assert (with_reflections[keeps] < 0).mean() >= 0.95
+    assert (without[away] < 0).all()  # without them every floor pixel shows the sky

@@ -222,7 +222,7 @@ def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool
     if shadow_pass and clips.sun_visibility is None:
         raise AlayaError(f"refiner stage: shadow_pass_rate needs recorded sun visibility, and {clips.root} has none "
                          "(only a world v2 dataset records it)")
-    prior = ShadingPrior()
+    prior = ShadingPrior(refiner_codec.CONFIGS[cfg.config].prior_config)  # the refiner's own
     folder = Path(cfg.out) / ("priors" + ("-prompt" if from_prompt else "") + ("-shadow" if shadow_pass else "")
                               + ("-mix" if mix else ""))
     recipe = {"data": str(cfg.mix_data if mix else cfg.data), "prior": repr(prior.config)}

@@ -64,7 +64,7 @@ from torch import Tensor, nn
 
 from ..errors import AlayaError
 from .. import fused
-from ..shading_prior import PRIOR_CHANNELS, ShadingPrior
+from ..shading_prior import PRIOR_CHANNELS, PriorConfig, ShadingPrior
 from .tiny import channels_last, conv
 
 GBUFFER_CHANNELS = 9  # albedo 3, depth 1, metallic 1, normal 3, roughness 1 (single-channel passes: channel 0)
@@ -80,12 +80,20 @@ class RefinerConfig:
     prior: bool = False  # reads the shading prior's planes under each frame's light
     blend: bool = False  # and mixes the prior's shaded image in by a weight it predicts per pixel (needs prior)
     given: bool = False  # and reads whether the light was given and the shadows came from a pass (needs prior)
+    reflections: bool = False  # its prior's metals show what their mirror rays meet in the frame (needs prior)
 
     def __post_init__(self):
         if self.blend and not self.prior:
             raise AlayaError("refiner config: blend needs prior (it mixes the prior's shaded image in)")
         if self.given and not self.prior:
             raise AlayaError("refiner config: given needs prior (it says how far the prior's light can be trusted)")
+        if self.reflections and not self.prior:
+            raise AlayaError("refiner config: reflections needs prior (they are the prior's)")
+
+    @property
+    def prior_config(self) -> PriorConfig:
+        """How its shading prior shades (what it was trained beside)."""
+        return PriorConfig(reflections=self.reflections)
 
 
 CONFIGS: dict[str, RefinerConfig] = {
@@ -95,6 +103,9 @@ CONFIGS: dict[str, RefinerConfig] = {
     "gbuffer-refiner-16-light": RefinerConfig(text_dim=384, context=64, prior=True),
     "gbuffer-refiner-16-blend": RefinerConfig(text_dim=384, context=64, prior=True, blend=True),
     "gbuffer-refiner-16-given": RefinerConfig(text_dim=384, context=64, prior=True, blend=True, given=True),
+    # the prior with screen-space reflections (model_zoo/shading_prior.py, PriorConfig.reflections)
+    "gbuffer-refiner-16-mirror": RefinerConfig(text_dim=384, context=64, prior=True, blend=True, given=True,
+                                               reflections=True),
 }
 GIVEN_CHANNELS = 2  # light given (1) or the prompt's (0); shadows from a pass (1) or screen space (0)
 
@@ -144,7 +155,7 @@ class GBufferRefiner(nn.Module):
             if cfg.text_dim:
                 self.context_text = self._film_mlp(2 * k)
         if cfg.prior:  # no parameters: the checkpoint's keys are the network's alone
-            self.shading_prior = ShadingPrior()
+            self.shading_prior = ShadingPrior(cfg.prior_config)
 
     def _film_mlp(self, n: int) -> nn.Sequential:
         """Prompt embedding -> n FiLM values; the last layer starts at zero (scale 1, shift 0)."""

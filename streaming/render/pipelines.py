@@ -483,7 +483,11 @@ def flash_steps(model, prompts: PromptSchedule, seed: int = 0, refine: bool = Tr
         from .lighting import prompt_lights
 
         lights = prompt_lights(model, prompts)
-    share = SharedPrior() if encoder_reads and refiner_reads else None  # the prior once a frame
+    # the prior once a frame, where the refiner's shades as the encoder's (the plain PriorConfig) does
+    from ...model_zoo.shading_prior import PriorConfig
+
+    same_prior = refiner_reads and getattr(getattr(model.refiner, "shading_prior", None), "config", None) == PriorConfig()
+    share = SharedPrior() if encoder_reads and same_prior else None
     steps = [Step("encode", GBufferEncode(model.gbuffer_encoder, lights=lights, share=share), {"gbuffers": (feed, 0)},
                   single=True),
              Step("sample", FlashSample(model, prompts, seed, **sample_options), {"cond": ("encode", 0)}, single=True),
