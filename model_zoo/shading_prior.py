@@ -59,7 +59,8 @@ class PriorConfig:
     ao_stride: int = 4  # ambient occlusion from every n-th pixel, spread back bilinearly (it is low-frequency)
     sun_disc: float = 2000.0  # exponent of the sun's disc on the sky (shade()'s)
     # screen-space reflections: a metal's mirror ray marched through the depth buffer shows the surface it meets
-    # (else it shows the sky); off for the shipped refiner, which was trained without them
+    # (else it shows the sky); off by default: a network reads the prior it was trained beside (the shipped
+    # refiner's, gbuffer-refiner-16-mirror, has them; the light-reading encoder's has not)
     reflections: bool = False
     reflect_steps: int = 32  # samples along each mirror ray, spaced geometrically out to ~3.5 x the pixel's depth
     reflect_min: float = 0.1  # pixels whose metallic x (1 - roughness) is below this keep the sky (and cost nothing)
@@ -291,8 +292,8 @@ def screen_reflections(depth: Tensor, normal: Tensor, color: Tensor, chosen: Ten
 
     The ray leaves the pixel's point along the view direction mirrored about its normal and is sampled at
     `steps` distances (_reflect_reach); a sample meets a surface when it lies behind the surface its own
-    pixel shows, by more than the 8-bit depth's rounding and less than `thickness` of that surface's
-    distance. What the frame does not show (behind the camera, off the frame, the background) is met by no
+    pixel shows (another pixel than the ray's start), by more than the 8-bit depth's rounding and either
+    less than `thickness` of that surface's distance or with the step to it starting in front. What the frame does not show (behind the camera, off the frame, the background) is met by no
     ray: those pixels keep the sky."""
     h, w = grid.h, grid.w
     d = depth.index_select(0, chosen)

@@ -105,6 +105,7 @@ class _LitWindows:
     each preset's light, each way the light comes (training/light_reading.py VARIANTS) that the data allows."""
 
     def __init__(self, clips: ClipSet, size: int):
+        from ..model_zoo.codecs.gbuffer_encoder import LIT_PRIOR
         from ..model_zoo.shading_prior import ShadingPrior
 
         if clips.light is None:
@@ -112,7 +113,7 @@ class _LitWindows:
                              "none (made before clips carried their lights): make the dataset again")
         if size:
             raise AlayaError("latents: a light-reading encoder shades the clips at their own size (size 0)")
-        self.clips, self.prior = clips, ShadingPrior()
+        self.clips, self.prior = clips, ShadingPrior(LIT_PRIOR)
         from .refiner import prompt_lights
 
         self.prompt = prompt_lights(clips, len(clips))  # (N, P, T, PACKED)

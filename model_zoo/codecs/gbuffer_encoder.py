@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from ..errors import AlayaError
 from ..latents import TIME_COMPRESSION, latent_frames
+from ..shading_prior import PriorConfig
 from .tiny import REDUCED_PRECISION, MemBlock, TinyCodecConfig, TPool, build_encoder, conv, fold_pools, run_causal
 
 
@@ -65,6 +66,7 @@ class GBufferEncoderConfig:
 
 
 LIT_BRANCHES = 6  # the five passes, then the shading prior's shaded image
+LIT_PRIOR = PriorConfig()  # how the prior shades the sixth plane: as the light-reading encoder was trained (no reflections)
 
 CONFIGS: dict[str, GBufferEncoderConfig] = {
     "gbuffer-encoder": GBufferEncoderConfig(),

@@ -63,11 +63,11 @@ class GBufferEncode:
         """The encoder's input planes of a chunk: the passes, and for a light-reading encoder the prior's image."""
         if not self.reads_light:
             return gbuffers.images
-        from ...model_zoo.codecs.gbuffer_encoder import with_prior
+        from ...model_zoo.codecs.gbuffer_encoder import LIT_PRIOR, with_prior
         from ...model_zoo.shading_prior import ShadingPrior
 
         if self.prior is None:
-            self.prior = ShadingPrior()
+            self.prior = ShadingPrior(LIT_PRIOR)
         light = self.lights.at(torch.arange(self.frames, self.frames + len(gbuffers)))
         vis = None if gbuffers.shadow is None else gbuffers.sun_visibility()
         planes = self.prior(gbuffers.images, light, gbuffers.depth_near, sun_visibility=vis)
@@ -483,10 +483,10 @@ def flash_steps(model, prompts: PromptSchedule, seed: int = 0, refine: bool = Tr
         from .lighting import prompt_lights
 
         lights = prompt_lights(model, prompts)
-    # the prior once a frame, where the refiner's shades as the encoder's (the plain PriorConfig) does
-    from ...model_zoo.shading_prior import PriorConfig
+    # the prior once a frame, where the refiner's shades as the encoder's does
+    from ...model_zoo.codecs.gbuffer_encoder import LIT_PRIOR
 
-    same_prior = refiner_reads and getattr(getattr(model.refiner, "shading_prior", None), "config", None) == PriorConfig()
+    same_prior = refiner_reads and getattr(getattr(model.refiner, "shading_prior", None), "config", None) == LIT_PRIOR
     share = SharedPrior() if encoder_reads and same_prior else None
     steps = [Step("encode", GBufferEncode(model.gbuffer_encoder, lights=lights, share=share), {"gbuffers": (feed, 0)},
                   single=True),
