@@ -142,7 +142,9 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
     assert long["frames"] == 12 and long["size"] == [32, 32] and len(long["psnr_db_by_block"]) == 3
     assert long["first_block_psnr_db"] == long["psnr_db_by_block"][0]
     assert long["drop_db"] == pytest.approx(long["first_block_psnr_db"] - long["last_block_psnr_db"])
-    assert long["fresh_start"]["frame"] == 4 and long["fresh_start"]["stream_psnr_db"] == long["psnr_db_by_block"][1]
+    assert [f["frame"] for f in long["fresh_starts"]] == [4, 8]  # the midpoint block and the last
+    assert [f["stream_psnr_db"] for f in long["fresh_starts"]] == long["psnr_db_by_block"][1:]
+    assert long["drift_db"] == long["fresh_starts"][-1]["gain_db"]
     prior = report["prior_only"]  # the shading prior alone, under the light head's reading of each training wording
     assert list(prior["psnr_db_by_preset"]) == ["bright_sunny", "moonlit_night"]
     assert sum(prior["psnr_db_by_preset"].values()) / 2 == pytest.approx(prior["psnr_db"])
@@ -245,10 +247,14 @@ def test_long_stream_scores_one_continuous_stream_block_by_block(kind, monkeypat
     assert report["psnr_db_by_block"] == pytest.approx(want, abs=1e-4)
     assert report["first_block_psnr_db"] == report["psnr_db_by_block"][0]
     assert report["last_block_psnr_db"] == report["psnr_db_by_block"][2]
-    fresh, _, _ = ev._render(FlashPipeline(flash, sched), gb[5:10])
-    assert report["fresh_start"]["frame"] == 5
-    assert report["fresh_start"]["psnr_db"] == pytest.approx(metrics.psnr(fresh, gt[5:10]), abs=1e-4)
-    assert report["fresh_start"]["psnr_db"] != pytest.approx(report["psnr_db_by_block"][1])  # a new stream's state
+    assert [f["frame"] for f in report["fresh_starts"]] == [5, 10]  # the midpoint block and the last
+    for start in report["fresh_starts"]:
+        a = start["frame"]
+        fresh, _, _ = ev._render(FlashPipeline(flash, sched), gb[a:a + 5])
+        assert start["psnr_db"] == pytest.approx(metrics.psnr(fresh, gt[a:a + 5]), abs=1e-4)
+        assert start["psnr_db"] != pytest.approx(report["psnr_db_by_block"][a // 5])  # a new stream's state
+        assert start["gain_db"] == pytest.approx(start["psnr_db"] - report["psnr_db_by_block"][a // 5])
+    assert report["drift_db"] == report["fresh_starts"][1]["gain_db"]
 
 
 def test_a_world_lit_long_stream_equals_a_whole_render_under_the_worlds_recorded_lights():
@@ -282,7 +288,8 @@ def test_a_world_lit_long_stream_equals_a_whole_render_under_the_worlds_recorded
     whole, _, _ = ev._render(FlashPipeline(flash, sched, lights=recorded(pack(lights))), gb)
     assert report["psnr_db_by_block"] == pytest.approx([metrics.psnr(whole[a:a + 5], gt[a:a + 5]) for a in (0, 5)], abs=1e-3)
     fresh, _, _ = ev._render(FlashPipeline(flash, sched, lights=recorded(pack(lights[5:]))), gb[5:])
-    assert report["fresh_start"]["psnr_db"] == pytest.approx(metrics.psnr(fresh, gt[5:]), abs=1e-3)
+    (start,) = report["fresh_starts"]  # two blocks: the midpoint block is the last
+    assert start["frame"] == 5 and start["psnr_db"] == pytest.approx(metrics.psnr(fresh, gt[5:]), abs=1e-3)
     unlit = ev.long_stream(flash, text, 10, 5, (32, 32))
     assert unlit["light"] == "the prompt's" and unlit["psnr_db_by_block"] != pytest.approx(report["psnr_db_by_block"], abs=1e-3)
 
@@ -394,6 +401,20 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
         report["prior_only"]["psnr_db_by_preset"]["night_lamps"], abs=0.5)
 
 
+def test_the_prior_a_model_reads_is_its_refiners_else_the_plain_one():
+    """eval's prior-only baseline and bench's `shade` run the prior the model renders with: a `-mirror`
+    refiner's reflects, a model whose refiner reads no light gets the light-reading encoder's (plain) one."""
+    from alaya_flash.model_zoo import bundle
+    from alaya_flash.model_zoo.codecs import refiner as rf
+    from alaya_flash.model_zoo.codecs.gbuffer_encoder import LIT_PRIOR
+    from alaya_flash.streaming.render.lighting import model_prior
+
+    flash = bundle.make_random_flash()
+    assert model_prior(flash).config == LIT_PRIOR and not LIT_PRIOR.reflections
+    flash.refiner = rf.build(rf.CONFIGS["gbuffer-refiner-16-mirror"])
+    assert model_prior(flash) is flash.refiner.shading_prior and model_prior(flash).config.reflections
+
+
 @pytest.mark.slow
 def test_eval_gives_a_light_refiner_the_prompts_light_or_the_clips_recorded_one(tmp_path, capsys):
     """--light data hands the refiner (and the prior-only baseline) each clip's recorded light per frame,
@@ -416,6 +437,7 @@ def test_eval_gives_a_light_refiner_the_prompts_light_or_the_clips_recorded_one(
         reports[light] = json.loads(capsys.readouterr().out)
         assert reports[light]["setup"]["light"] == light
     assert reports["data"]["prior_only"]["light"] == "each clip's recorded light"
+    assert reports["data"]["prior_only"]["reflections"] is False  # the -light refiner's prior: the plain one
     assert reports["data"]["student"]["content"]["psnr_db"] != reports["prompt"]["student"]["content"]["psnr_db"]
     assert reports["data"]["prior_only"]["psnr_db"] != reports["prompt"]["prior_only"]["psnr_db"]
     assert main([*args, "--shadows", "pass"]) == 2  # clips of the physics world record no sun visibility

@@ -150,7 +150,8 @@ def test_shipped_model_prompt_control_holds_on_a_held_out_clip(guarded):
 # The long stream: eval's long-stream axis (an unseen physics-world scene, one continuous stream) at 64x64
 # over 200 frames with the model's own session, lit by the world's own sun (as an engine lights it). The
 # shipped default (measured with the figures above): a drop of 3.22 dB from the first block to the last, the
-# scene's, not the stream's: a fresh stream started at frame 100 scores 0.55 dB *below* the long one there. A
+# scene's, not the stream's: fresh streams started at frame 100 and at the last block (175) score 0.55 and 0.76 dB
+*below* the long one there. A
 # stream whose state decays shows as a fresh stream that does better (an earlier model with the training
 # window of 6 latent frames instead of the shipped 1: +4.2 dB), so that gain is bounded tightly.
 MAX_LONG_DROP_DB = 3.7  # the drop measured + 0.5
@@ -170,8 +171,9 @@ def test_shipped_model_holds_over_a_long_stream(model):
     r = long_stream_figures(model)
     max_drop = MAX_LONG_DROP_DB
     assert r["drop_db"] <= max_drop, f"{model}: long stream drops {r['drop_db']:.2f} dB: {r['psnr_db_by_block']}"
-    gain = r["fresh_start"]["gain_db"]
-    assert gain <= MAX_FRESH_GAIN_DB, f"{model}: a fresh stream at frame {r['fresh_start']['frame']} is {gain:.2f} dB better"
+    for start in r["fresh_starts"]:
+        assert start["gain_db"] <= MAX_FRESH_GAIN_DB, \
+            f"{model}: a fresh stream at frame {start['frame']} is {start['gain_db']:.2f} dB better"
 
 
 if __name__ == "__main__":
@@ -179,4 +181,4 @@ if __name__ == "__main__":
 
     guard = sys.argv[1] if len(sys.argv) > 1 else "default-physics"
     long = long_stream_figures(GUARDS[guard].model)
-    print(json.dumps({**guard_figures(guard), "long_drop_db": long["drop_db"], "fresh_gain_db": long["fresh_start"]["gain_db"]}))
+    print(json.dumps({**guard_figures(guard), "long_drop_db": long["drop_db"], "fresh_gain_db": [f["gain_db"] for f in long["fresh_starts"]]}))

@@ -158,7 +158,7 @@ def evaluate(args) -> dict:
     from ..model_zoo import bundle, folders, runtime
     from ..streaming import metrics
     from ..model_zoo.errors import AlayaError
-    from ..streaming.render.lighting import Shade, recorded
+    from ..streaming.render.lighting import Shade, model_prior, recorded
     from ..streaming.render.pipelines import FlashPipeline, TeacherPipeline
     from ..streaming.values import GBuffers, PromptSchedule, latent_start_pixel
     from ..streaming.world.traced.presets import TRACED_PRESETS
@@ -211,7 +211,7 @@ def evaluate(args) -> dict:
     bar = tqdm(total=len(clips) * len(names) * per_preset * len(models), desc="eval", unit="render", file=sys.stderr,
                disable=getattr(args, "quiet", False) or not sys.stderr.isatty())
     prior_psnr: dict[str, list[float]] = {}  # the shading prior alone under --light's light, per preset
-    shade_with = prior_only(text)
+    shade_with = prior_only(text, model_prior(flash))
     for c, clip in enumerate(clips):
         gb, rgb = clip["gbuffers"], clip["rgb"]
         gt = [torch.from_numpy(rgb[p]).float() / 255 for p in range(len(names))]
@@ -226,7 +226,7 @@ def evaluate(args) -> dict:
             light = clip["light"][p] if light_from == "data" else None
             shadow = clip["sun_visibility"][p] if shadows_from == "pass" else None
             shaded = GBuffers(torch.as_tensor(gb), shadow=shadow)
-            prior = Shade(recorded(light)).step(shaded) if light is not None else shade_with(wordings[0][2], shaded)
+            prior = Shade(recorded(light), shade_with.prior).step(shaded) if light is not None else shade_with(wordings[0][2], shaded)
             prior_psnr.setdefault(name, []).append(metrics.psnr(prior, gt[p]))
             for kind, index, wording in wordings:
                 renders = {}
@@ -316,7 +316,8 @@ def evaluate(args) -> dict:
     report["prior_only"] = {"psnr_db": _mean([v for vs in prior_psnr.values() for v in vs]),
                             "psnr_db_by_preset": {n: _mean(v) for n, v in prior_psnr.items()},
                             "light": "each clip's recorded light" if light_from == "data"
-                            else "the light head's reading of each training wording (or caption)"}
+                            else "the light head's reading of each training wording (or caption)",
+                            "reflections": shade_with.prior.config.reflections}  # the model's own prior
     report["light_head"] = light_head_scores()
     if not args.no_long_stream:
         kind = args.long_world if args.long_world != "auto" else "v2" if report["setup"]["world"] == "pathtrace" else "physics"
@@ -328,14 +329,16 @@ def evaluate(args) -> dict:
     return report
 
 
-def prior_only(text_encoder):
+def prior_only(text_encoder, prior=None):
     """wording, GBuffers (or uint8 (T, 5, H, W, 3)) -> the shading prior's frames (T, H, W, 3) under the light the
-    shipped light head reads from the wording: eval's no-network baseline (what `alaya-flash shade` renders)."""
+    shipped light head reads from the wording: eval's no-network baseline (what `alaya-flash shade` renders).
+    `prior`: the ShadingPrior to shade with (default: the plain one), also the returned function's `.prior`."""
     import torch
 
     from ..model_zoo import light_head
     from ..model_zoo.bundle import load_text_encoder
     from ..model_zoo.text_encoder import MINILM
+    from ..model_zoo.shading_prior import ShadingPrior
     from ..streaming.render.lighting import LightSchedule, Shade
     from ..streaming.values import GBuffers
 
@@ -344,8 +347,9 @@ def prior_only(text_encoder):
 
     def shade(wording: str, gbuffers) -> "torch.Tensor":
         g = gbuffers if isinstance(gbuffers, GBuffers) else GBuffers(torch.as_tensor(gbuffers))
-        return Shade(LightSchedule.from_prompts(wording, head, reader)).step(g)
+        return Shade(LightSchedule.from_prompts(wording, head, reader), shade.prior).step(g)
 
+    shade.prior = prior or ShadingPrior()
     return shade
 
 
@@ -405,9 +409,10 @@ def check_long_stream(frames: int, block: int, size: tuple[int, int]) -> None:
 def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], seed: int = 0, refine: bool = True,
                 quiet: bool = True, world_kind: str = "physics", world_light: bool = False) -> dict:
     """PSNR per `block` frames of one `frames`-frame world stream rendered as one continuous stream
-    (first block, last block, drop = first - last), and of a fresh stream started at the midpoint
-    block (its PSNR against the long stream's over the same frames: the cost of the stream's state,
-    with the content held equal). The world (`world_kind`: the physics world, or world v2's street,
+    (first block, last block, drop = first - last: the content's change and the stream's decay
+    together), and of fresh streams started at the midpoint block and at the last block (each
+    against the long stream's PSNR over the same frames: the cost of the stream's state, with the
+    content held equal; at the last block that cost is the drift, `drift_db`). The world (`world_kind`: the physics world, or world v2's street,
     path traced) is rendered as the stream goes: memory stays bounded. world_light: the physics world
     lights a light-reading model by its own sun, frame by frame, as an engine would (else the prompt's
     light: the light head cannot know where the orbiting camera sees the sun from)."""
@@ -439,9 +444,9 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
         source = WorldSource(world)
     wording = wordings(LONG_PRESET, "heldout")[0]
     sched = PromptSchedule.encode(text, wording)
-    mid = frames // block // 2 * block  # the fresh stream's first frame, on a block boundary
+    starts = sorted({frames // block // 2 * block, frames - block})  # fresh streams' first frames, on block boundaries
     truth = deque()  # ground truth (H, W, 3) uint8 of frames fed to the pipeline and not yet scored
-    fresh = []  # (G-buffers, ground truth) of the block from `mid`: the fresh stream's input
+    fresh = {start: [] for start in starts}  # (G-buffers, ground truth, light) of the block from each start
 
     def chunks(items):
         """G-buffers (5, H, W, 3) uint8 in GBuffers chunks: frame 0 alone, then 4 at a time (whole latents)."""
@@ -466,8 +471,9 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
             if lit:
                 pipe.set_light(light, frame.index)
             truth.append(rgb)
-            if mid <= frame.index < mid + block:
-                fresh.append((gb, rgb, light))
+            start = frame.index // block * block
+            if start in fresh:
+                fresh[start].append((gb, rgb, light))
             yield gb
 
     def blocks(pipe, items, gts):
@@ -481,7 +487,7 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
                     yield metrics.psnr(torch.stack(out), torch.stack(ref))
                     out, ref = [], []
 
-    bar = tqdm(total=frames // block + 1, desc="long stream", unit="block", file=sys.stderr,
+    bar = tqdm(total=frames // block + len(starts), desc="long stream", unit="block", file=sys.stderr,
                disable=quiet or not sys.stderr.isatty())
     curve = []
     t0 = time.perf_counter()
@@ -490,23 +496,28 @@ def long_stream(flash, text, frames: int, block: int, size: tuple[int, int], see
         curve.append(value)
         bar.update()
     secs = time.perf_counter() - t0
-    lights = None
-    if lit:
-        from ..model_zoo.light import pack
-        from ..streaming.render.lighting import recorded
 
-        lights = recorded(pack([light for *_, light in fresh]))
-    restart = next(blocks(FlashPipeline(flash, sched, seed=seed, refine=refine, lights=lights), [g for g, *_ in fresh],
-                          deque(r for _, r, _ in fresh)))
-    bar.update()
+    def fresh_start(start: int) -> dict:
+        """A new stream over the block from `start` alone (its frames' own lights), against the long stream's."""
+        items = fresh[start]
+        lights = None
+        if lit:
+            from ..model_zoo.light import pack
+            from ..streaming.render.lighting import recorded
+
+            lights = recorded(pack([light for *_, light in items]))
+        psnr = next(blocks(FlashPipeline(flash, sched, seed=seed, refine=refine, lights=lights), [g for g, *_ in items],
+                           deque(r for _, r, _ in items)))
+        bar.update()
+        stream = curve[start // block]
+        return {"frame": start, "psnr_db": psnr, "stream_psnr_db": stream, "gain_db": psnr - stream}
+
+    restarts = [fresh_start(start) for start in starts]
     bar.close()
-    stream_at_mid = curve[mid // block]
     return {"frames": frames, "size": [h, w], "block_frames": block, "world": world_kind,
             **({"scene": LONG_V2_SCENE, "spp": LONG_V2_SPP} if world_kind == "v2" else {}),
             "scene_seed": LONG_SEED, "camera": world.camera,
             "preset": LONG_PRESET, "prompt": wording, "light": "the world's" if lit else "the prompt's",
             "fps": frames / secs, "seconds": secs,
             "first_block_psnr_db": curve[0], "last_block_psnr_db": curve[-1], "drop_db": curve[0] - curve[-1],
-            "psnr_db_by_block": curve,
-            "fresh_start": {"frame": mid, "psnr_db": restart, "stream_psnr_db": stream_at_mid,
-                            "gain_db": restart - stream_at_mid}}
+            "psnr_db_by_block": curve, "fresh_starts": restarts, "drift_db": restarts[-1]["gain_db"]}

@@ -172,6 +172,16 @@ def prompt_lights(model, prompts: PromptSchedule) -> LightSchedule:
     return LightSchedule.from_prompts(prompts, _shipped_light_head(), model.text_encoder())
 
 
+def model_prior(model):
+    """The shading prior a model reads: its refiner's (with the reflections of a `-mirror` refiner), else
+    the light-reading encoder's, else the plain one: what eval's prior-only baseline and bench's `shade` run."""
+    from ...model_zoo.codecs.gbuffer_encoder import LIT_PRIOR
+    from ...model_zoo.shading_prior import ShadingPrior
+
+    prior = getattr(getattr(model, "refiner", None), "shading_prior", None)
+    return prior if prior is not None else ShadingPrior(LIT_PRIOR)
+
+
 class Shade:
     """G-buffers -> the shading prior's frames under a LightSchedule (one chunk in, the same frames out); the
     shadows are the G-buffers' shadow pass when they carry one."""

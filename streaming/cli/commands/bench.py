@@ -173,19 +173,18 @@ def concurrent_sessions(count: int, make_steps, clip: Path, size, frames: int, c
     return out
 
 
-def shade_timing(clip: Path, size, frames: int, chunk: int) -> dict:
-    """The shading prior (model_zoo/shading_prior.py) over the clip's G-buffers, chunk by chunk on ONE
+def shade_timing(clip: Path, size, frames: int, chunk: int, prior) -> dict:
+    """The model's shading prior (`prior`, lighting.model_prior) over the clip's G-buffers, chunk by chunk on ONE
     torch thread (its budget: a core beside the networks): median and worst ms per frame, after a
     warm-up chunk, as wall-clock time and as the thread's own CPU time (what it costs a core; on a
     shared machine the wall clock also counts the time other processes hold it)."""
     import torch
 
     from ....model_zoo.light import Light, pack
-    from ....model_zoo.shading_prior import ShadingPrior
     from ...values import gbuffer_chunks
     from ...files.readers import open_gbuffers
 
-    prior, light = ShadingPrior(), pack(Light())[0]
+    light = pack(Light())[0]
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -202,7 +201,8 @@ def shade_timing(clip: Path, size, frames: int, chunk: int) -> dict:
         torch.set_num_threads(before)
     per_frame, cpu_per_frame = per_frame or [0.0], cpu_per_frame or [0.0]
     return {"ms_per_frame_median": _percentile(per_frame, 50), "ms_per_frame_worst": _percentile(per_frame, 100),
-            "cpu_ms_per_frame_median": _percentile(cpu_per_frame, 50), "threads": 1, "chunks": len(per_frame)}
+            "cpu_ms_per_frame_median": _percentile(cpu_per_frame, 50), "threads": 1, "chunks": len(per_frame),
+            "reflections": prior.config.reflections}
 
 
 def run(args) -> int:
@@ -265,7 +265,9 @@ def run(args) -> int:
         result["flash"] = measure(flash_steps, clip, args.size, args.frames, args.chunk, _out(tmp, "flash", args.format),
                                   args.format, sync, plan.lanes)
         if not args.no_shade:
-            result["shade"] = shade_timing(clip, args.size, args.frames, args.chunk)
+            from ...render.lighting import model_prior
+
+            result["shade"] = shade_timing(clip, args.size, args.frames, args.chunk, model_prior(flash))
         if args.sessions > 1:
             result["sessions"] = concurrent_sessions(args.sessions, flash_steps, clip, args.size, args.frames, args.chunk,
                                                      tmp, args.format, dev, plan.threads)
