@@ -151,9 +151,9 @@ def test_shipped_model_prompt_control_holds_on_a_held_out_clip(guarded):
 # over 200 frames with the model's own session, lit by the world's own sun (as an engine lights it). The
 # shipped default (measured with the figures above): a drop of 3.22 dB from the first block to the last, the
 # scene's, not the stream's: fresh streams started at frame 100 and at the last block (175) score 0.55 and 0.76 dB
-# *below* the long one there. A
-# stream whose state decays shows as a fresh stream that does better (an earlier model with the training
-# window of 6 latent frames instead of the shipped 1: +4.2 dB), so that gain is bounded tightly.
+# *below* the long one there. A stream whose state decays shows as a fresh stream that does better (an
+# earlier model with the training window of 6 latent frames instead of the shipped 1: +4.2 dB), so that
+# gain is bounded tightly.
 MAX_LONG_DROP_DB = 3.7  # the drop measured + 0.5
 MAX_FRESH_GAIN_DB = 1.0
 
