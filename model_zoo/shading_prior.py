@@ -359,8 +359,9 @@ def screen_reflections(depth: Tensor, normal: Tensor, chosen: Tensor, grid: _Gri
     py = q[1].div_(z).mul_(-grid.focal).add_(h / 2)
     inside.logical_and_(torch.ge(px, 0, out=test)).logical_and_(torch.lt(px, w, out=test))
     inside.logical_and_(torch.ge(py, 0, out=test)).logical_and_(torch.lt(py, h, out=test))
-    pixel = scratch("reflect_pixel", k, steps, dtype=torch.long).copy_(py.clamp_(0, h - 1)).mul_(w)
-    pixel.add_(scratch("reflect_column", k, steps, dtype=torch.long).copy_(px.clamp_(0, w - 1)))
+    # the pixel each sample falls in, in float (exact: whole numbers below 2^24), then one conversion
+    pixel = py.clamp_(0, h - 1).trunc_().mul_(w).add_(px.clamp_(0, w - 1).trunc_())
+    pixel = scratch("reflect_pixel", k, steps, dtype=torch.long).copy_(pixel)
     shown = torch.index_select(depth, 0, pixel.view(-1), out=scratch("shown", k * steps)).view(k, steps)  # +inf: never met
     # behind by more than the 8-bit inverse depth's rounding (half a code: 0.5 d / (255 depth_near) of d), and
     # by less than `thickness`, or the step just taken started in front of it (it stepped through the surface)
@@ -368,11 +369,12 @@ def screen_reflections(depth: Tensor, normal: Tensor, chosen: Tensor, grid: _Gri
     meets = inside.logical_and_(torch.ne(pixel, chosen[:, None], out=test))  # not its own pixel (a grazing ray meets it)
     meets.logical_and_(torch.gt(z, near, out=test))
     thin = torch.lt(z, torch.mul(shown, 1 + thickness, out=near), out=scratch("thin", k, steps, dtype=torch.bool))
-    before = torch.cat([d[:, None], z[:, :-1]], 1, out=scratch("before", k, steps))
-    meets.logical_and_(thin.logical_or_(torch.lt(before, shown, out=test)))
-    first = scratch("first", k, steps).copy_(meets).argmax(1)  # the first sample that meets a surface (0 where none does)
+    torch.lt(d, shown[:, 0], out=test[:, 0])  # the step before each sample started in front: from the pixel,
+    torch.lt(z[:, :-1], shown[:, 1:], out=test[:, 1:])  # then from the sample before
+    meets.logical_and_(thin.logical_or_(test))
     hits = meets.any(1).nonzero()[:, 0]
-    return chosen.index_select(0, hits), pixel.index_select(0, hits).gather(1, first.index_select(0, hits)[:, None])[:, 0]
+    first = meets.index_select(0, hits).float().argmax(1)  # the first sample that meets a surface
+    return chosen.index_select(0, hits), pixel.index_select(0, hits).gather(1, first[:, None])[:, 0]
 
 
 @functools.lru_cache(maxsize=4)
