@@ -29,6 +29,11 @@ It runs beside the networks on every frame of a stream, so it is written for one
 by frame (its planes stay in the cache), on flat (C, H*W) planes, dot products with a per-frame
 vector as matrix-vector products, no `torch.where` on images (slow on CPU: blends and clamps
 instead), and what depends only on the frame size (view rays, pixel grids) built once per size.
+Inference computes each frame's planes in place (`out=`, `op_`) into buffers kept from frame to frame
+(_Scratch, per size and thread; terms share buffers where their lives do not overlap): fresh tensors
+cost more in page faults than in arithmetic, the allocator giving freed memory back each frame. A
+pass that builds a graph (the light requiring grad) runs the same operations on fresh tensors.
+What no light changes (the surface's terms, the sky's weights) is computed once a frame.
 Float32 throughout; its cost per frame on one thread is `alaya-flash bench`'s `shade` figure
 (docs/lighting.md).
 """
@@ -87,8 +92,8 @@ class _Scratch:
             need = math.prod(shape)
             held = self._held.get(name)
             with torch.inference_mode(False):  # a plain tensor: usable in and out of inference mode
-                if held is None or held.numel() < need or held.dtype != dtype:
-                    held = self._held[name] = torch.empty(max(need, 1), dtype=dtype)
+                if held is None or held.numel() < need or held.dtype != dtype:  # grown by a quarter more: sizes vary
+                    held = self._held[name] = torch.empty(max(need + need // 4 * (held is not None), 1), dtype=dtype)
                     self._views = {k: v for k, v in self._views.items() if k[0] != name}
                 view = self._views[(name, shape, dtype)] = held[:need].view(shape)
         return view
