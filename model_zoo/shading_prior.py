@@ -89,6 +89,8 @@ class _Scratch:
             return torch.empty(shape, dtype=dtype)
         view = self._views.get((name, shape, dtype))
         if view is None:
+            if len(self._views) > 512:  # sizes that vary by frame (the reflecting pixels) would pile up
+                self._views.clear()
             need = math.prod(shape)
             held = self._held.get(name)
             with torch.inference_mode(False):  # a plain tensor: usable in and out of inference mode
