@@ -270,3 +270,48 @@ def test_a_mirror_floor_reflects_the_box_standing_on_it_where_the_mirrored_box_l
     assert (with_reflections[reflects] > 0).mean() >= 0.9
     assert (with_reflections[keeps] < 0).mean() >= 0.95
     assert (without[away] < 0).all()  # without them every floor pixel shows the sky
+
+
+def _random_gbuffers(frames, h, w, seed):
+    """Teacher-form uint8 G-buffers of random surfaces: metals among them (some mirror rays meet something),
+    a band of background rows (the sky shows), depth codes that vary smoothly."""
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (frames, 5, h, w, 3), dtype=torch.uint8, generator=g)
+    ramp = torch.linspace(40, 250, w).round().to(torch.uint8)
+    images[:, 1] = (ramp[None, None, :, None] + torch.randint(0, 3, (frames, h, w, 1), generator=g).to(torch.uint8))
+    images[:, 1, : h // 4] = 0  # background
+    images[:, 2] = torch.where(torch.rand(frames, h, w, 1, generator=g) < 0.5, 255, 0).to(torch.uint8)  # metallic
+    images[:, 4] //= 4  # smooth
+    return images
+
+
+def test_buffers_kept_between_frames_render_what_fresh_tensors_render():
+    """Inference computes a frame's planes into buffers it keeps from frame to frame (and shares between terms);
+    a pass building a graph uses fresh tensors for the same operations. Frame after frame, sizes alternating,
+    with reflections, a fill light and fog, both render the same bits; radiance's frames are copies."""
+    cfg = PriorConfig(reflections=True)
+    light = pack(Light(fills=((20.0, -60.0, (0.4, 0.5, 0.6)),), fog_color=(0.5, 0.5, 0.6), fog_density=0.02))[0]
+    kept, fresh = ShadingPrior(cfg), ShadingPrior(cfg)
+    for seed, (h, w) in enumerate([(48, 64), (32, 40), (48, 64)]):
+        images = _random_gbuffers(3, h, w, seed)
+        with torch.inference_mode():
+            out = kept(images, light)
+            color, shadow, occlusion, _ = kept.radiance(images, light)
+        graph = light.clone().requires_grad_(True)
+        want = fresh(images, graph)
+        assert torch.equal(out, want.detach())
+        assert want.grad_fn is not None  # it did build a graph
+        for k in range(3):  # radiance's frames are each frame's own, not the last one's buffers
+            one = fresh.radiance(images[k], graph)
+            assert torch.equal(color[k], one[0][0].detach()) and torch.equal(shadow[k], one[1][0])
+            assert torch.equal(occlusion[k], one[2][0])
+        assert not torch.equal(color[0], color[1])
+
+
+def test_srgb_is_the_piecewise_curve():
+    """to_srgb (the power as exp2(log2(x) / 2.4), the lesser of the two segments) against the sRGB curve in double."""
+    from alaya_flash.model_zoo.shading_prior import to_srgb
+    x = torch.cat([torch.linspace(0, 1, 1_000_001), torch.logspace(-8, 0, 10_001)])
+    xd = x.double()
+    want = torch.where(xd <= 0.0031308, 12.92 * xd, 1.055 * xd ** (1 / 2.4) - 0.055)
+    assert (to_srgb(x).double() - want).abs().max() < 2e-7
