@@ -30,7 +30,7 @@ by frame (its planes stay in the cache), on flat (C, H*W) planes, dot products w
 vector as matrix-vector products, no `torch.where` on images (slow on CPU: blends and clamps
 instead), and what depends only on the frame size (view rays, pixel grids) built once per size.
 Inference computes each frame's planes in place (`out=`, `op_`) into buffers kept from frame to frame
-(_Scratch, per size and thread; terms share buffers where their lives do not overlap): fresh tensors
+(_Scratch, per frame size and thread, shared by the thread's priors; terms share buffers where their lives do not overlap): fresh tensors
 cost more in page faults than in arithmetic, the allocator giving freed memory back each frame. A
 pass that builds a graph (the light requiring grad) runs the same operations on fresh tensors.
 What no light changes (the surface's terms, the sky's weights) is computed once a frame.
@@ -106,6 +106,9 @@ class _Scratch:
 
 
 _FRESH = _Scratch(keep=False)
+# Each thread's kept buffers by frame size, shared by every prior the thread runs (one frame is done before
+# the next starts) and freed with the thread; module-level so a prior stays plain to copy.
+_THREAD_SCRATCH = threading.local()
 
 
 def _vecmat(v: Tensor, m: Tensor, out: Tensor | None = None) -> Tensor:
@@ -541,7 +544,6 @@ class ShadingPrior(torch.nn.Module):
         super().__init__()
         self.config = cfg
         self._grids: dict[tuple[int, int], _Grid] = {}
-        self._scratch: dict[tuple[int, int, int], _Scratch] = {}  # by thread and frame size
 
     def forward(self, images: Tensor, light: Tensor, depth_near: float = 0.5, up: Tensor | None = None,
                 sun_visibility: Tensor | None = None, ao: bool = True) -> Tensor:
@@ -591,9 +593,10 @@ class ShadingPrior(torch.nn.Module):
         if torch.is_grad_enabled() and light.requires_grad:
             scratch = _FRESH  # the graph keeps what it saved: fresh tensors
         else:
-            scratch = self._scratch.get((threading.get_ident(), h, w))
+            by_size = _THREAD_SCRATCH.__dict__.setdefault("by_size", {})
+            scratch = by_size.get((h, w))
             if scratch is None:
-                scratch = self._scratch[(threading.get_ident(), h, w)] = _Scratch()
+                scratch = by_size[(h, w)] = _Scratch()
         for k in range(n):
             vis = None if visibility is None else visibility[k]
             yield self._frame(images[k], light[k], depth_near, None if ups is None else ups[k], vis, ao, grid,

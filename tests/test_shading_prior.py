@@ -308,6 +308,30 @@ def test_buffers_kept_between_frames_render_what_fresh_tensors_render():
         assert not torch.equal(color[0], color[1])
 
 
+def test_priors_sharing_a_threads_buffers_render_as_each_alone():
+    """A thread's kept buffers are shared by every prior it runs (a stream's encoder and refiner priors): two
+    configs alternating frame by frame render what each renders alone, in another thread."""
+    import threading
+
+    light = pack(Light())[0]
+    images = _random_gbuffers(4, 32, 40, 7)
+    plain, mirror = ShadingPrior(), ShadingPrior(PriorConfig(reflections=True))
+    alone = {}
+
+    def each_alone():
+        with torch.inference_mode():
+            alone["plain"], alone["mirror"] = plain(images, light), mirror(images, light)
+
+    worker = threading.Thread(target=each_alone)
+    worker.start()
+    worker.join()
+    with torch.inference_mode():
+        mixed = [(plain(images[k], light), mirror(images[k], light)) for k in range(4)]
+    assert not torch.equal(alone["plain"], alone["mirror"])  # the metals reflect: the two differ
+    for k, (a, b) in enumerate(mixed):
+        assert torch.equal(a, alone["plain"][k]) and torch.equal(b, alone["mirror"][k])
+
+
 def test_srgb_is_the_piecewise_curve():
     """to_srgb (the power as exp2(log2(x) / 2.4), the lesser of the two segments) against the sRGB curve in double."""
     from alaya_flash.model_zoo.shading_prior import to_srgb
