@@ -30,9 +30,10 @@ by frame (its planes stay in the cache), on flat (C, H*W) planes, dot products w
 vector as matrix-vector products, no `torch.where` on images (slow on CPU: blends and clamps
 instead), and what depends only on the frame size (view rays, pixel grids) built once per size.
 Inference computes each frame's planes in place (`out=`, `op_`) into buffers kept from frame to frame
-(_Scratch, per frame size and thread, shared by the thread's priors; terms share buffers where their lives do not overlap): fresh tensors
-cost more in page faults than in arithmetic, the allocator giving freed memory back each frame. A
-pass that builds a graph (the light requiring grad) runs the same operations on fresh tensors.
+(_Scratch, per frame size and thread, shared by the thread's priors; terms share buffers where their
+lives do not overlap): fresh tensors cost more in page faults than in arithmetic, the allocator giving
+freed memory back each frame. A pass that builds a graph (the light requiring grad) runs the same
+operations on fresh tensors.
 What no light changes (the surface's terms, the sky's weights) is computed once a frame.
 Float32 throughout; its cost per frame on one thread is `alaya-flash bench`'s `shade` figure
 (docs/lighting.md).
