@@ -117,6 +117,7 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
         by_preset = r["content"]["psnr_db_by_preset"]  # one clip: the overall mean is the presets' mean
         assert list(by_preset) == ["bright_sunny", "moonlit_night"]
         assert sum(by_preset.values()) / 2 == pytest.approx(r["content"]["psnr_db"])
+        assert r["content"]["psnr_db_by_clip"] == [pytest.approx(r["content"]["psnr_db"])]  # per clip, in order
         assert r["temporal"]["ratio"] >= 0 and r["temporal"]["diff_error"] >= 0
         held = r["content"]["heldout_wordings"]  # the same clip under the 2 held-out paraphrases of each preset
         assert len(held["psnr_db_by_paraphrase"]) == 2 and all(0 < v < 60 for v in held["psnr_db_by_paraphrase"])
@@ -148,6 +149,7 @@ def test_eval_report_has_every_axis_for_student_and_teacher(tiny_models, capsys)
     prior = report["prior_only"]  # the shading prior alone, under the light head's reading of each training wording
     assert list(prior["psnr_db_by_preset"]) == ["bright_sunny", "moonlit_night"]
     assert sum(prior["psnr_db_by_preset"].values()) / 2 == pytest.approx(prior["psnr_db"])
+    assert prior["psnr_db_by_clip"] == [pytest.approx(prior["psnr_db"])] and "scenes" not in report["setup"]
     assert prior["psnr_db"] > 8  # the physics world's truth is the prior's own shading model: far from noise
     head = report["light_head"]
     assert head["texts"] > 50 and 0.9 <= head["preset_rate"] <= 1.0 and 0 <= head["side_rate"] <= 1
@@ -371,7 +373,7 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
     setup, lighting = report["setup"], report["student"]["lighting"]
     assert report["student"]["long_stream"]["world"] == "v2"  # the long stream follows the dataset's world
     assert setup["world"] == "pathtrace" and setup["presets"] == ["bright_sunny", "night_lamps"]
-    assert setup["training_wording"] == "each clip's caption"
+    assert setup["training_wording"] == "each clip's caption" and setup["scenes"] == ["street"]
     # both presets score the sky; only bright_sunny names a sun side, so only it scores shadows
     assert lighting["sky"]["renders"] == 2 and lighting["shadows"]["renders"] <= 1
     # bright_sunny's caption names the sun's side: rendered again with the opposite side named

@@ -182,7 +182,7 @@ def evaluate(args) -> dict:
                   "diff_error": [], "temporal_ratio": [], "boundary_ratio": [], "gt_boundary_ratio": [],
                   "hit_train": [], "margin_train": [], "hit_heldout": [], "margin_heldout": [],
                   "miss_train": [], "miss_heldout": [], "hit_by_paraphrase": {}, "psnr_by_preset": {},
-                  "psnr_by_paraphrase": {}, "heldout_psnr_by_preset": {},
+                  "psnr_by_paraphrase": {}, "heldout_psnr_by_preset": {}, "psnr_by_clip": {},
                   "fps": [], "first_frame_s": [], "lighting": []} for m in models}
     vs_teacher = {"psnr": [], "ssim": []}
 
@@ -211,6 +211,7 @@ def evaluate(args) -> dict:
     bar = tqdm(total=len(clips) * len(names) * per_preset * len(models), desc="eval", unit="render", file=sys.stderr,
                disable=getattr(args, "quiet", False) or not sys.stderr.isatty())
     prior_psnr: dict[str, list[float]] = {}  # the shading prior alone under --light's light, per preset
+    prior_by_clip: dict[int, list[float]] = {}
     shade_with = prior_only(text, model_prior(flash))
     for c, clip in enumerate(clips):
         gb, rgb = clip["gbuffers"], clip["rgb"]
@@ -228,6 +229,7 @@ def evaluate(args) -> dict:
             shaded = GBuffers(torch.as_tensor(gb), shadow=shadow)
             prior = Shade(recorded(light), shade_with.prior).step(shaded) if light is not None else shade_with(wordings[0][2], shaded)
             prior_psnr.setdefault(name, []).append(metrics.psnr(prior, gt[p]))
+            prior_by_clip.setdefault(c, []).append(prior_psnr[name][-1])
             for kind, index, wording in wordings:
                 renders = {}
                 for m in models:
@@ -251,6 +253,7 @@ def evaluate(args) -> dict:
                     if kind == "train":
                         s["psnr"].append(metrics.psnr(out, gt[p]))
                         s["psnr_by_preset"].setdefault(name, []).append(s["psnr"][-1])
+                        s["psnr_by_clip"].setdefault(c, []).append(s["psnr"][-1])
                         if "truth_noise_mse" in clip:
                             noise = float(clip["truth_noise_mse"][p].mean()) / 255 ** 2
                             s["truth_noise_psnr"].append(10 * math.log10(1 / noise))
@@ -284,6 +287,7 @@ def evaluate(args) -> dict:
                         "light": light_from, "shadows": shadows_from, "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
                         "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
                         "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
+                        **({"scenes": [clip["scene"] for clip in clips]} if all("scene" in clip for clip in clips) else {}),
                         "model": _shown_path(flash.path), "refiner": flash.refiner is not None and not args.no_refiner,
                         "text_encoder": flash.text_encoder_name, "torch_threads": torch.get_num_threads()}}
     for m, s in scores.items():
@@ -293,6 +297,7 @@ def evaluate(args) -> dict:
                         "psnr_db_truth_coarser_than": {str(k): _mean([r[k] for r in s["psnr_by_scale"]])
                                                        for k in metrics.SCALES},
                         "psnr_db_by_preset": {name: _mean(v) for name, v in s["psnr_by_preset"].items()},
+                        "psnr_db_by_clip": [_mean(v) for _, v in sorted(s["psnr_by_clip"].items())],
                         "heldout_wordings": {
                             "psnr_db": _mean([v for vs in s["psnr_by_paraphrase"].values() for v in vs]),
                             "psnr_db_by_paraphrase": [_mean(v) for _, v in sorted(s["psnr_by_paraphrase"].items())],
@@ -315,6 +320,7 @@ def evaluate(args) -> dict:
     report["student"]["runtime"] = _runtime(flash, text, args)
     report["prior_only"] = {"psnr_db": _mean([v for vs in prior_psnr.values() for v in vs]),
                             "psnr_db_by_preset": {n: _mean(v) for n, v in prior_psnr.items()},
+                            "psnr_db_by_clip": [_mean(v) for _, v in sorted(prior_by_clip.items())],
                             "light": "each clip's recorded light" if light_from == "data"
                             else "the light head's reading of each training wording (or caption)",
                             "reflections": shade_with.prior.config.reflections}  # the model's own prior
