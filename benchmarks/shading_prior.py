@@ -2,6 +2,12 @@
 
     python benchmarks/shading_prior.py                 # 256x256, 4 seeds x 3 frames, every preset
     python benchmarks/shading_prior.py --size 128 --seeds 2 --json
+    python benchmarks/shading_prior.py --data runs/data-v2 [--ambient 0.35] [--every 4]
+
+With --data (a world v2 dataset) it scores the prior (with reflections, as the default's refiner shades)
+against each held-out clip's path-traced truth instead, per scene and preset, under the clip's recorded
+light, with its recorded sun visibility as the shadows (the shadow pass) and with its own; --ambient
+scales the light's sky and ground light, to show what the sky the scene's walls and ceiling block costs.
 
 For each frame and preset (the preset as a camera-relative Light, the camera's own up vector) it
 prints the prior's PSNR against the truth three ways: with the truth's sun visibility (the shading
@@ -28,7 +34,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--frames", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--data", help="a world v2 dataset: score its held-out clips instead")
+    parser.add_argument("--ambient", type=float, default=1.0, help="with --data: scale the lights' ambient")
+    parser.add_argument("--every", type=int, default=4, help="with --data: score every n-th frame")
     args = parser.parse_args()
+    if args.data:
+        return world_v2(args)
 
     from alaya_flash.model_zoo.light import pack
     from alaya_flash.model_zoo.shading_prior import ShadingPrior
@@ -78,6 +89,46 @@ def main() -> None:
     print(f"{'mean':18s} {m['truth_visibility']:10.2f} {m['own_shadows']:12.2f} {m['no_shadows']:11.2f}")
     print(f"cost: {report['ms_per_frame_one_thread']} ms a frame on one thread (median; "
           f"{report['cpu_ms_per_frame_one_thread']} ms of the thread's CPU time)")
+
+
+def world_v2(args) -> None:
+    """The prior against a world v2 dataset's held-out truths, per scene and preset (see the module docstring)."""
+    from alaya_flash.model_zoo.light import SLICES
+    from alaya_flash.model_zoo.shading_prior import PriorConfig, ShadingPrior
+    from alaya_flash.streaming import metrics
+    from alaya_flash.training.data import ClipSet
+
+    torch.set_num_threads(1)
+    prior = ShadingPrior(PriorConfig(reflections=True))
+    held = ClipSet(args.data, "heldout")
+    if held.light is None or held.sun_visibility is None:
+        raise SystemExit(f"{args.data}: not a world v2 dataset (its clips record no light or sun visibility)")
+    report = {"data": args.data, "ambient": args.ambient, "every": args.every, "clips": []}
+    for c, file in enumerate(held.meta["clips"]["heldout"]):
+        frames = slice(None, None, args.every)
+        images = torch.from_numpy(held.gbuffers[c][frames])
+        scores = {}
+        for p, name in enumerate(held.presets):
+            light = torch.from_numpy(held.light[c][p][frames]).clone()
+            light[:, SLICES["ambient"]] *= args.ambient
+            vis = torch.from_numpy(held.sun_visibility[c][p][frames]).float() / 255
+            truth = torch.from_numpy(held.rgb[c][p][frames]).float().div(255).permute(0, 3, 1, 2)
+            with torch.inference_mode():
+                scores[name] = {"shadow_pass": metrics.psnr(prior(images, light, sun_visibility=vis)[:, :3], truth),
+                                "own_shadows": metrics.psnr(prior(images, light)[:, :3], truth)}
+        scene = held.meta.get("clip_info", {}).get(file, {}).get("scene", file)
+        report["clips"].append({"scene": scene, "psnr_db": scores,
+                                "psnr_db_mean": {k: round(statistics.mean(s[k] for s in scores.values()), 2)
+                                                 for k in ("shadow_pass", "own_shadows")}})
+    if args.json:
+        print(json.dumps(report))
+        return
+    for clip in report["clips"]:
+        m = clip["psnr_db_mean"]
+        print(f"{clip['scene']}: the prior alone, ambient x{args.ambient}: {m['shadow_pass']:.2f} dB with the shadow pass, "
+              f"{m['own_shadows']:.2f} with its own shadows")
+        for name, s in clip["psnr_db"].items():
+            print(f"  {name:18s} {s['shadow_pass']:6.2f} {s['own_shadows']:6.2f}")
 
 
 if __name__ == "__main__":
