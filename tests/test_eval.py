@@ -11,6 +11,7 @@ import torch
 
 from alaya_flash.streaming import metrics
 from alaya_flash.streaming.cli import main
+from training_helpers import TINY_VARIANT
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -351,7 +352,7 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
 
     cfg = DataConfig(out=str(tmp_path / "data"), width=32, height=32, frames=5, fps=8.0, train_clips=1,
                      heldout_clips=1, heldout_seed=1000, world="pathtrace", scenes=("street",),
-                     presets=("bright_sunny", "night_lamps"), spp=2, heldout_passes=2).validate()
+                     presets=("bright_sunny", "night_lamps"), spp=2, heldout_passes=2, variant=TINY_VARIANT).validate()
     build_dataset(cfg)
     with np.load(next((tmp_path / "data").glob("**/*.npz"))) as clip:  # each frame's light, as the prior reads it
         assert clip["light"].shape[:2] == (2, 5) and clip["up"].shape == (5, 3)

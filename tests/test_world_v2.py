@@ -18,6 +18,7 @@ from alaya_flash.streaming.world.traced import (KINDS, TRACED_PRESETS, GBufferCa
 from alaya_flash.streaming.world.traced.paths import available_paths, camera_path, heading
 from alaya_flash.streaming.world.traced.presets import mirrored_caption, placed, side_of, sun_azimuth
 from alaya_flash.streaming.world.traced.scene import Box, CameraAnchors, Cylinder, Material, SceneDesc, Sphere
+from training_helpers import TINY_VARIANT
 
 
 def _toy_scene() -> SceneDesc:
@@ -372,7 +373,7 @@ def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
 
     cfg = DataConfig(out=str(tmp_path / "data"), width=32, height=32, frames=5, fps=8.0, train_clips=2,
                      heldout_clips=1, heldout_seed=1000, world="pathtrace", scenes=("street", "interior"),
-                     presets=("bright_sunny", "night_lamps"), spp=2).validate()
+                     presets=("bright_sunny", "night_lamps"), spp=2, variant=TINY_VARIANT).validate()
     build_dataset(cfg)
     meta = dataset_meta(tmp_path / "data", "train")
     assert meta["world"] == "pathtrace" and meta["presets"] == ["bright_sunny", "night_lamps"]
