@@ -11,18 +11,32 @@ import torch
 
 from alaya_flash.streaming import metrics
 from alaya_flash.streaming.cli import main
+from training_helpers import TINY_VARIANT
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _light_head_scored_once():
     """Every eval scores the shipped light head on its 262 held-out texts (MiniLM on each alone: seconds);
-    the same files give the same figures, so this file's evals share the first one's."""
+    the same files give the same figures, so this file's evals share the first one's. That one reads the
+    texts' encodings through the session's prompt store (the bits MiniLM gives each text alone), where
+    test_lighting.py's test of the same head puts them (or takes them from)."""
     import functools
 
+    from alaya_flash.model_zoo.bundle import model_text_encoder
+    from alaya_flash.model_zoo.text_encoder import MINILM
     from alaya_flash.training import eval as ev
+    from alaya_flash.training import light_head as stage
+
+    score, scores = stage.score, ev.light_head_scores
+
+    def through_the_store():
+        with pytest.MonkeyPatch.context() as inner:
+            inner.setattr(stage, "score", lambda head, _encoder, items, encoded=None:
+                          score(head, model_text_encoder(MINILM), items, encoded))
+            return scores()
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ev, "light_head_scores", functools.cache(ev.light_head_scores))
+        mp.setattr(ev, "light_head_scores", functools.cache(through_the_store))
         yield
 
 
@@ -360,7 +374,7 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
 
     cfg = DataConfig(out=str(tmp_path / "data"), width=32, height=32, frames=5, fps=8.0, train_clips=1,
                      heldout_clips=1, heldout_seed=1000, world="pathtrace", scenes=("street",),
-                     presets=("bright_sunny", "night_lamps"), spp=2, heldout_passes=2).validate()
+                     presets=("bright_sunny", "night_lamps"), spp=2, heldout_passes=2, variant=TINY_VARIANT).validate()
     build_dataset(cfg)
     with np.load(next((tmp_path / "data").glob("**/*.npz"))) as clip:  # each frame's light, as the prior reads it
         assert clip["light"].shape[:2] == (2, 5) and clip["up"].shape == (5, 3)

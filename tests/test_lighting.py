@@ -56,12 +56,18 @@ def test_shade_is_the_prior_under_the_schedule_chunk_by_chunk():
 
 @pytest.fixture(scope="module")
 def text_encoder():
-    """The shipped MiniLM, loaded once for the file. A prompt encoded alone is encoded once: the shipped
-    head's test and the stage's report score the same held-out texts one by one (as at render time), and
-    the outputs are the same each time (batches of several texts are encoded afresh)."""
-    from alaya_flash.model_zoo.text_encoder import TextEncoder
+    """The shipped MiniLM as a model's (the process's one, behind the session's prompt store: a copy of
+    bundle.model_text_encoder's). A prompt encoded alone is encoded once: the shipped head's test and the
+    stage's report score the same held-out texts one by one (as at render time), and the outputs are the
+    same each time (batches of several texts are encoded afresh); the store gives them the bits that
+    encoding them gives, and test_eval.py's evals score the same texts through it (whichever runs first
+    encodes them)."""
+    import copy
 
-    encoder = TextEncoder.load()
+    from alaya_flash.model_zoo.bundle import model_text_encoder
+    from alaya_flash.model_zoo.text_encoder import MINILM
+
+    encoder = copy.copy(model_text_encoder(MINILM))  # its states replaced below, not the shared one's
     encode, alone = encoder.states, {}
 
     def states(prompts):

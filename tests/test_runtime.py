@@ -2,10 +2,13 @@
 whole on the new backend, the on-disk cache of compiled models, and the backend choice."""
 from __future__ import annotations
 
+import hashlib
 import inspect
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ import torch
 
 from alaya_flash import model_zoo
 from alaya_flash.model_zoo import bundle, folders, runtime
+from alaya_flash.model_zoo.cache_home import cache_home
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.streaming.render import pipelines as pl
 from alaya_flash.streaming.values import GBuffers, PromptSchedule, gbuffer_chunks
@@ -35,6 +39,32 @@ def shared_cache(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def _cache(shared_cache, monkeypatch):
     monkeypatch.setenv("ALAYA_FLASH_CACHE", str(shared_cache))
+
+
+def _model_code_key() -> str:
+    """A hash of everything a conversion's IR depends on that its cache folder's name does not hold (that
+    name holds the weights, shapes, precision and OpenVINO's version): the network and graph code
+    (model_zoo's sources and configs) and torch's version (the trace)."""
+    digest = hashlib.sha256(torch.__version__.encode())
+    package = Path(model_zoo.__file__).parent
+    for source in sorted([*package.rglob("*.py"), *package.rglob("*.json")]):  # code and configs
+        digest.update(source.relative_to(package).as_posix().encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def default_model_cache() -> Path:
+    """The shipped model's conversions (a G-buffer encoder's unrolled graph at 64x64, about 7 s of CPU each
+    precision), kept from run to run in the user's cache under a hash of the model code: the IR read back is
+    the one this code converts. Folders of other code unused for a week are removed."""
+    tests = cache_home() / "tests" / "openvino-default"  # (read before the autouse fixture sets the file's cache)
+    folder = tests / _model_code_key()
+    folder.mkdir(parents=True, exist_ok=True)
+    os.utime(folder)
+    for other in tests.iterdir():
+        if other != folder and time.time() - other.stat().st_mtime > 7 * 86400:
+            shutil.rmtree(other, ignore_errors=True)
+    return folder
 
 
 _render = render_ticks  # stream_helpers: the frames through the driver's ticks
@@ -89,9 +119,10 @@ def test_compiled_models_are_cached_on_disk_by_weights(tmp_path, shared_cache, m
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype, floor", [(torch.float32, 60.0), (torch.bfloat16, 40.0)])
-def test_default_model_renders_the_same_frames_on_openvino(dtype, floor):
+def test_default_model_renders_the_same_frames_on_openvino(dtype, floor, default_model_cache, monkeypatch):
     """The shipped model, 15 frames at 64x64 (the stream's padding included), torch against OpenVINO
-    at the same precision, on 2 lanes as the CLI runs it."""
+    at the same precision, on 2 lanes as the CLI runs it. (Its conversions: default_model_cache.)"""
+    monkeypatch.setenv("ALAYA_FLASH_CACHE", str(default_model_cache))
     flash = folders.load_flash(DEFAULT, torch.device("cpu"), dtype)
     chunks = _clip(64, 15)
     torch_frames = _render(flash, chunks)
