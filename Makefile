@@ -33,5 +33,7 @@ demo: setup
 	$(BIN)/alaya-flash demo --out out/demo.mp4 --overwrite
 
 # The test files spread over the cores (pytest-xdist; tests/README.md): `-m "not slow"` for the fast part.
+# Bytecode is written whatever the caller's environment says: without it every process the tests start
+# compiles the package from source again (about 60 s of CPU a run, tests/README.md).
 test: setup $(BPY_VENV)/.installed
-	$(BIN)/python -m pytest -n auto
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto
