@@ -14,7 +14,9 @@ G-buffers (uint8 (..., 5, H, W, 3), streaming/gbuffer.py) and a packed light (mo
                 the 8-bit depth's rounding and less than `thickness`. Misses what is off the frame.
     ao          ambient occlusion: `ao_samples` depth-buffer taps on a spiral of radius `ao_radius`
                 scene units around every `ao_stride`-th pixel, occlusion from the taps above its
-                tangent plane, spread back bilinearly
+                tangent plane, spread back bilinearly; an engine's sky pass (the share of the sky each
+                surface sees, rooms' walls and casters off the frame included) replaces it when given,
+                and dims the sky the metals mirror
     shading     as the physics world's ground truth (streaming/world/shading.py shade()): GGX
                 (Smith-Schlick, Schlick Fresnel, F0 = mix(0.04, albedo, metallic)) + Lambert for the
                 sun (times its visibility) and the fills; hemisphere sky/ground ambient (times AO) and
@@ -547,15 +549,16 @@ class ShadingPrior(torch.nn.Module):
         self._grids: dict[tuple[int, int], _Grid] = {}
 
     def forward(self, images: Tensor, light: Tensor, depth_near: float = 0.5, up: Tensor | None = None,
-                sun_visibility: Tensor | None = None, ao: bool = True) -> Tensor:
+                sun_visibility: Tensor | None = None, ao: bool = True, sky_visibility: Tensor | None = None) -> Tensor:
         """images uint8 (..., 5, H, W, 3); light float (..., PACKED) (one per frame, or (PACKED,) for all);
         up (..., 3) camera-space up (default: estimated per frame); sun_visibility (..., H, W) replaces
-        the screen-space shadows (the truth's, in tests and training targets)."""
+        the screen-space shadows (an engine's shadow pass; the truth's in tests); sky_visibility (..., H, W)
+        replaces the ambient occlusion and dims the sky the metals mirror (an engine's sky pass)."""
         _check(images)
         lead, (h, w) = images.shape[:-4], images.shape[-3:-1]
         out = torch.empty(math.prod(lead), PRIOR_CHANNELS, h * w)
         for k, (color, shadow, occlusion, light_k, scratch) in enumerate(
-                self._frames(images, light, depth_near, up, sun_visibility, ao)):
+                self._frames(images, light, depth_near, up, sun_visibility, ao, sky_visibility)):
             exposed = torch.mul(color, light_k[SLICES["exposure"]], out=scratch.out("rgb_a", 3, h * w))
             srgb = to_srgb(aces(exposed, scratch), scratch, out=out[k, :3] if scratch.keep else None)
             if not scratch.keep:
@@ -564,14 +567,15 @@ class ShadingPrior(torch.nn.Module):
         return out.view(*lead, PRIOR_CHANNELS, h, w)
 
     def radiance(self, images: Tensor, light: Tensor, depth_near: float = 0.5, up: Tensor | None = None,
-                 sun_visibility: Tensor | None = None, ao: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                 sun_visibility: Tensor | None = None, ao: bool = True,
+                 sky_visibility: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """forward's light before exposure and tone mapping: linear RGB (N, 3, H, W), sun visibility and
         ambient occlusion (N, 1, H, W), and the light per frame (N, PACKED); N frames of the leading dims."""
         _check(images)
         h, w = images.shape[-3:-1]
         # each frame's planes are the scratch's until the next frame: stacked as they come
         frames = [(c.clone(), s.clone(), o.clone(), lk)
-                  for c, s, o, lk, _ in self._frames(images, light, depth_near, up, sun_visibility, ao)]
+                  for c, s, o, lk, _ in self._frames(images, light, depth_near, up, sun_visibility, ao, sky_visibility)]
         if not frames:
             return (torch.empty(0, 3, h, w), torch.empty(0, 1, h, w), torch.empty(0, 1, h, w),
                     torch.empty(0, light.shape[-1]))
@@ -579,7 +583,7 @@ class ShadingPrior(torch.nn.Module):
         n = len(light)
         return color.view(n, 3, h, w), shadow.view(n, 1, h, w), occlusion.view(n, 1, h, w), light
 
-    def _frames(self, images, light, depth_near, up, sun_visibility, ao):
+    def _frames(self, images, light, depth_near, up, sun_visibility, ao, sky_visibility=None):
         """Per frame: linear RGB (3, P), sun visibility (P,), ambient occlusion (P,), its light (PACKED,), and the
         scratch they lie in (valid until the next frame)."""
         lead, (h, w) = images.shape[:-4], images.shape[-3:-1]
@@ -588,6 +592,7 @@ class ShadingPrior(torch.nn.Module):
         light = light.float().expand(*lead, light.shape[-1]).reshape(n, light.shape[-1])
         ups = None if up is None else up.float().expand(*lead, 3).reshape(n, 3)
         visibility = None if sun_visibility is None else sun_visibility.float().reshape(n, h * w)
+        skies = None if sky_visibility is None else sky_visibility.float().reshape(n, h * w)
         grid = self._grids.get((h, w))
         if grid is None:
             grid = self._grids[(h, w)] = _Grid(h, w, self.config.fov_y)
@@ -600,11 +605,12 @@ class ShadingPrior(torch.nn.Module):
                 scratch = by_size[(h, w)] = _Scratch()
         for k in range(n):
             vis = None if visibility is None else visibility[k]
+            sky = None if skies is None else skies[k]
             yield self._frame(images[k], light[k], depth_near, None if ups is None else ups[k], vis, ao, grid,
-                              scratch) + (light[k], scratch)
+                              scratch, sky) + (light[k], scratch)
 
     def _frame(self, images: Tensor, light: Tensor, depth_near: float, up: Tensor | None, visibility: Tensor | None,
-               ao: bool, grid: _Grid, scratch: _Scratch) -> tuple[Tensor, Tensor, Tensor]:
+               ao: bool, grid: _Grid, scratch: _Scratch, sky: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         cfg = self.config
         p = grid.h * grid.w
         g = decode(images, depth_near, scratch)
@@ -624,7 +630,9 @@ class ShadingPrior(torch.nn.Module):
                                     scratch)
         else:
             shadow = scratch("shadow", p).fill_(1)
-        if ao and cfg.ao_samples:
+        if sky is not None:
+            occlusion = sky
+        elif ao and cfg.ao_samples:
             occlusion = ambient_occlusion(depth, n, grid, cfg, geometry, scratch)
         else:
             occlusion = scratch("occlusion", p).fill_(1)
@@ -645,6 +653,8 @@ class ShadingPrior(torch.nn.Module):
         # the sky in the mirror direction
         spec_amb = _sky(s.mirror_sky, zenith, horizon, ground, out=scratch.out("spec_amb", 3, p)).mul_(s.f_amb)
         spec_amb = spec_amb.mul_(torch.mul(s.glossy, ambient, out=scratch.out("glossy_ambient", p)))
+        if sky is not None:  # the sky a surface cannot see, its mirror does not show either (specular occlusion)
+            spec_amb = spec_amb.mul_(sky)
         diffuse = color.add_(irradiance.mul_(s.base).mul_(s.f_amb_1))
         if cfg.reflections:  # where the mirror ray meets a surface in the frame, that surface's light, not the sky's
             chosen = (torch.mul(g["metallic"], s.smooth, out=scratch("reflects", p)).mul_(geometry)

@@ -38,6 +38,10 @@ MODALITIES = ("albedo", "depth", "metallic", "normal", "roughness")
 
 PASS_CHANNELS = {"albedo": 3, "depth": 1, "metallic": 1, "normal": 3, "roughness": 1}
 
+LIGHT_PASSES = ("shadow", "sky")
+"""Optional one-channel passes an engine may add, uint8 255 = seen: "shadow" the sun's visibility (its
+shadow maps'), "sky" the share of the sky a pixel's surface sees (its sky occlusion; docs/gbuffers.md)."""
+
 DEFAULT_DEPTH_NEAR = 0.5
 """Scene units mapped to full brightness in the 8-bit inverse-depth encoding."""
 

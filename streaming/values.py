@@ -4,7 +4,8 @@ Every stage (streaming/render/pipelines.py), node and sink passes these; both ch
 with `concat` along time and cut with `pieces`:
 
     GBuffers        images uint8 (T, 5, H, W, 3), teacher form, MODALITIES order; fps; depth_near;
-                    shadow uint8 (T, H, W) or None: the engine's shadow pass (255 where the sun reaches)
+                    shadow uint8 (T, H, W) or None: the engine's shadow pass (255 where the sun reaches);
+                    sky uint8 (T, H, W) or None: the engine's sky pass (255 where the whole sky is seen)
     Latents         tensor (B, C, T', h, w) float32, normalized Wan space; starts (latent indices that
                     begin an independent clip: decoders reset there); pad (pixel frames to drop at the end)
     PromptSchedule  prompt embeddings keyed by the pixel frame they start at (parse_schedule: the text form)
@@ -31,7 +32,7 @@ import torch
 from ..model_zoo.errors import AlayaError
 from ..model_zoo.latents import TIME_COMPRESSION
 from ..model_zoo.styles import ORIGINAL, styled
-from .gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
+from .gbuffer import DEFAULT_DEPTH_NEAR, LIGHT_PASSES, MODALITIES
 
 # ---------------------------------------------------------------------------------------------
 # Chunk values.
@@ -41,14 +42,19 @@ from .gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
 class GBuffers:
     """A run of G-buffer frames in teacher form: images uint8 (T, 5, H, W, 3), MODALITIES order.
 
-    shadow: the sun's visibility per pixel, uint8 (T, H, W), 255 lit and 0 in the sun's shadow, when
-    the source has a shadow pass (an engine's shadow map sees casters off the screen, which the
-    shading prior's screen-space shadows cannot); None: the prior marches its own."""
+    The light passes an engine may add (streaming/gbuffer.py LIGHT_PASSES), uint8 (T, H, W) or None:
+    shadow: the sun's visibility per pixel, 255 lit and 0 in the sun's shadow (an engine's shadow map
+    sees casters off the screen, which the shading prior's screen-space shadows cannot); None: the
+    prior marches its own.
+    sky: the share of the sky each pixel's surface sees, 255 all of it and 0 none (walls, ceilings and
+    casters off the screen block it, which the prior's screen-space ambient occlusion cannot see);
+    None: the prior's own ambient occlusion."""
 
     images: torch.Tensor
     fps: float = 16.0
     depth_near: float = DEFAULT_DEPTH_NEAR
     shadow: torch.Tensor | None = None
+    sky: torch.Tensor | None = None
 
     def __post_init__(self):
         if isinstance(self.images, np.ndarray):
@@ -56,12 +62,14 @@ class GBuffers:
         x = self.images
         if x.dtype != torch.uint8 or x.ndim != 5 or x.shape[1] != len(MODALITIES) or x.shape[-1] != 3:
             raise AlayaError(f"G-buffers: expected uint8 (T, 5, H, W, 3) teacher form, got {x.dtype} {tuple(x.shape)}")
-        if isinstance(self.shadow, np.ndarray):
-            self.shadow = torch.from_numpy(np.ascontiguousarray(self.shadow))
-        s = self.shadow
-        if s is not None and (s.dtype != torch.uint8 or tuple(s.shape) != (x.shape[0], *x.shape[2:4])):
-            raise AlayaError(f"G-buffers: the shadow pass must be uint8 (T, H, W) = {(x.shape[0], *x.shape[2:4])} "
-                             f"like the G-buffers, got {s.dtype} {tuple(s.shape)}")
+        for name in LIGHT_PASSES:
+            plane = getattr(self, name)
+            if isinstance(plane, np.ndarray):
+                plane = torch.from_numpy(np.ascontiguousarray(plane))
+                setattr(self, name, plane)
+            if plane is not None and (plane.dtype != torch.uint8 or tuple(plane.shape) != (x.shape[0], *x.shape[2:4])):
+                raise AlayaError(f"G-buffers: the {name} pass must be uint8 (T, H, W) = {(x.shape[0], *x.shape[2:4])} "
+                                 f"like the G-buffers, got {plane.dtype} {tuple(plane.shape)}")
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -75,17 +83,29 @@ class GBuffers:
         """The shadow pass as the shading prior reads it: float (T, H, W) in [0, 1], or None."""
         return None if self.shadow is None else self.shadow.float() / 255
 
+    def sky_visibility(self) -> torch.Tensor | None:
+        """The sky pass as the shading prior reads it: float (T, H, W) in [0, 1], or None."""
+        return None if self.sky is None else self.sky.float() / 255
+
+    def light_passes(self) -> dict[str, torch.Tensor]:
+        """The light passes it carries, by name (LIGHT_PASSES order)."""
+        return {name: getattr(self, name) for name in LIGHT_PASSES if getattr(self, name) is not None}
+
     @classmethod
     def concat(cls, chunks: list["GBuffers"]) -> "GBuffers":
-        shadows = [c.shadow for c in chunks]
-        if any(s is None for s in shadows) and any(s is not None for s in shadows):
-            raise AlayaError("G-buffers: some chunks carry a shadow pass and some do not; a stream has it all along or never")
-        shadow = None if shadows[0] is None else torch.cat(shadows)
-        return cls(torch.cat([c.images for c in chunks]), chunks[0].fps, chunks[0].depth_near, shadow)
+        passes = {}
+        for name in LIGHT_PASSES:
+            planes = [getattr(c, name) for c in chunks]
+            if any(p is None for p in planes) and any(p is not None for p in planes):
+                raise AlayaError(f"G-buffers: some chunks carry a {name} pass and some do not; a stream has it all "
+                                 "along or never")
+            passes[name] = None if planes[0] is None else torch.cat(planes)
+        return cls(torch.cat([c.images for c in chunks]), chunks[0].fps, chunks[0].depth_near, **passes)
 
     def __getitem__(self, frames: slice) -> "GBuffers":
-        """The frames of a slice, with their shadow pass."""
-        return GBuffers(self.images[frames], self.fps, self.depth_near, None if self.shadow is None else self.shadow[frames])
+        """The frames of a slice, with their light passes."""
+        return GBuffers(self.images[frames], self.fps, self.depth_near,
+                        **{name: plane[frames] for name, plane in self.light_passes().items()})
 
     def pieces(self, n: int) -> list["GBuffers"]:
         """Consecutive pieces of at most n frames."""
@@ -210,22 +230,24 @@ def end_pad(frames: int) -> int:
 
 
 def gbuffer_chunks(stream, length: int) -> Iterator[GBuffers]:
-    """GBuffers chunks from a GBufferStream (streaming/files/readers.py), with its shadow pass when it has
-    one: the first frame alone, then `length` frames at a time. Latent 0 covers frame 0 alone and latent i frames 4i-3..4i, so the
+    """GBuffers chunks from a GBufferStream (streaming/files/readers.py), with the light passes it has:
+    the first frame alone, then `length` frames at a time. Latent 0 covers frame 0 alone and latent i frames 4i-3..4i, so the
     first frame leaves the renderer as soon as it can, and with `length` a multiple of 4 every later
     chunk completes its latents instead of leaving frames waiting for the next chunk."""
     for images, extras in stream.teacher_chunks(length, first=1, extras=True):
-        yield GBuffers(images, stream.info.fps, stream.info.depth_near, shadow_of(extras))
+        yield GBuffers(images, stream.info.fps, stream.info.depth_near, **light_passes_of(extras))
 
 
-def shadow_of(extras: dict) -> np.ndarray | None:
-    """A chunk's shadow pass, uint8 (T, H, W), from a stream's stacked extras: a file's shadow pass, or a
-    world's sun visibility (float, 1 lit); None without either."""
-    if "shadow" in extras:
-        return extras["shadow"]
-    if "sun_visibility" in extras:
-        return np.rint(np.clip(extras["sun_visibility"], 0, 1) * 255).astype(np.uint8)
-    return None
+def light_passes_of(extras: dict) -> dict[str, np.ndarray]:
+    """A chunk's light passes, uint8 (T, H, W) by name, from a stream's stacked extras: a file's passes
+    ("shadow", "sky"), or a world's visibilities (float, 1 = seen: "sun_visibility", "sky_visibility")."""
+    out = {}
+    for name, world_key in (("shadow", "sun_visibility"), ("sky", "sky_visibility")):
+        if name in extras:
+            out[name] = extras[name]
+        elif world_key in extras:
+            out[name] = np.rint(np.clip(extras[world_key], 0, 1) * 255).astype(np.uint8)
+    return out
 
 
 def gbuffers_from_images(parts: dict[str, torch.Tensor], encoding: str = "teacher",

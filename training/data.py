@@ -26,6 +26,8 @@ preset, the sun on a seeded side of the first frame's heading. Each .npz adds
 
     captions  str (P,)                the clip's caption per preset: its scene and the sun's side
     sun_visibility uint8 (P, T, H, W) 255 = sunlit, 0 = shadowed or facing away (shadow metrics)
+    sky_visibility uint8 (T, H, W)    the sky pass: 255 = the surface sees the whole sky, 0 none
+                                      (clips made before 2026-12-08 have none)
     ground    bool (T, H, W)          road, pavement or floor pixels
     renderer  str ()                  the Mitsuba variant that traced it ("mitsuba llvm_ad_rgb")
     passes    int ()                  independent renders of spp samples each truth averages
@@ -163,7 +165,7 @@ def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dic
     world = TracedWorld(config)
     names = config.presets
     ground_ids = np.array(world.desc.ground_objects)
-    gbuffers, rgb, vis, ground, noise, lights = [], [], [], [], [], []
+    gbuffers, rgb, vis, ground, noise, lights, sky = [], [], [], [], [], [], []
     suffix = (lambda n: f"_{n}") if len(names) > 1 else (lambda n: "")
     for frame, camera in world.frames(range(config.num_frames)):
         gbuffers.append(frame_to_teacher(frame))
@@ -173,10 +175,14 @@ def render_traced_clip(cfg: DataConfig, seed: int, passes: int = 1) -> tuple[dic
             noise.append([frame.extras["truth_noise_mse" + suffix(n)] for n in names])
         vis.append([np.rint(frame.extras["sun_visibility" + suffix(n)] * 255).astype(np.uint8) for n in names])
         ground.append(np.isin(frame.extras["object_id"], ground_ids))
+        if "sky_visibility" in frame.extras:
+            sky.append(np.rint(frame.extras["sky_visibility"] * 255).astype(np.uint8))
     clip = {"gbuffers": np.stack(gbuffers), "rgb": np.stack(rgb).transpose(1, 0, 2, 3, 4).copy(),
             "presets": np.array(names), "captions": np.array([world.captions[n] for n in names]),
             "sun_visibility": np.stack(vis).transpose(1, 0, 2, 3).copy(), "ground": np.stack(ground),
             "passes": np.array(passes), **_stack_lights(lights)}
+    if sky:
+        clip["sky_visibility"] = np.stack(sky)
     if noise:
         clip["truth_noise_mse"] = np.array(noise, dtype=np.float32).T.copy()
     renderer = world.metadata()["renderer"]
@@ -335,7 +341,7 @@ class ClipSet:
         files = meta["clips"][split]
         if not files:
             raise AlayaError(f"{meta_path}: split {split!r} has no clips")
-        g, r, turned, captions, lights, ups, shadows = [], [], [], [], [], [], []
+        g, r, turned, captions, lights, ups, shadows, skies = [], [], [], [], [], [], [], []
         for name in files:
             with np.load(root / name) as z:
                 g.append(z["gbuffers"])
@@ -349,6 +355,8 @@ class ClipSet:
                     captions.append(z["captions"].tolist())
                 if "sun_visibility" in z:
                     shadows.append(z["sun_visibility"])
+                if "sky_visibility" in z:
+                    skies.append(z["sky_visibility"])
         self.gbuffers = np.stack(g)
         self.rgb = np.stack(r)
         # World v2: each clip's caption per preset (its scene and the sun's side), else None.
@@ -361,6 +369,9 @@ class ClipSet:
         # World v2: each preset's sun visibility per pixel (N, P, T, H, W) uint8, 255 lit (the path tracer's
         # shadows: what an engine's shadow pass gives), else None.
         self.sun_visibility = np.stack(shadows) if len(shadows) == len(files) else None
+        # World v2: the sky pass (N, T, H, W) uint8, 255 = the whole sky seen (what an engine's sky occlusion
+        # gives), else None.
+        self.sky_visibility = np.stack(skies) if len(skies) == len(files) else None
 
     def __len__(self) -> int:
         return len(self.gbuffers)

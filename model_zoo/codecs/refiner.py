@@ -240,13 +240,15 @@ class GBufferRefiner(nn.Module):
     @torch.no_grad()
     def refine(self, frames: Tensor, gbuffers: Tensor, text: Tensor | None = None, light: Tensor | None = None,
                depth_near: float = 0.5, up: Tensor | None = None, sun_visibility: Tensor | None = None,
-               light_given: Tensor | bool = True, prior: Tensor | None = None) -> Tensor:
+               light_given: Tensor | bool = True, prior: Tensor | None = None,
+               sky_visibility: Tensor | None = None) -> Tensor:
         """IMAGE frames (T, H, W, 3) float [0, 1] and their G-buffers uint8 (T, 5, H, W, 3) -> IMAGE frames.
 
         text: each frame's prompt embedding (T, text_dim), for a config that reads prompts (else ignored).
         light: each frame's packed light (T, PACKED) (model_zoo/light.py), for a config that reads the light
         (else ignored), with the G-buffers' depth_near and camera-space up (T, 3) (None: from the normals).
         sun_visibility: (T, H, W) in [0, 1], an engine's shadow pass: the prior's shadows (None: screen-space).
+        sky_visibility: (T, H, W) in [0, 1], an engine's sky pass: the prior's ambient occlusion (None: screen-space).
         light_given: whether each frame's light was given (bool, or (T,) bool) rather than read from the prompt,
         for a config that reads it (else ignored).
         prior: the shading prior's planes of these frames under `light` (T, 5, H, W), already computed (a
@@ -272,7 +274,9 @@ class GBufferRefiner(nn.Module):
             elif self.reads_light:
                 planes = self.shading_prior(gbuffers[t:t + 1], light[t:t + 1], depth_near,
                                             None if up is None else up[t:t + 1],
-                                            None if sun_visibility is None else sun_visibility[t:t + 1]).to(device)
+                                            None if sun_visibility is None else sun_visibility[t:t + 1],
+                                            sky_visibility=None if sky_visibility is None
+                                            else sky_visibility[t:t + 1]).to(device)
             given = None
             if self.config.given:
                 lit = light_given if isinstance(light_given, bool) else bool(light_given[t])

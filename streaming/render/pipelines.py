@@ -47,7 +47,7 @@ class GBufferEncode:
     """Streaming G-buffer encoder with Wan alignment and end padding (see module docstring).
 
     A light-reading encoder (config `reads_light`) also reads the shading prior's image of each frame
-    under `lights` (a LightSchedule, render/lighting.py), with the chunk's shadow pass when it has one."""
+    under `lights` (a LightSchedule, render/lighting.py), with the chunk's light passes when it has them."""
 
     def __init__(self, encoder, fps: float = 16.0, lights=None, share: "SharedPrior | None" = None):
         self.stream = encoder.new_stream()  # torch or a compiled runtime (model_zoo/runtime)
@@ -69,10 +69,10 @@ class GBufferEncode:
         if self.prior is None:
             self.prior = ShadingPrior(LIT_PRIOR)
         light = self.lights.at(torch.arange(self.frames, self.frames + len(gbuffers)))
-        vis = None if gbuffers.shadow is None else gbuffers.sun_visibility()
-        planes = self.prior(gbuffers.images, light, gbuffers.depth_near, sun_visibility=vis)
+        passes = prior_passes(gbuffers)
+        planes = self.prior(gbuffers.images, light, gbuffers.depth_near, **passes)
         if self.share is not None:
-            self.share.put(self.frames, planes, light, vis)
+            self.share.put(self.frames, planes, light, passes)
         return with_prior(self.prior, gbuffers.images, light, planes=planes)
 
     def step(self, gbuffers: GBuffers | None) -> Latents | None:
@@ -100,33 +100,42 @@ class GBufferEncode:
 class SharedPrior:
     """The shading prior's planes a light-reading encoder computed, kept for the light-reading refiner of the
     same stream, so the prior runs once a frame: from the refiner's next frame to the encoder's last (the
-    decoder's delay), each with the light and shadows it was shaded under. A frame whose light differs when
-    the refiner reaches it is shaded again there."""
+    decoder's delay), each with the light and light passes it was shaded under. A frame whose light differs
+    when the refiner reaches it is shaded again there."""
 
     def __init__(self):
         self.start = 0  # the pixel frame of planes[0]
         self.planes: torch.Tensor | None = None  # (n, 5, H, W)
         self.lights: torch.Tensor | None = None  # (n, PACKED)
-        self.shadows: list[torch.Tensor | None] = []  # per frame: its sun visibility (H, W), or None
+        self.passes: list[dict[str, torch.Tensor]] = []  # per frame: the prior's passes (prior_passes), (H, W) each
 
-    def put(self, start: int, planes: torch.Tensor, lights: torch.Tensor, shadows: torch.Tensor | None) -> None:
+    def put(self, start: int, planes: torch.Tensor, lights: torch.Tensor, passes: dict[str, torch.Tensor]) -> None:
         if self.planes is None or start != self.start + len(self.planes):
-            self.start, self.planes, self.lights, self.shadows = start, planes[:0], lights[:0], []
+            self.start, self.planes, self.lights, self.passes = start, planes[:0], lights[:0], []
         self.planes, self.lights = torch.cat([self.planes, planes]), torch.cat([self.lights, lights])
-        self.shadows += list(shadows) if shadows is not None else [None] * len(planes)
+        self.passes += [{k: v[t] for k, v in passes.items()} for t in range(len(planes))]
 
-    def take(self, start: int, lights: torch.Tensor, shadows: torch.Tensor | None) -> torch.Tensor | None:
+    def take(self, start: int, lights: torch.Tensor, passes: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """The planes of frames start .. start + len(lights) - 1 if all were shaded under these lights and
-        shadows (dropped either way), else None."""
+        passes (dropped either way), else None."""
         n = len(lights)
         if self.planes is None or start != self.start or len(self.planes) < n:
             return None
-        planes, kept_lights, kept_shadows = self.planes[:n], self.lights[:n], self.shadows[:n]
-        self.start, self.planes, self.lights, self.shadows = start + n, self.planes[n:], self.lights[n:], self.shadows[n:]
+        planes, kept_lights, kept = self.planes[:n], self.lights[:n], self.passes[:n]
+        self.start, self.planes, self.lights, self.passes = start + n, self.planes[n:], self.lights[n:], self.passes[n:]
         same = torch.equal(kept_lights, lights) and all(
-            (a is None and shadows is None) or (a is not None and shadows is not None and torch.equal(a, shadows[k]))
-            for k, a in enumerate(kept_shadows))
+            a.keys() == passes.keys() and all(torch.equal(a[k], passes[k][t]) for k in a) for t, a in enumerate(kept))
         return planes if same else None
+
+
+def prior_passes(gbuffers: GBuffers) -> dict[str, torch.Tensor]:
+    """The chunk's light passes as the shading prior's keyword arguments (float (T, H, W) in [0, 1])."""
+    out = {}
+    if gbuffers.shadow is not None:
+        out["sun_visibility"] = gbuffers.sun_visibility()
+    if gbuffers.sky is not None:
+        out["sky_visibility"] = gbuffers.sky_visibility()
+    return out
 
 
 def encoder_reads_light(encoder) -> bool:
@@ -322,10 +331,10 @@ class Refine:
         self.share = share  # the prior's planes a light-reading encoder computed for these frames
         self.frame = 0  # pixel frames refined so far
         self.frames: torch.Tensor | None = None
-        self.gbuffers: GBuffers | None = None  # those waiting for their frames (with their shadow pass, if any)
+        self.gbuffers: GBuffers | None = None  # those waiting for their frames (with their light passes, if any)
 
     def add_gbuffers(self, gbuffers: GBuffers | None) -> None:
-        if gbuffers is not None:  # (concat refuses a shadow pass in some chunks and not in others)
+        if gbuffers is not None:  # (concat refuses a light pass in some chunks and not in others)
             self.gbuffers = gbuffers if not _count(self.gbuffers) else GBuffers.concat([self.gbuffers, gbuffers])
 
     def _text(self, n: int) -> torch.Tensor | None:
@@ -344,11 +353,12 @@ class Refine:
         if getattr(self.refiner, "reads_light", False):
             light = self.lights.at(torch.arange(self.frame, self.frame + n))
         now, self.gbuffers = self.gbuffers[:n], self.gbuffers[n:]
-        more = {} if now.shadow is None else {"sun_visibility": now.sun_visibility()}
+        passes = prior_passes(now)
+        more = dict(passes)
         if getattr(self.refiner, "reads_given", False):  # whether each frame's light was given or the prompt's
             more["light_given"] = self.lights.given_at(torch.arange(self.frame, self.frame + n))
         if self.share is not None and light is not None:
-            more["prior"] = self.share.take(self.frame, light, more.get("sun_visibility"))
+            more["prior"] = self.share.take(self.frame, light, passes)
         out = self.refiner.refine(self.frames[:n], now.images, self._text(n), light, now.depth_near, **more)
         self.frames = self.frames[n:]
         self.frame += n

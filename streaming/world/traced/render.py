@@ -15,6 +15,9 @@ The only module that imports Mitsuba (lazily: `pip install 'alaya-flash[pathtrac
   is installed (resolve_variant). The two draw different noise, both unbiased.
 - Sun visibility: the sun alone on white Lambert surfaces, one centred sample per pixel (a
   delta light needs no more), divided by the unshadowed cosine: 1 lit, 0 in shadow or facing away.
+- Sky visibility (the sky pass): white Lambert surfaces under a sky of radiance 1 above the horizon
+  and 0 below, cosine-sampled, divided by what an unblocked surface of that normal sees of it
+  ((1 + n.up) / 2): 1 open, 0 enclosed (a room's walls and ceiling, an arcade).
 
 Mitsuba's camera is the canonical one turned to Mitsuba's axes (+x left, +z forward); its rays
 start on the near plane (NEAR_CLIP). Tests hold it to camera.py's pixel convention.
@@ -37,6 +40,7 @@ from .gbuffers import bake_textures
 VARIANTS = ("scalar_rgb", "llvm_ad_rgb")
 LLVM_MIN_VERSION = 16  # Dr.Jit's LLVM backend aborts the process with Debian bookworm's libLLVM 15
 LLVM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+SKY_ROWS = 256  # the sky pass's lat-long sky: its horizon blurred over half a row (0.35 degrees)
 NEAR_CLIP = 0.01  # metres along the optical axis
 _TO_MITSUBA = np.diag([-1.0, 1.0, -1.0, 1.0])  # OpenGL camera axes -> Mitsuba's (+x left, +y up, +z forward)
 
@@ -281,6 +285,15 @@ class MitsubaScene:
         bsdfs = [white] * len(self.desc.materials)
         return self._load(self._shapes(bsdfs), {"sun": _directional(sun_direction, (1.0, 1.0, 1.0))})
 
+    def sky_scene(self):
+        """White Lambert surfaces under a sky of radiance 1 above the horizon, none below (sky_visibility)."""
+        mi = self.mi
+        white = mi.load_dict({"type": "diffuse", "reflectance": {"type": "rgb", "value": [1.0, 1.0, 1.0]}})
+        above = np.zeros((SKY_ROWS, 2 * SKY_ROWS, 3), np.float32)
+        above[:SKY_ROWS // 2] = 1.0  # rows from the zenith down: the upper half is the sky
+        sky = {"type": "envmap", "bitmap": mi.Bitmap(above), "to_world": mi.ScalarTransform4f().rotate([1, 0, 0], 90)}
+        return self._load(self._shapes([white] * len(self.desc.materials)), {"sky": sky})
+
     # -- rendering ---------------------------------------------------------------------------------
     def sensor(self, camera: Camera, spp: int = 1, centre: bool = False):
         mi = self.mi
@@ -333,6 +346,21 @@ class MitsubaScene:
         with np.errstate(divide="ignore", invalid="ignore"):
             vis = np.where(cos > 1e-3, lit * math.pi / cos, 0.0)
         return np.clip(np.where(hit, vis, 0.0), 0, 1).astype(np.float32)
+
+
+    def sky_visibility(self, scene, camera: Camera, normal: np.ndarray, hit: np.ndarray, samples: int,
+                       seed: int = 0) -> np.ndarray:
+        """(H, W) float32 in [0, 1] of a sky_scene(): the share of the sky (the hemisphere above the
+        horizon, cosine-weighted) each pixel's surface sees, over what an unblocked surface of its
+        normal sees ((1 + n.up) / 2, at least 1/4 for surfaces facing down); 1 on the background.
+        `samples` cosine-weighted rays a pixel (spread over its footprint)."""
+        mi = self.mi
+        integrator = mi.load_dict({"type": "direct", "emitter_samples": 0, "bsdf_samples": 1, "hide_emitters": True})
+        seen = np.asarray(mi.render(scene, sensor=self.sensor(camera, spp=samples), integrator=integrator,
+                                    spp=int(samples), seed=int(seed)), dtype=np.float64)[..., 0]
+        up = normal.astype(np.float64) @ (camera.rotation @ np.array([0.0, 0.0, 1.0]))
+        vis = seen / np.maximum((1 + up) / 2, 0.25)
+        return np.clip(np.where(hit, vis, 1.0), 0, 1).astype(np.float32)
 
 
 def _direction(elevation: float, azimuth: float) -> np.ndarray:

@@ -8,7 +8,8 @@
 
 Extras per frame, as the physics world's (world.py): "object_id" (H, W) int32; with presets
 "rgb" (first preset) and, when several, "rgb_<preset>" each; "sun_visibility" (first preset's
-sun) and "sun_visibility_<preset>" likewise; with passes > 1 also "truth_noise_mse" (and
+sun) and "sun_visibility_<preset>" likewise; "sky_visibility" (the sky pass: the share of the sky
+each pixel's surface sees, the same under every preset) unless sky_samples is 0; with passes > 1 also "truth_noise_mse" (and
 "truth_noise_mse_<preset>"): the truth's own noise, estimated from the spread of its passes. The
 scene is static; only the camera moves. The same config gives the same G-buffers bit for bit, and
 the same truth for the same Mitsuba build and variant (`variant` "auto" takes llvm_ad_rgb where a
@@ -54,6 +55,7 @@ class TracedConfig:
     max_depth: int = 4  # path length (3: one indirect bounce)
     variant: str = "auto"  # Mitsuba variant: scalar_rgb, llvm_ad_rgb, or auto (llvm when a libLLVM >= 16 is installed)
     passes: int = 1  # > 1: the truth averages this many independent renders of spp samples and estimates its noise
+    sky_samples: int = 256  # rays a pixel for the sky pass (extras "sky_visibility"); 0: none
 
     def validate(self) -> "TracedConfig":
         check_size(self.width, self.height)
@@ -73,6 +75,8 @@ class TracedConfig:
             raise AlayaError(f"world v2: spp={self.spp} is out of range 1..{MAX_SPP}")
         if not 1 <= self.passes <= MAX_PASSES:
             raise AlayaError(f"world v2: passes={self.passes} is out of range 1..{MAX_PASSES}")
+        if not 0 <= self.sky_samples <= MAX_SPP:
+            raise AlayaError(f"world v2: sky_samples={self.sky_samples} is out of range 0..{MAX_SPP}")
         if not 3 <= self.max_depth <= 16:
             raise AlayaError(f"world v2: max_depth={self.max_depth} is out of range 3..16 (3: one indirect bounce)")
         for name in self.presets:
@@ -165,9 +169,23 @@ class TracedWorld:
             if len(self.presets) > 1:
                 frame.extras[f"{key}_{self.presets[k].name}"] = value
 
+    def _skies(self, frames: list[tuple[GBufferFrame, Camera]], indices) -> None:
+        """Each frame's sky visibility into its extras; the sky scene is made for them and let go (no
+        other scene is alive while it renders: preset_scenes)."""
+        c = self.config
+        if not c.sky_samples:
+            return
+        self._preset = None
+        ms = self.mitsuba_scene()
+        scene = ms.sky_scene()
+        for i, (frame, camera) in zip(indices, frames):
+            frame.extras["sky_visibility"] = ms.sky_visibility(scene, camera, frame.normal, np.isfinite(frame.depth),
+                                                               c.sky_samples, seed=(c.seed * 7919 + i) % (1 << 31))
+
     def frame(self, index: int) -> tuple[GBufferFrame, Camera]:
-        """G-buffers of frame `index` and, per preset, its truth and sun visibility (extras)."""
+        """G-buffers of frame `index`, its sky visibility and, per preset, its truth and sun visibility (extras)."""
         frame, camera = self._gbuffers(index)
+        self._skies([(frame, camera)], [index])
         for k in range(len(self.presets)):
             self._light(k, index, frame, camera)
         return frame, camera
@@ -176,6 +194,7 @@ class TracedWorld:
         """frame() of each index, the same extras, rendered preset by preset over all of them (each
         preset's scenes made once): for blocks held in memory, such as a training clip."""
         out = [self._gbuffers(i) for i in indices]
+        self._skies(out, indices)
         for k in range(len(self.presets)):
             for i, (frame, camera) in zip(indices, out):
                 self._light(k, i, frame, camera)
