@@ -87,6 +87,15 @@ class GBuffers:
         """The sky pass as the shading prior reads it: float (T, H, W) in [0, 1], or None."""
         return None if self.sky is None else self.sky.float() / 255
 
+    def visibilities(self) -> dict[str, torch.Tensor]:
+        """The light passes as the shading prior's keyword arguments (float (T, H, W) in [0, 1])."""
+        out = {}
+        if self.shadow is not None:
+            out["sun_visibility"] = self.sun_visibility()
+        if self.sky is not None:
+            out["sky_visibility"] = self.sky_visibility()
+        return out
+
     def light_passes(self) -> dict[str, torch.Tensor]:
         """The light passes it carries, by name (LIGHT_PASSES order)."""
         return {name: getattr(self, name) for name in LIGHT_PASSES if getattr(self, name) is not None}
