@@ -184,7 +184,7 @@ def model_prior(model):
 
 class Shade:
     """G-buffers -> the shading prior's frames under a LightSchedule (one chunk in, the same frames out); the
-    shadows and the ambient occlusion are the G-buffers' light passes (shadow, sky) when they carry them."""
+    shadows are the G-buffers' shadow pass when they carry one."""
 
     def __init__(self, lights: LightSchedule, prior=None, up: torch.Tensor | None = None):
         from ...model_zoo.shading_prior import ShadingPrior
@@ -193,15 +193,13 @@ class Shade:
         self.frame = 0  # pixel frames shaded so far
 
     def step(self, gbuffers: GBuffers | None) -> torch.Tensor | None:
-        from .pipelines import prior_passes
-
         if gbuffers is None:
             return None
         n = len(gbuffers)
         light = self.lights.at(torch.arange(self.frame, self.frame + n))
         with torch.inference_mode():
             out = self.prior(gbuffers.images, light, depth_near=gbuffers.depth_near, up=self.up,
-                             **prior_passes(gbuffers))
+                             sun_visibility=gbuffers.sun_visibility())
         self.frame += n
         return out[:, :3].movedim(1, -1).contiguous()
 
