@@ -36,6 +36,7 @@ import shutil
 import uuid
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -54,6 +55,9 @@ from ..gbuffer import (
     teacher_to_frame,
 )
 from .image_files import write_exr, write_png
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 

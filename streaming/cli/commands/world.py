@@ -24,10 +24,7 @@ sky.mp4 is the sky pass (the share of the sky each pixel's surface sees; extras/
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
 
 from .. import args as args_
 from ..args import out_path, parse_size
