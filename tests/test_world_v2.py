@@ -362,7 +362,10 @@ def test_clip_folder_reads_back_and_matches_the_source(mi, tmp_path):
         np.testing.assert_array_equal(extras["rgb"], frame.extras["rgb_bright_sunny"])  # lossless, deterministic
         # the shadow pass (shadow.mp4, lossless): the first preset's sun visibility in 8 bits
         np.testing.assert_array_equal(extras["shadow"], np.rint(frame.extras["sun_visibility"] * 255).astype(np.uint8))
+        # the sky pass (sky.mp4, lossless): the share of the sky each surface sees, in 8 bits
+        np.testing.assert_array_equal(extras["sky"], np.rint(frame.extras["sky_visibility"] * 255).astype(np.uint8))
     meta = json.loads((out / "clip.json").read_text())
+    assert meta["files"]["sky"].startswith("sky.mp4") and np.load(out / "extras" / "sky_visibility-0000.npy").shape == (4, 32, 32)
     assert meta["scene_kind"] == "courtyard" and len(meta["cameras"]) == 4 and meta["sun_side"] in ("ahead", "left", "behind", "right")
     assert meta["presets"][0]["prompt"] == world.captions["bright_sunny"]
     assert json.loads((out / "scene.json").read_text())["kind"] == "courtyard"
@@ -380,6 +383,11 @@ def test_world_command_pathtrace(mi, tmp_path, capsys):
                  "--out", str(out)]) == 0
     stream = open_gbuffers(out)
     assert (stream.info.width, stream.info.height, stream.info.num_frames) == (32, 24, 3)
+    assert (out / "sky.mp4").is_file() and "sky" in next(stream.teacher_frames(extras=True))[1]
+    assert main(["--quiet", "world", "--renderer", "pathtrace", "--scene", "interior", "--camera", "orbit", "--size",
+                 "32x24", "--frames", "1", "--spp", "1", "--sky-samples", "0", "--out", str(tmp_path / "skyless")]) == 0
+    assert not (tmp_path / "skyless" / "sky.mp4").exists()
+    assert json.loads((tmp_path / "skyless" / "clip.json").read_text())["files"]["sky"] is None
     meta = json.loads((out / "clip.json").read_text())
     assert meta["sun_side"] == "behind" and [p["name"] for p in meta["presets"]] == list(TRACED_PRESETS)
     assert main(["world", "--renderer", "pathtrace", "--camera", "fly", "--out", str(tmp_path / "bad")]) == 2
