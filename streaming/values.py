@@ -32,7 +32,7 @@ import torch
 from ..model_zoo.errors import AlayaError
 from ..model_zoo.latents import TIME_COMPRESSION
 from ..model_zoo.styles import ORIGINAL, styled
-from .gbuffer import DEFAULT_DEPTH_NEAR, LIGHT_PASSES, MODALITIES
+from .gbuffer import DEFAULT_DEPTH_NEAR, LIGHT_PASS_WORLD_KEYS, LIGHT_PASSES, MODALITIES
 
 # ---------------------------------------------------------------------------------------------
 # Chunk values.
@@ -251,7 +251,7 @@ def light_passes_of(extras: dict) -> dict[str, np.ndarray]:
     """A chunk's light passes, uint8 (T, H, W) by name, from a stream's stacked extras: a file's passes
     ("shadow", "sky"), or a world's visibilities (float, 1 = seen: "sun_visibility", "sky_visibility")."""
     out = {}
-    for name, world_key in (("shadow", "sun_visibility"), ("sky", "sky_visibility")):
+    for name, world_key in LIGHT_PASS_WORLD_KEYS.items():
         if name in extras:
             out[name] = extras[name]
         elif world_key in extras:
