@@ -73,6 +73,8 @@ class PriorConfig:
     reflections: bool = False
     reflect_steps: int = 32  # samples along each mirror ray, spaced geometrically out to ~3.5 x the pixel's depth
     reflect_min: float = 0.1  # pixels whose metallic x (1 - roughness) is below this keep the sky (and cost nothing)
+    # with a sky pass: where the surroundings hide the sky, they light the surface with what they reflect (_bounce)
+    bounce: bool = True
 
 
 class _Scratch:
@@ -434,6 +436,19 @@ def ambient_occlusion(depth: Tensor, normal: Tensor, grid: _Grid, cfg: PriorConf
     return torch.lerp(torch.ones(()), open_.reshape(-1), geometry, out=scratch("occlusion", full_h * full_w))  # 1 on the background
 
 
+def _bounce(outgoing: Tensor, sky: Tensor, s: "_Surface", geometry: Tensor, scratch: _Scratch) -> Tensor:
+    """The light that the surroundings hiding a pixel's sky bounce onto it: (1 - sky) x their radiance, taken as
+    the frame's mean surface radiance L, itself lit the same way: L = D / (1 - albedo (1 - sky)) with D, albedo
+    and sky the frame's surface means (D: what they send so far). Diffuse only, (3, P)."""
+    count = geometry.sum().clamp_min(1.0)
+    direct = outgoing @ geometry / count
+    albedo = s.base @ geometry / count
+    hidden = 1 - sky @ geometry / count
+    radiance = direct / (1 - albedo * hidden).clamp_min(0.05)
+    around = torch.mul(radiance[:, None], torch.neg(sky).add_(1), out=scratch.out("bounce", 3, sky.shape[0]))
+    return around.mul_(s.base).mul_(s.f_amb_1)
+
+
 def _pow5(x: Tensor, out: Tensor | None = None) -> Tensor:
     """x^5 as (x x)(x x) x (`out` may not be x)."""
     x2 = torch.mul(x, x, out=out)
@@ -656,6 +671,8 @@ class ShadingPrior(torch.nn.Module):
         if sky is not None:  # the sky a surface cannot see, its mirror does not show either (specular occlusion)
             spec_amb = spec_amb.mul_(sky)
         diffuse = color.add_(irradiance.mul_(s.base).mul_(s.f_amb_1))
+        if sky is not None and cfg.bounce:
+            diffuse = diffuse.add_(_bounce(diffuse, sky, s, geometry, scratch))
         if cfg.reflections:  # where the mirror ray meets a surface in the frame, that surface's light, not the sky's
             chosen = (torch.mul(g["metallic"], s.smooth, out=scratch("reflects", p)).mul_(geometry)
                       >= cfg.reflect_min).nonzero()[:, 0]

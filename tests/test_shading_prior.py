@@ -166,7 +166,7 @@ def test_a_sky_pass_scales_the_sky_light_a_surface_gets_and_its_metals_mirror():
     light = pack(Light(sun_color=(0.0, 0.0, 0.0), sky_zenith=(0.2, 0.4, 1.0), sky_horizon=(0.9, 0.6, 0.3),
                        ground=(0.1, 0.1, 0.1)))[0]
     share = torch.linspace(0.0, 1.0, w).expand(h, w)
-    prior = ShadingPrior()
+    prior = ShadingPrior(PriorConfig(bounce=False))  # the light bounced where the sky is hidden: the test below
     for metallic, roughness in ((0.0, 1.0), (1.0, 0.05)):
         images = _frame(depth, normal, albedo=0.8, metallic=metallic, roughness=roughness)
         open_, _, occ_open, _ = prior.radiance(images, light, up=up, ao=False)
@@ -178,6 +178,27 @@ def test_a_sky_pass_scales_the_sky_light_a_surface_gets_and_its_metals_mirror():
         torch.testing.assert_close(part[0][:, surface], (open_[0] * share)[:, surface], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(part[0][:, ~surface], open_[0][:, ~surface])
         assert open_[0][:, surface].min() > 0.01  # the sky lights it: the test scales something
+
+
+def test_where_a_sky_pass_hides_the_sky_the_surroundings_bounce_their_light():
+    """A wall that fills the frame, seeing a share v of the sky: the bounce adds (1 - v) x the frame's surface
+    radiance L = D / (1 - albedo (1 - v)) times its albedo (1 here) and Fresnel's share f, so the light grows by
+    f (1 - v) / (1 - (1 - v)) = f (1 - v) / v: three times as much at v = 1/2 as at v = 3/4; and seeing all the
+    sky, nothing bounces."""
+    h = w = 16
+    depth, normal = np.full((h, w), 4.0), np.broadcast_to(np.array([0.0, 0.0, 1.0]), (h, w, 3))
+    images = _frame(depth, normal, albedo=1.0, roughness=1.0)
+    up = torch.tensor([0.0, 1.0, 0.0])
+    light = pack(Light(sun_color=(0.0, 0.0, 0.0), sky_zenith=(0.5, 0.6, 0.9), sky_horizon=(0.7, 0.6, 0.5),
+                       ground=(0.2, 0.2, 0.2)))[0]
+    growth = {}
+    for v in (0.5, 0.75, 1.0):
+        sky = torch.full((h, w), v)
+        on = ShadingPrior().radiance(images, light, up=up, sky_visibility=sky)[0]
+        off = ShadingPrior(PriorConfig(bounce=False)).radiance(images, light, up=up, sky_visibility=sky)[0]
+        growth[v] = (on / off - 1).mean().item()
+    assert growth[1.0] == 0 and growth[0.75] > 0.3  # f / 3: f is most of a rough white wall's light
+    assert growth[0.5] / growth[0.75] == pytest.approx(3.0, rel=1e-4)
 
 
 def test_fog_at_a_known_depth():
