@@ -10,7 +10,7 @@
         client.set_prompt("a snowy street")                 # renders from the next chunk at the latest
         client.send(n + 1, gbuffers, light={"sun_azimuth": 90, "sun_elevation": 20})  # this frame on: the engine's sun
         client.set_light(None)                              # back to the prompt's light
-        client.send(n + 2, gbuffers, shadow=sun_mask)       # the engine's shadow pass: uint8 (H, W), 255 lit
+        client.send(n + 2, gbuffers, shadow=sun_mask, sky=sky_seen)  # the engine's light passes: uint8 (H, W)
         frame = client.receive()                            # waits for the next frame
 
     async with AsyncClient(url) as client:                  # the same verbs, as coroutines
@@ -34,9 +34,11 @@ error line in `errors`; `hello["reads_light"]` says whether this session's model
 
 An engine that knows its shadows (its shadow maps) sends them with each frame, `send(..., shadow=...)`:
 the sun's visibility per pixel, uint8 (H, W) 255 where the sun reaches and 0 in its shadow (or float
-in [0, 1]), at the G-buffers' size. The shading prior then takes its shadows from it instead of
-marching screen-space ones, which cannot see casters off the screen. A session sends it with every
-frame or never: a frame that breaks this is refused with an error line in `errors`.
+in [0, 1]), at the G-buffers' size; and its sky occlusion, `send(..., sky=...)`: the share of the sky
+each pixel's surface sees, 255 all of it, 0 none (a room's walls and ceiling block it). The shading
+prior then takes its shadows and its ambient occlusion from them instead of screen-space ones, which
+cannot see what is off the screen. A session sends each with every frame or never: a frame that
+breaks this is refused with an error line in `errors`.
 
 A dropped connection does not lose the session: the server keeps it for a grace period (the
 hello's resume_grace, `serve --resume-grace`), and the client reconnects with backoff and resumes
@@ -187,13 +189,14 @@ class AsyncClient:
         return self
 
     async def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
-                   timeout: float | None = None, light=None, shadow=None) -> None:
+                   timeout: float | None = None, light=None, shadow=None, sky=None) -> None:
         """Send one G-buffer frame: uint8 (5, H, W, 3) teacher form, or float32 passes (albedo, depth,
         metallic, normal, roughness; depth_near scales their depth, 0 = 0.5). Every frame of a session
         has the first one's size. Waits while max_inflight frames are at the server. light: the light
-        from this frame on (as set_light takes it; None: unchanged). shadow: the frame's shadow pass,
-        uint8 (H, W) 255 where the sun reaches, or float (H, W) in [0, 1]; with every frame or never."""
-        data = pack_gbuffers(number, time.perf_counter() if sent is None else sent, gbuffers, depth_near, shadow)
+        from this frame on (as set_light takes it; None: unchanged). shadow, sky: the frame's light passes,
+        uint8 (H, W) 255 = seen (where the sun reaches; the whole sky), or float (H, W) in [0, 1]; each with
+        every frame or never."""
+        data = pack_gbuffers(number, time.perf_counter() if sent is None else sent, gbuffers, depth_near, shadow, sky)
         await self._wait(lambda: self._sent - self._back < self.max_inflight or self._failure,
                          self.timeout if timeout is None else timeout,
                          f"room to send frame {number} ({self.max_inflight} frames are at the server)")
@@ -499,10 +502,10 @@ class Client:
         return self._async.resumes
 
     def send(self, number: int, gbuffers, depth_near: float = 0.0, sent: float | None = None,
-             timeout: float | None = None, light=None, shadow=None) -> None:
-        """As AsyncClient.send: one G-buffer frame (with its shadow pass, and the light from it on, when
+             timeout: float | None = None, light=None, shadow=None, sky=None) -> None:
+        """As AsyncClient.send: one G-buffer frame (with its light passes, and the light from it on, when
         given); waits while max_inflight frames are at the server."""
-        self._call(self._async.send(number, gbuffers, depth_near, sent, timeout, light, shadow))
+        self._call(self._async.send(number, gbuffers, depth_near, sent, timeout, light, shadow, sky))
 
     def set_light(self, light) -> None:
         """The light from the next frame sent on (None: the prompt's), as AsyncClient.set_light."""

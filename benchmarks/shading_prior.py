@@ -6,8 +6,10 @@
 
 With --data (a world v2 dataset) it scores the prior (with reflections, as the default's refiner shades)
 against each held-out clip's path-traced truth instead, per scene and preset, under the clip's recorded
-light, with its recorded sun visibility as the shadows (the shadow pass) and with its own; --ambient
-scales the light's sky and ground light, to show what the sky the scene's walls and ceiling block costs.
+light, with its recorded sun visibility as the shadows (the shadow pass), with that and its recorded sky
+visibility as the ambient occlusion (the sky pass too; datasets made since 2026-12-08), and with its own
+shadows; --ambient scales the light's sky and ground light, to show what the sky the scene's walls and
+ceiling block costs.
 
 For each frame and preset (the preset as a camera-relative Light, the camera's own up vector) it
 prints the prior's PSNR against the truth three ways: with the truth's sun visibility (the shading
@@ -116,19 +118,24 @@ def world_v2(args) -> None:
             with torch.inference_mode():
                 scores[name] = {"shadow_pass": metrics.psnr(prior(images, light, sun_visibility=vis)[:, :3], truth),
                                 "own_shadows": metrics.psnr(prior(images, light)[:, :3], truth)}
+                if held.sky_visibility is not None:
+                    sky = torch.from_numpy(held.sky_visibility[c][frames]).float() / 255
+                    scores[name]["sky_pass"] = metrics.psnr(
+                        prior(images, light, sun_visibility=vis, sky_visibility=sky)[:, :3], truth)
         scene = held.meta.get("clip_info", {}).get(file, {}).get("scene", file)
         report["clips"].append({"scene": scene, "psnr_db": scores,
                                 "psnr_db_mean": {k: round(statistics.mean(s[k] for s in scores.values()), 2)
-                                                 for k in ("shadow_pass", "own_shadows")}})
+                                                 for k in next(iter(scores.values()))}})
     if args.json:
         print(json.dumps(report))
         return
     for clip in report["clips"]:
         m = clip["psnr_db_mean"]
-        print(f"{clip['scene']}: the prior alone, ambient x{args.ambient}: {m['shadow_pass']:.2f} dB with the shadow pass, "
-              f"{m['own_shadows']:.2f} with its own shadows")
+        sky = f", {m['sky_pass']:.2f} with the sky pass too" if "sky_pass" in m else ""
+        print(f"{clip['scene']}: the prior alone, ambient x{args.ambient}: {m['shadow_pass']:.2f} dB with the shadow pass"
+              f"{sky}, {m['own_shadows']:.2f} with its own shadows")
         for name, s in clip["psnr_db"].items():
-            print(f"  {name:18s} {s['shadow_pass']:6.2f} {s['own_shadows']:6.2f}")
+            print(f"  {name:18s} " + " ".join(f"{v:6.2f}" for v in s.values()))
 
 
 if __name__ == "__main__":

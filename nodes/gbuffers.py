@@ -3,8 +3,8 @@ Images (stages).
 
 The G-buffer stream type is ALAYA_GBUFFERS: streaming.values.GBuffers, teacher-form uint8
 (T, 5, H, W, 3) in MODALITIES order (albedo sRGB, inverse depth, metallic, normal, roughness), with
-the source's shadow pass when it has one (GBuffers.shadow: Load G-Buffers reads it beside the passes,
-G-Buffers From Images takes it as an optional image).
+the source's light passes when it has them (GBuffers.shadow, .sky: Load G-Buffers reads them beside the
+passes, G-Buffers From Images takes them as optional images).
 """
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def _chunk_input(default: int = 16):
 
 class LoadGBuffers(SourceNode):
     DESCRIPTION = ("Read a G-buffer sequence from disk, lazily: teacher {mod}.mp4 folders, image sequences "
-                   "(PNG 8/16-bit, EXR incl. multi-layer) or npy windows, with the engine's shadow pass when the folder "
-                   "has one (shadow.mp4, shadow/, shadow_*.exr or an EXR layer). Streams chunk by chunk in the runner.")
+                   "(PNG 8/16-bit, EXR incl. multi-layer) or npy windows, with the engine's light passes when the folder "
+                   "has them (shadow.mp4, shadow/, shadow_*.exr or an EXR layer; sky.mp4, sky/, ... likewise). Streams "
+                   "chunk by chunk in the runner.")
     CATEGORY = CATEGORY
     RETURN_TYPES = (GBUFFERS, "INT")
     RETURN_NAMES = ("gbuffers", "frame_count")
@@ -192,10 +193,11 @@ class GBuffersFromImages(StageNode):
     DESCRIPTION = ("Build G-buffers from five IMAGE inputs (any image or EXR loader can feed it). "
                    "encoding 'teacher': images already in the teacher's 8-bit encoding; 'float': albedo linear, "
                    "depth in scene units (channel 0), normals in [-1, 1] camera space (OpenGL), metallic/roughness in [0, 1]. "
-                   "An engine's shadow images (white where the sun reaches) may go in too: the shading prior then "
-                   "takes its shadows from them.")
+                   "An engine's shadow images (white where the sun reaches) and sky images (white where a surface "
+                   "sees the whole sky) may go in too: the shading prior then takes its shadows and its ambient "
+                   "occlusion from them.")
     CATEGORY = CATEGORY
-    STREAM_INPUTS = ("albedo", "depth", "metallic", "normal", "roughness", "shadow")
+    STREAM_INPUTS = ("albedo", "depth", "metallic", "normal", "roughness", "shadow", "sky")  # MODALITIES + LIGHT_PASSES
     RETURN_TYPES = (GBUFFERS,)
     RETURN_NAMES = ("gbuffers",)
 
@@ -215,6 +217,9 @@ class GBuffersFromImages(StageNode):
             "shadow": img("The engine's shadow pass, the sun's visibility: white where the sun reaches, black in its "
                           "shadow (grey; colour is averaged), the passes' size. The shading prior takes its shadows "
                           "from it instead of marching screen-space ones; unconnected: it marches its own."),
+            "sky": img("The engine's sky pass, its sky occlusion: white where a surface sees the whole sky, black "
+                       "where it sees none (a room's walls and ceiling block it; grey, colour averaged), the passes' "
+                       "size. The shading prior takes its ambient occlusion from it; unconnected: its own."),
         }}
 
     def start_stream(self, encoding, depth_near, fps):
@@ -225,17 +230,17 @@ class _FromImages:
     def __init__(self, encoding, depth_near, fps):
         self.encoding, self.depth_near, self.fps = encoding, depth_near, fps
         self.pending: dict[str, list[torch.Tensor]] = {m: [] for m in GBuffersFromImages.STREAM_INPUTS}
-        self.with_shadow = False  # the shadow input is connected (the runner and ComfyUI pass only connected inputs)
+        self.light: tuple[str, ...] = ()  # the light inputs connected (the runner and ComfyUI pass only connected inputs)
 
     def step(self, **images):
-        from ..streaming.gbuffer import MODALITIES
+        from ..streaming.gbuffer import LIGHT_PASSES, MODALITIES
         from ..streaming.values import GBuffers, gbuffers_from_images
 
-        self.with_shadow = self.with_shadow or "shadow" in images
+        self.light = tuple(n for n in LIGHT_PASSES if n in self.light or n in images)
         for name, value in images.items():
             if value is not None:
                 self.pending[name].append(value)
-        names = MODALITIES + (("shadow",) if self.with_shadow else ())
+        names = MODALITIES + self.light
         ready = min(sum(len(v) for v in self.pending[m]) for m in names)
         if ready == 0:
             return None
@@ -245,11 +250,13 @@ class _FromImages:
             parts[m], rest = joined[:ready], joined[ready:]
             self.pending[m] = [rest] if len(rest) else []
         images = gbuffers_from_images(parts, self.encoding, self.depth_near)
-        shadow = shadow_from_image(parts["shadow"], tuple(images.shape[2:4])) if self.with_shadow else None
-        return (GBuffers(images, self.fps, self.depth_near, shadow),)
+        light = {n: light_from_image(n, parts[n], tuple(images.shape[2:4])) for n in self.light}
+        return (GBuffers(images, self.fps, self.depth_near, **light),)
 
     def flush(self):
-        left = {m: sum(len(v) for v in vs) for m, vs in self.pending.items() if m != "shadow" or self.with_shadow}
+        from ..streaming.gbuffer import MODALITIES
+
+        left = {m: sum(len(v) for v in vs) for m, vs in self.pending.items() if m in MODALITIES + self.light}
         if any(left.values()):
             from ..model_zoo.errors import AlayaError
 
@@ -257,14 +264,14 @@ class _FromImages:
         return None
 
 
-def shadow_from_image(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """A shadow IMAGE (T, H, W, C) in [0, 1] -> the shadow pass, uint8 (T, H, W), 255 where the sun reaches:
-    colour channels averaged (a grey image's are equal), alpha dropped."""
+def light_from_image(name: str, image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """A light pass IMAGE (T, H, W, C) in [0, 1] (`name`: shadow, sky) -> the pass, uint8 (T, H, W), 255 = seen
+    (the sun, the whole sky): colour channels averaged (a grey image's are equal), alpha dropped."""
     from ..model_zoo.errors import AlayaError
 
     if image.ndim != 4 or tuple(image.shape[1:3]) != size:
         got = f"{image.shape[2]}x{image.shape[1]}" if image.ndim == 4 else f"of shape {tuple(image.shape)}"
-        raise AlayaError(f"G-Buffers From Images: shadow is {got}, expected {size[1]}x{size[0]} like the passes")
+        raise AlayaError(f"G-Buffers From Images: {name} is {got}, expected {size[1]}x{size[0]} like the passes")
     x = image.detach().float().cpu()
     grey = x[..., :3].mean(-1) if x.shape[-1] >= 3 else x[..., 0]
     return grey.clamp(0, 1).mul(255).round().to(torch.uint8)

@@ -95,8 +95,8 @@ class LightFromPrompt:
 
 class ShadeGBuffers(StageNode):
     DESCRIPTION = ("Light G-buffers with the shading prior alone (no network): GGX and Lambert under the LIGHT's sun, "
-                   "cast shadows (the G-buffers' shadow pass when they carry one, else screen-space), ambient occlusion, "
-                   "the sky on background pixels and depth fog.")
+                   "cast shadows (the G-buffers' shadow pass when they carry one, else screen-space), ambient occlusion "
+                   "(their sky pass when they carry one, else screen-space), the sky on background pixels and depth fog.")
     CATEGORY = CATEGORY
     STREAM_INPUTS = ("gbuffers",)
     RETURN_TYPES = ("IMAGE",)

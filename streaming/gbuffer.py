@@ -42,6 +42,12 @@ LIGHT_PASSES = ("shadow", "sky")
 """Optional one-channel passes an engine may add, uint8 255 = seen: "shadow" the sun's visibility (its
 shadow maps'), "sky" the share of the sky a pixel's surface sees (its sky occlusion; docs/gbuffers.md)."""
 
+LIGHT_PASS_WORLD_KEYS = {"shadow": "sun_visibility", "sky": "sky_visibility"}
+"""The extras key of a world's float visibility (1 = seen) that each light pass is made from."""
+
+LIGHT_PASS_MEANING = {"shadow": "the sun's visibility", "sky": "the share of the sky seen"}
+"""What each light pass measures, 0 to 1, for error lines."""
+
 DEFAULT_DEPTH_NEAR = 0.5
 """Scene units mapped to full brightness in the 8-bit inverse-depth encoding."""
 

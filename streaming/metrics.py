@@ -203,8 +203,6 @@ def edge_free(region, sun_visibility):
 def region_contrast(rgb, mask, min_pixels: int = 16) -> float | None:
     """Std / mean of linear luminance over the mask's pixels: rgb (..., H, W, 3) as shadow_ratio's,
     mask (..., H, W) bool (one frame or a clip). None with fewer than min_pixels pixels."""
-    import numpy as np
-
     mask = _numpy(mask).astype(bool)
     if mask.sum() < min_pixels:
         return None
@@ -224,8 +222,6 @@ def region_psnr(x, ref, mask) -> float | None:
 def region_colour(rgb, mask, min_pixels: int = 16):
     """Mean sRGB colour (3,) in [0, 1] over the mask's pixels (rgb and mask as region_contrast's),
     or None with fewer than min_pixels pixels."""
-    import numpy as np
-
     mask = _numpy(mask).astype(bool)
     if mask.sum() < min_pixels:
         return None

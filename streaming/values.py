@@ -32,7 +32,7 @@ import torch
 from ..model_zoo.errors import AlayaError
 from ..model_zoo.latents import TIME_COMPRESSION
 from ..model_zoo.styles import ORIGINAL, styled
-from .gbuffer import DEFAULT_DEPTH_NEAR, LIGHT_PASSES, MODALITIES
+from .gbuffer import DEFAULT_DEPTH_NEAR, LIGHT_PASS_WORLD_KEYS, LIGHT_PASSES, MODALITIES
 
 # ---------------------------------------------------------------------------------------------
 # Chunk values.
@@ -86,6 +86,15 @@ class GBuffers:
     def sky_visibility(self) -> torch.Tensor | None:
         """The sky pass as the shading prior reads it: float (T, H, W) in [0, 1], or None."""
         return None if self.sky is None else self.sky.float() / 255
+
+    def visibilities(self) -> dict[str, torch.Tensor]:
+        """The light passes as the shading prior's keyword arguments (float (T, H, W) in [0, 1])."""
+        out = {}
+        if self.shadow is not None:
+            out["sun_visibility"] = self.sun_visibility()
+        if self.sky is not None:
+            out["sky_visibility"] = self.sky_visibility()
+        return out
 
     def light_passes(self) -> dict[str, torch.Tensor]:
         """The light passes it carries, by name (LIGHT_PASSES order)."""
@@ -242,7 +251,7 @@ def light_passes_of(extras: dict) -> dict[str, np.ndarray]:
     """A chunk's light passes, uint8 (T, H, W) by name, from a stream's stacked extras: a file's passes
     ("shadow", "sky"), or a world's visibilities (float, 1 = seen: "sun_visibility", "sky_visibility")."""
     out = {}
-    for name, world_key in (("shadow", "sun_visibility"), ("sky", "sky_visibility")):
+    for name, world_key in LIGHT_PASS_WORLD_KEYS.items():
         if name in extras:
             out[name] = extras[name]
         elif world_key in extras:

@@ -415,6 +415,13 @@ def test_eval_on_a_world_v2_dataset_adds_the_lighting_axis(tiny_models, tmp_path
     assert passed["prior_only"]["psnr_db_by_preset"]["bright_sunny"] != report["prior_only"]["psnr_db_by_preset"]["bright_sunny"]
     assert passed["prior_only"]["psnr_db_by_preset"]["night_lamps"] == pytest.approx(
         report["prior_only"]["psnr_db_by_preset"]["night_lamps"], abs=0.5)
+    # --sky pass: its ambient occlusion from each clip's recorded sky visibility, as from an engine's sky pass
+    assert main(["--quiet", "eval", "--model", str(tiny_models / "model"), "--no-teacher", "--data", str(tmp_path / "data"),
+                 "--shadows", "pass", "--sky", "pass", "--runtime-size", "32", "--runtime-frames", "5", "--no-long-stream",
+                 "--json"]) == 0
+    sky = json.loads(capsys.readouterr().out)
+    assert passed["setup"]["sky"] == "screen" and sky["setup"]["sky"] == "pass"
+    assert sky["prior_only"]["psnr_db"] != passed["prior_only"]["psnr_db"]
 
 
 def test_the_prior_a_model_reads_is_its_refiners_else_the_plain_one():
@@ -458,3 +465,5 @@ def test_eval_gives_a_light_refiner_the_prompts_light_or_the_clips_recorded_one(
     assert reports["data"]["prior_only"]["psnr_db"] != reports["prompt"]["prior_only"]["psnr_db"]
     assert main([*args, "--shadows", "pass"]) == 2  # clips of the physics world record no sun visibility
     assert "--shadows pass: a physics-world clip records no sun visibility (only world v2 data does)" in capsys.readouterr().err
+    assert main([*args, "--sky", "pass"]) == 2
+    assert "--sky pass: a physics-world clip records no sky visibility" in capsys.readouterr().err

@@ -4,7 +4,7 @@ import pytest
 
 from alaya_flash.model_zoo.errors import AlayaError
 from alaya_flash.streaming.files import sinks
-from alaya_flash.streaming.gbuffer import MODALITIES, teacher_to_frame
+from alaya_flash.streaming.gbuffer import LIGHT_PASSES, MODALITIES, teacher_to_frame
 from alaya_flash.streaming.files.readers import GBufferStream, detect_layout, open_gbuffers
 from alaya_flash.streaming.files.synthetic import SyntheticScene, synthetic_stream
 
@@ -85,6 +85,23 @@ def test_rgb_ground_truth_travels_as_extras(tmp_path, source):
         got = np.stack([f.extras["rgb"] for f in open_gbuffers(tmp_path / fmt)])
         tol = 1 if fmt == "exr" else 0  # EXR stores linear float; sRGB re-encoding may round by 1
         assert np.abs(got.astype(int) - rgbs).max() <= tol, fmt
+
+
+@pytest.mark.parametrize("name", LIGHT_PASSES)
+def test_light_passes_travel_as_extras(tmp_path, source, name):
+    """A light pass written beside the passes comes back as extras[name], uint8 and exact, in every format whose
+    layout has one, canonical frames as teacher form (npy windows have none); the other light pass stays absent."""
+    planes = np.random.default_rng(1).integers(0, 256, (N, H, W), dtype=np.uint8)
+    for fmt in ("mp4", "png", "npy", "exr"):
+        with sinks.open_sink(tmp_path / fmt, fmt, window=4) as sink:
+            for plane, images in zip(planes, source.teacher_frames()):
+                sink.write(gbuffer=images, **{name: plane})
+        canonical = [f.extras for f in open_gbuffers(tmp_path / fmt)]
+        teacher_form = [e for _, e in open_gbuffers(tmp_path / fmt).teacher_frames(extras=True)]
+        for extras in (canonical, teacher_form):
+            assert all(set(LIGHT_PASSES) & set(e) == ({name} if fmt != "npy" else set()) for e in extras), fmt
+            if fmt != "npy":
+                np.testing.assert_array_equal(np.stack([e[name] for e in extras]), planes, err_msg=fmt)
 
 
 def test_teacher_clip_naming_and_rgb(tmp_path, source, teacher):

@@ -98,13 +98,22 @@ BAD_FRAMES = [  # message -> what the one-line refusal says
     (_header(version=2) + bytes(15 * SIZE * SIZE), "version 2 is not supported"),
     (_header(number=2 ** 53), "frame number 9007199254740992 is not below 2**53"),
     (_header(form=3) + bytes(15 * SIZE * SIZE), "frame 5: form 3 is unknown"),
-    (_header(flags=2) + bytes(15 * SIZE * SIZE), "frame 5: header flags (bytes 6..7) 0x0002 set unknown bits"),
+    (_header(flags=4) + bytes(15 * SIZE * SIZE), "frame 5: header flags (bytes 6..7) 0x0004 set unknown bits; bit 0 "
+                                                 "= a shadow plane follows the passes, bit 1 = a sky plane"),
     (_header(flags=1) + bytes(15 * SIZE * SIZE), "frame 5: header flags say a shadow plane follows, but the payload "
                                                  "holds only the passes"),
+    (_header(flags=2) + bytes(15 * SIZE * SIZE), "frame 5: header flags say a sky plane follows, but the payload "
+                                                 "holds only the passes"),
+    (_header(flags=3) + bytes(16 * SIZE * SIZE), "frame 5: header flags say a shadow plane and a sky plane follow, "
+                                                 "but the payload holds the passes and 1 plane"),
     (_header() + bytes(16 * SIZE * SIZE), f"frame 5: payload of {16 * SIZE * SIZE} bytes is the passes and "
-                                          f"{SIZE * SIZE} bytes more (a shadow plane?)"),
+                                          f"{SIZE * SIZE} bytes more (a shadow plane or a sky plane?)"),
+    (_header(flags=1) + bytes(17 * SIZE * SIZE), f"frame 5: payload of {17 * SIZE * SIZE} bytes is the passes and a "
+                                                 f"shadow plane and {SIZE * SIZE} bytes more (a sky plane?)"),
     (_header(flags=1) + bytes(16 * SIZE * SIZE - 1), f"expected {16 * SIZE * SIZE} for 64x64 uint8 teacher form "
                                                      "and a 64x64 uint8 shadow plane"),
+    (_header(flags=3) + bytes(17 * SIZE * SIZE + 1), f"expected {17 * SIZE * SIZE} for 64x64 uint8 teacher form "
+                                                     "and a 64x64 uint8 shadow plane and a 64x64 uint8 sky plane"),
     (_header(width=60) + bytes(15 * 60 * SIZE), "frame 5: width 60 must be a multiple of 16"),
     (_header(width=4096, height=16), "frame 5: width 4096 must be a multiple of 16 in 16..2048"),
     (_header(width=2048, height=2048), "frame 5: 2048x2048 is 4194304 pixels, over the limit of 1048576"),

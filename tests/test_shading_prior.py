@@ -154,6 +154,32 @@ def test_a_metal_reflects_the_sky_and_a_dielectric_does_not():
     assert abs(blue_minus_red(0.0, 1.0, top) - blue_minus_red(0.0, 1.0, middle)) < 0.1
 
 
+def test_a_sky_pass_scales_the_sky_light_a_surface_gets_and_its_metals_mirror():
+    """No sun: all the light is the sky's (the hemisphere and, on metals, the mirrored sky). An engine's sky
+    pass replaces the ambient occlusion: seeing the whole sky equals no occlusion, seeing a share v of it
+    gives v times that light, on a rough dielectric and a mirror alike; the background keeps its sky."""
+    h = w = 32
+    rays, _ = _rays(h, w)
+    depth = np.where(np.arange(h)[:, None] < 8, np.inf, np.full((h, w), 4.0))  # the top rows: background
+    normal = np.broadcast_to(np.array([0.0, 0.6, 0.8]), (h, w, 3))
+    up = torch.tensor([0.0, 1.0, 0.0])
+    light = pack(Light(sun_color=(0.0, 0.0, 0.0), sky_zenith=(0.2, 0.4, 1.0), sky_horizon=(0.9, 0.6, 0.3),
+                       ground=(0.1, 0.1, 0.1)))[0]
+    share = torch.linspace(0.0, 1.0, w).expand(h, w)
+    prior = ShadingPrior()
+    for metallic, roughness in ((0.0, 1.0), (1.0, 0.05)):
+        images = _frame(depth, normal, albedo=0.8, metallic=metallic, roughness=roughness)
+        open_, _, occ_open, _ = prior.radiance(images, light, up=up, ao=False)
+        whole, _, occ_whole, _ = prior.radiance(images, light, up=up, sky_visibility=torch.ones(h, w))
+        part, _, occ_part, _ = prior.radiance(images, light, up=up, sky_visibility=share)
+        torch.testing.assert_close(whole, open_)
+        assert torch.equal(occ_part[0, 0], share) and occ_open.min() == 1
+        surface = torch.from_numpy(np.isfinite(depth))
+        torch.testing.assert_close(part[0][:, surface], (open_[0] * share)[:, surface], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(part[0][:, ~surface], open_[0][:, ~surface])
+        assert open_[0][:, surface].min() > 0.01  # the sky lights it: the test scales something
+
+
 def test_fog_at_a_known_depth():
     """A black wall at depth D in fog of density k shows fog colour times 1 - exp(-k D)."""
     h = w = 16

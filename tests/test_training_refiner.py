@@ -437,10 +437,11 @@ def test_prompt_light_rate_trains_a_blending_refiner_beside_the_prior_under_the_
     assert "prompt_light_rate 0.5 needs a refiner config that reads the light" in capsys.readouterr().err
 
 
-def test_shadow_pass_rate_shades_with_the_clips_recorded_sun_visibility(runs, tmp_path, capsys):
+def test_shadow_and_sky_pass_rates_shade_with_the_clips_recorded_visibilities(runs, tmp_path, capsys):
     """With shadow_pass_rate the stage also shades each clip with its recorded sun visibility as the shadows
-    (out/priors-shadow/: what an engine's shadow pass gives the prior); a dataset that records none refuses the
-    rate in one line naming it."""
+    (out/priors-shadow/: what an engine's shadow pass gives the prior), with sky_pass_rate with that and its
+    recorded sky visibility as the ambient occlusion (out/priors-shadow-sky/: a sky pass too); a dataset that
+    records neither refuses each rate in one line naming it."""
     import shutil
 
     import numpy as np
@@ -459,10 +460,13 @@ def test_shadow_pass_rate_shades_with_the_clips_recorded_sun_visibility(runs, tm
         p, t, h, w = arrays["rgb"].shape[:4]
         vis = np.full((p, t, h, w), 255, np.uint8)
         vis[..., : w // 2] = 0
-        np.savez(data / name, **arrays, sun_visibility=vis)
+        sky = np.full((t, h, w), 255, np.uint8)
+        sky[:, h // 2:] = 64  # the lower half sees a quarter of the sky
+        np.savez(data / name, **arrays, sun_visibility=vis, sky_visibility=sky)
     cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(data), "clips": 1,
            "crop": 32, "batch": 4, "steps": 4, "log_every": 2, "ckpt_every": 4, "precision": "fp32",
-           "config": "gbuffer-refiner-16-given", "shadow_pass_rate": 0.5, "prompt_light_rate": 0.5}
+           "config": "gbuffer-refiner-16-given", "shadow_pass_rate": 0.5, "prompt_light_rate": 0.5,
+           "sky_pass_rate": 0.5}
     assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
     net, name = load_run(tmp_path / "ref")  # it trained reading whether each crop's light and shadows were given
     assert name == "gbuffer-refiner-16-given" and net.reads_given and net.head[0].weight.grad is None
@@ -475,9 +479,21 @@ def test_shadow_pass_rate_shades_with_the_clips_recorded_sun_visibility(runs, tm
     assert torch.equal(planes[q], want.mul(255).round().clamp(0, 255).to(torch.uint8))
     assert (planes[:, :, 3, :, : 16] == 0).all() and not torch.equal(
         planes, read_state_dict(tmp_path / "ref" / "priors" / "clip-000000.safetensors")["planes"])
-    cfg.update(data=str(runs / "data"), out=str(tmp_path / "none"))
+    both = read_state_dict(tmp_path / "ref" / "priors-shadow-sky" / "clip-000000.safetensors")["planes"]
+    sky = torch.from_numpy(clips.sky_visibility[0]).float() / 255
+    want = ShadingPrior()(torch.from_numpy(clips.gbuffers[0]), torch.from_numpy(clips.light[0, q]), DEFAULT_DEPTH_NEAR,
+                          sun_visibility=vis, sky_visibility=sky)
+    assert torch.equal(both[q], want.mul(255).round().clamp(0, 255).to(torch.uint8))
+    h = both.shape[-2]
+    assert (both[:, :, 4, h // 2:] == 64).all() and (both[:, :, 4, : h // 2] == 255).all()  # the AO is the sky pass
+    assert torch.equal(both[:, :, 3], planes[:, :, 3])  # and the shadows the shadow pass
+    cfg.update(data=str(runs / "data"), out=str(tmp_path / "none"), sky_pass_rate=0.0)
     assert main(["train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 2
     assert "shadow_pass_rate 0.5 needs a refiner config that reads the light and a dataset that records sun " \
+           "visibility" in capsys.readouterr().err
+    cfg.update(shadow_pass_rate=0.0, sky_pass_rate=0.5, out=str(tmp_path / "no-sky"))
+    assert main(["train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 2
+    assert "sky_pass_rate 0.5 needs a refiner config that reads the light and a dataset that records sky " \
            "visibility" in capsys.readouterr().err
 
 

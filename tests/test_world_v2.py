@@ -254,6 +254,38 @@ def test_truth_has_cast_shadows_indirect_light_and_metal_highlights(mi):
     assert lum[obj == 3].max() > 8 * np.median(lum[obj == 3])
 
 
+def test_sky_visibility_is_whole_in_the_open_and_falls_under_a_roof(mi):
+    """The sky pass: the ground and the box's top far from anything see the whole sky (1), the ground at the
+    box's foot less; a roof over everything leaves the ground almost none; the background reads 1."""
+    from alaya_flash.streaming.world.traced.render import MitsubaScene
+
+    camera = _toy_camera(32)
+    open_scene = _toy_scene()
+    roofed = dataclasses.replace(open_scene, shapes=open_scene.shapes + (Box((0.0, 0.0, 3.0), (40.0, 40.0, 0.2), 0, 5),),
+                                 objects=open_scene.objects + ("roof",))
+    seen = {}
+    for name, desc in (("open", open_scene), ("roofed", roofed)):
+        caster = GBufferCaster(desc)
+        frame = caster.render(camera)
+        ms = MitsubaScene(desc, TINY_VARIANT, textures=caster.textures)
+        hit = np.isfinite(frame.depth)
+        vis = ms.sky_visibility(ms.sky_scene(), camera, frame.normal, hit, samples=64)
+        assert vis.shape == frame.depth.shape and vis.min() >= 0 and vis.max() <= 1
+        seen[name] = (vis, frame, hit)
+    vis, frame, hit = seen["open"]
+    assert np.all(vis[~hit] == 1) and (~hit).sum() > 20
+    obj = frame.extras["object_id"]
+    p = camera.eye + np.where(hit, frame.depth, 0)[..., None] * (camera.view_dirs() @ camera.rotation)
+    far = np.hypot(p[..., 0] - 0.2, p[..., 1] + 0.3) > 3.2  # ground beyond every object's reach
+    assert (obj == 1).sum() > 50 and vis[(obj == 1) & far].mean() > 0.97
+    box_top = (obj == 2) & (np.abs(p[..., 2] - 1.0) < 0.02)
+    assert box_top.sum() > 3 and vis[box_top].mean() > 0.97
+    foot = (obj == 1) & (np.hypot(p[..., 0] - 1.0, p[..., 1] - 0.5) < 1.2)  # the ground by the box's sides
+    assert foot.sum() > 3 and vis[foot].mean() < 0.9
+    vis_roofed, frame_roofed, _ = seen["roofed"]
+    assert vis_roofed[frame_roofed.extras["object_id"] == 1].mean() < 0.1
+
+
 def test_llvm_and_scalar_variants_trace_the_same_scene(mi):
     """The vectorised variant (auto's choice where libLLVM >= 16 is installed) traces the same light as
     scalar_rgb, with other noise; scenes of both variants share one process."""
@@ -330,7 +362,10 @@ def test_clip_folder_reads_back_and_matches_the_source(mi, tmp_path):
         np.testing.assert_array_equal(extras["rgb"], frame.extras["rgb_bright_sunny"])  # lossless, deterministic
         # the shadow pass (shadow.mp4, lossless): the first preset's sun visibility in 8 bits
         np.testing.assert_array_equal(extras["shadow"], np.rint(frame.extras["sun_visibility"] * 255).astype(np.uint8))
+        # the sky pass (sky.mp4, lossless): the share of the sky each surface sees, in 8 bits
+        np.testing.assert_array_equal(extras["sky"], np.rint(frame.extras["sky_visibility"] * 255).astype(np.uint8))
     meta = json.loads((out / "clip.json").read_text())
+    assert meta["files"]["sky"].startswith("sky.mp4") and np.load(out / "extras" / "sky_visibility-0000.npy").shape == (4, 32, 32)
     assert meta["scene_kind"] == "courtyard" and len(meta["cameras"]) == 4 and meta["sun_side"] in ("ahead", "left", "behind", "right")
     assert meta["presets"][0]["prompt"] == world.captions["bright_sunny"]
     assert json.loads((out / "scene.json").read_text())["kind"] == "courtyard"
@@ -348,6 +383,11 @@ def test_world_command_pathtrace(mi, tmp_path, capsys):
                  "--out", str(out)]) == 0
     stream = open_gbuffers(out)
     assert (stream.info.width, stream.info.height, stream.info.num_frames) == (32, 24, 3)
+    assert (out / "sky.mp4").is_file() and "sky" in next(stream.teacher_frames(extras=True))[1]
+    assert main(["--quiet", "world", "--renderer", "pathtrace", "--scene", "interior", "--camera", "orbit", "--size",
+                 "32x24", "--frames", "1", "--spp", "1", "--sky-samples", "0", "--out", str(tmp_path / "skyless")]) == 0
+    assert not (tmp_path / "skyless" / "sky.mp4").exists()
+    assert json.loads((tmp_path / "skyless" / "clip.json").read_text())["files"]["sky"] is None
     meta = json.loads((out / "clip.json").read_text())
     assert meta["sun_side"] == "behind" and [p["name"] for p in meta["presets"]] == list(TRACED_PRESETS)
     assert main(["world", "--renderer", "pathtrace", "--camera", "fly", "--out", str(tmp_path / "bad")]) == 2
@@ -386,6 +426,10 @@ def test_dataset_builder_writes_world_v2_clips(mi, tmp_path):
     with np.load(tmp_path / "data" / "train" / "clip-000000.npz") as z:
         assert z["sun_visibility"].shape == (2, 5, 32, 32) and z["sun_visibility"].dtype == np.uint8
         assert z["ground"].shape == (5, 32, 32) and z["ground"].any()
+        sky = z["sky_visibility"]  # the sky pass of the street (clip 0): open somewhere, blocked somewhere
+        assert sky.shape == (5, 32, 32) and sky.dtype == np.uint8 and sky.max() == 255 and sky.min() < 200
+    assert train.sky_visibility.shape == (2, 5, 32, 32)
+    assert train.sky_visibility[1].mean() < train.sky_visibility[0].mean()  # a room sees less sky than a street
     before = (tmp_path / "data" / "dataset.json").read_text()
     build_dataset(cfg)  # resumes: nothing rendered again, the same metadata
     assert (tmp_path / "data" / "dataset.json").read_text() == before

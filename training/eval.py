@@ -51,6 +51,8 @@ def _clips(args, size):
             with np.load(held.root / file) as z:
                 if "sun_visibility" in z and "ground" in z:
                     clip["sun_visibility"], clip["ground"] = z["sun_visibility"][idx], z["ground"]
+                if "sky_visibility" in z:  # the sky pass (clips made since 2026-12-08)
+                    clip["sky_visibility"] = z["sky_visibility"]
                 if "truth_noise_mse" in z:  # the path-traced truth's own noise (data config heldout_passes)
                     clip["truth_noise_mse"] = z["truth_noise_mse"][idx]
             clips.append(clip)
@@ -70,15 +72,15 @@ def _clips(args, size):
                               "heldout_all": wordings(n, "heldout")[:keep]} for n in names}
 
 
-def _render(pipeline, gbuffers, chunk: int = 4, shadow=None):
+def _render(pipeline, gbuffers, chunk: int = 4, passes: dict | None = None):
     """Stream G-buffers through a pipeline in chunks of `chunk` frames: (frames (T,H,W,3), seconds, first-frame s).
-    shadow: the clip's shadow pass (T, H, W) uint8, or None."""
+    passes: the clip's light passes by name (GBuffers' "shadow", "sky": (T, H, W) uint8)."""
     import torch
 
     from ..streaming.values import GBuffers
 
     def piece(a):
-        return GBuffers(torch.from_numpy(gbuffers[a:a + chunk]), shadow=None if shadow is None else shadow[a:a + chunk])
+        return GBuffers(torch.from_numpy(gbuffers[a:a + chunk]), **{k: v[a:a + chunk] for k, v in (passes or {}).items()})
 
     outs, first = [], None
     t0 = time.perf_counter()
@@ -193,15 +195,19 @@ def evaluate(args) -> dict:
     if shadows_from == "pass" and "sun_visibility" not in clips[0]:
         raise AlayaError(f"--shadows pass: {args.data or 'a physics-world clip'} records no sun visibility "
                          "(only world v2 data does)")
+    sky_from = getattr(args, "sky", "screen")
+    if sky_from == "pass" and "sky_visibility" not in clips[0]:
+        raise AlayaError(f"--sky pass: {args.data or 'a physics-world clip'} records no sky visibility "
+                         "(world v2 data made since 2026-12-08 does)")
 
-    def render(m: str, wording: str, gbuffers, light=None, shadow=None):
+    def render(m: str, wording: str, gbuffers, light=None, passes=None):
         """(frames, seconds, first-frame seconds) of model m prompted with `wording`; light: the frames'
-        packed lights (T, PACKED) for --light data; shadow: the shadow pass (T, H, W) for --shadows pass."""
+        packed lights (T, PACKED) for --light data; passes: the light passes for --shadows / --sky pass."""
         sched = PromptSchedule.encode(text, wording)
         if m == "student":
             lights = recorded(light) if light_from == "data" else None
             return _render(FlashPipeline(flash, sched, seed=args.seed, refine=not args.no_refiner, lights=lights), gbuffers,
-                           shadow=shadow)
+                           passes=passes)
         return _render(TeacherPipeline(teacher, sched, negative, seed=args.seed, steps=args.teacher_steps), gbuffers)
 
     from tqdm import tqdm
@@ -225,15 +231,19 @@ def evaluate(args) -> dict:
             wordings = [("train", 0, clip["captions"][p] if "captions" in clip else prompts[name]["train"])]
             wordings += [("heldout", i, w) for i, w in enumerate(prompts[name]["heldout_all"])]
             light = clip["light"][p] if light_from == "data" else None
-            shadow = clip["sun_visibility"][p] if shadows_from == "pass" else None
-            shaded = GBuffers(torch.as_tensor(gb), shadow=shadow)
+            passes = {}
+            if shadows_from == "pass":
+                passes["shadow"] = clip["sun_visibility"][p]
+            if sky_from == "pass":
+                passes["sky"] = clip["sky_visibility"]
+            shaded = GBuffers(torch.as_tensor(gb), **passes)
             prior = Shade(recorded(light), shade_with.prior).step(shaded) if light is not None else shade_with(wordings[0][2], shaded)
             prior_psnr.setdefault(name, []).append(metrics.psnr(prior, gt[p]))
             prior_by_clip.setdefault(c, []).append(prior_psnr[name][-1])
             for kind, index, wording in wordings:
                 renders = {}
                 for m in models:
-                    out, secs, first = render(m, wording, gb, light, shadow)
+                    out, secs, first = render(m, wording, gb, light, passes)
                     bar.set_postfix_str(f"clip {c}, {name}, {m}")
                     bar.update()
                     renders[m] = out
@@ -271,7 +281,7 @@ def evaluate(args) -> dict:
                             vis = clip["sun_visibility"][p] if sunlit else None
                             record = metrics.lighting(out, gt[p], gb, vis, clip["ground"])
                             if sunlit and "sun_side" in clip:
-                                record.update(other_side(lambda w: render(m, w, gb, light, shadow)[0], out, gt[p], gb, vis,
+                                record.update(other_side(lambda w: render(m, w, gb, light, passes)[0], out, gt[p], gb, vis,
                                                          clip, name))
                             s["lighting"].append(record)
                 if kind == "train" and "teacher" in renders:
@@ -284,7 +294,7 @@ def evaluate(args) -> dict:
                         "split": args.split,
                         "world": "pathtrace" if "sun_visibility" in clips[0] else "physics",
                         "training_wording": "each clip's caption" if "captions" in clips[0] else "the preset's first",
-                        "light": light_from, "shadows": shadows_from, "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
+                        "light": light_from, "shadows": shadows_from, "sky": sky_from, "student_steps": flash.settings.steps, "chunk_frames": flash.settings.chunk_frames,
                         "teacher_steps": (args.teacher_steps or teacher.settings.steps) if teacher else None,
                         "teacher_cfg": teacher.settings.cfg if teacher else None, "precision": args.precision,
                         **({"scenes": [clip["scene"] for clip in clips]} if all("scene" in clip for clip in clips) else {}),

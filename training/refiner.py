@@ -82,6 +82,10 @@ class RefinerStageConfig(StageConfig):
     # engine's shadow pass gives, model_zoo/shading_prior.py) instead of screen-space marching: a world v2
     # dataset records it; casters off the screen (a courtyard's walls) shadow only there
     shadow_pass_rate: float = 0.0
+    # share of the other crops whose prior takes both its shadows and its ambient occlusion from the clip's
+    # recordings (an engine's shadow pass and sky pass): a world v2 dataset made since 2026-12-08 records the
+    # sky's visibility; a room's walls and ceiling block the sky only there
+    sky_pass_rate: float = 0.0
 
     def validate(self):
         check_device("refiner stage", self.device)
@@ -105,6 +109,8 @@ class RefinerStageConfig(StageConfig):
             raise AlayaError(f"refiner stage: prompt_light_rate {self.prompt_light_rate} is not in [0, 1]")
         if not 0 <= self.shadow_pass_rate <= 1:
             raise AlayaError(f"refiner stage: shadow_pass_rate {self.shadow_pass_rate} is not in [0, 1]")
+        if not 0 <= self.sky_pass_rate <= 1:
+            raise AlayaError(f"refiner stage: sky_pass_rate {self.sky_pass_rate} is not in [0, 1]")
         if not 0 <= self.prompt_dropout <= 1:
             raise AlayaError(f"refiner stage: prompt_dropout {self.prompt_dropout} is not in [0, 1]")
         if self.crop <= 0 or self.clips < 0 or self.mix_clips < 0:
@@ -206,12 +212,13 @@ def prompt_lights(clips: ClipSet, n: int) -> np.ndarray:
 
 @torch.no_grad()
 def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool = False,
-                 from_prompt: bool = False, shadow_pass: bool = False) -> np.ndarray:
+                 from_prompt: bool = False, shadow_pass: bool = False, sky_pass: bool = False) -> np.ndarray:
     """The shading prior's planes of the first n clips under each preset's recorded light (from_prompt: the
     light head's reading of its prompt, prompt_lights), uint8 (n, P, T, 5, H, W), what a light-reading refiner
     sees beside each render (the camera's up as inference has it: estimated from the normals). shadow_pass:
-    the shadows are the clip's recorded sun visibility (an engine's shadow pass), not marched in screen space.
-    Kept in out/priors[-prompt][-shadow][-mix]/ (a clip whose recipe matches is read back)."""
+    the shadows are the clip's recorded sun visibility (an engine's shadow pass), not marched in screen space;
+    sky_pass: the ambient occlusion is its recorded sky visibility (an engine's sky pass).
+    Kept in out/priors[-prompt][-shadow][-sky][-mix]/ (a clip whose recipe matches is read back)."""
     from ..model_zoo.loading import read_metadata, read_state_dict, save_safetensors
     from ..model_zoo.shading_prior import ShadingPrior
     from ..streaming.gbuffer import DEFAULT_DEPTH_NEAR
@@ -222,12 +229,17 @@ def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool
     if shadow_pass and clips.sun_visibility is None:
         raise AlayaError(f"refiner stage: shadow_pass_rate needs recorded sun visibility, and {clips.root} has none "
                          "(only a world v2 dataset records it)")
+    if sky_pass and clips.sky_visibility is None:
+        raise AlayaError(f"refiner stage: sky_pass_rate needs recorded sky visibility, and {clips.root} has none "
+                         "(a world v2 dataset made since 2026-12-08 records it)")
     prior = ShadingPrior(refiner_codec.CONFIGS[cfg.config].prior_config)  # the refiner's own
     folder = Path(cfg.out) / ("priors" + ("-prompt" if from_prompt else "") + ("-shadow" if shadow_pass else "")
-                              + ("-mix" if mix else ""))
+                              + ("-sky" if sky_pass else "") + ("-mix" if mix else ""))
     recipe = {"data": str(cfg.mix_data if mix else cfg.data), "prior": repr(prior.config)}
     if shadow_pass:
         recipe["shadows"] = "recorded"
+    if sky_pass:
+        recipe["sky"] = "recorded"
     lights = clips.light
     if from_prompt:
         lights = prompt_lights(clips, n)
@@ -242,7 +254,9 @@ def prior_planes(cfg: RefinerStageConfig, clips: ClipSet, n: int, log, mix: bool
         gbuffers = torch.from_numpy(clips.gbuffers[c])
         for q in range(p):
             shadows = torch.from_numpy(clips.sun_visibility[c, q]).float() / 255 if shadow_pass else None
-            planes = prior(gbuffers, torch.from_numpy(lights[c, q]), DEFAULT_DEPTH_NEAR, sun_visibility=shadows)
+            sky = torch.from_numpy(clips.sky_visibility[c]).float() / 255 if sky_pass else None
+            planes = prior(gbuffers, torch.from_numpy(lights[c, q]), DEFAULT_DEPTH_NEAR, sun_visibility=shadows,
+                           sky_visibility=sky)
             out[c, q] = planes.mul(255).round().clamp(0, 255).to(torch.uint8).numpy()
         save_safetensors({"planes": torch.from_numpy(out[c])}, path, {"recipe": {**recipe, "clip": c}})
         log.info("shaded training clip %d/%d under %d lights", c + 1, n, p)
@@ -261,6 +275,7 @@ class _Source:
     priors: np.ndarray | None = None  # (N, P, T, 5, H, W) uint8: the shading prior's planes, for a light-reading refiner
     prompt_priors: np.ndarray | None = None  # the same under the light head's reading of the prompt (prompt_light_rate)
     shadow_priors: np.ndarray | None = None  # the same with the recorded sun visibility's shadows (shadow_pass_rate)
+    sky_priors: np.ndarray | None = None  # the same with its shadows and its sky visibility as the AO (sky_pass_rate)
 
 
 def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = False, light: bool = False) -> _Source:
@@ -282,8 +297,10 @@ def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = 
     # (a dataset without recorded shadows, the physics world's, keeps its screen-space ones)
     shadow_priors = prior_planes(cfg, clips, len(renders), log, mix, shadow_pass=True) \
         if light and cfg.shadow_pass_rate and clips.sun_visibility is not None else None
+    sky_priors = prior_planes(cfg, clips, len(renders), log, mix, shadow_pass=True, sky_pass=True) \
+        if light and cfg.sky_pass_rate and clips.sky_visibility is not None else None
     return _Source(clips, renders, goal, _wording_embeddings(clips) if text_dim else None, captions, priors,
-                   prompt_priors, shadow_priors)
+                   prompt_priors, shadow_priors, sky_priors)
 
 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
@@ -300,6 +317,9 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     if cfg.shadow_pass_rate and not (net.reads_light and any(src.shadow_priors is not None for src in sources)):
         raise AlayaError(f"refiner stage: shadow_pass_rate {cfg.shadow_pass_rate} needs a refiner config that reads the "
                          f"light and a dataset that records sun visibility, which only world v2's has ({cfg.config}, {cfg.data})")
+    if cfg.sky_pass_rate and not (net.reads_light and any(src.sky_priors is not None for src in sources)):
+        raise AlayaError(f"refiner stage: sky_pass_rate {cfg.sky_pass_rate} needs a refiner config that reads the "
+                         f"light and a dataset that records sky visibility, which only world v2's has ({cfg.config}, {cfg.data})")
     if cfg.caption_rate and not (net.text_dim and any(src.captions is not None for src in sources)):
         raise AlayaError(f"refiner stage: caption_rate {cfg.caption_rate} needs a refiner config that reads the prompt "
                          f"and clip captions, which only a world v2 dataset has ({cfg.config}, {cfg.data})")
@@ -343,10 +363,13 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
                 shaded = src.priors
                 if src.prompt_priors is not None and float(torch.rand((), generator=g)) < cfg.prompt_light_rate:
                     shaded = src.prompt_priors
+                elif src.sky_priors is not None and float(torch.rand((), generator=g)) < cfg.sky_pass_rate:
+                    shaded = src.sky_priors
                 elif src.shadow_priors is not None and float(torch.rand((), generator=g)) < cfg.shadow_pass_rate:
                     shaded = src.shadow_priors
                 # what a config with `given` reads: the light given (not the prompt's), the shadows from a pass
-                given.append(torch.tensor([float(shaded is not src.prompt_priors), float(shaded is src.shadow_priors)]))
+                from_pass = shaded is src.shadow_priors or shaded is src.sky_priors
+                given.append(torch.tensor([float(shaded is not src.prompt_priors), float(from_pass)]))
                 crop.append(torch.from_numpy(shaded[c, q, f, :, y:y + k, x:x + k]).float() / 255)
             if cfg.mirror and float(torch.rand((), generator=g)) < 0.5:
                 crop = _mirrored(*crop)

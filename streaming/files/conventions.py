@@ -92,7 +92,7 @@ PASS_ALIASES = {
     "metallic": "metallic", "metal": "metallic", "metalness": "metallic",
     "roughness": "roughness", "smoothness": "smoothness",
     "rgb": "rgb", "combined": "rgb", "finalimage": "rgb", "beauty": "rgb", "image": "rgb",
-    "shadow": "shadow", "shadowmask": "shadow", "sunvisibility": "shadow",
+    "shadow": "shadow", "shadowmask": "shadow", "sunvisibility": "shadow", "sky": "sky", "skyvisibility": "sky",
 }
 _FILE_ONLY_EXCLUDED = {"z", "image"}  # too generic to trust in a file name
 _PREFERENCE = {"albedo": ("albedo", "basecolor", "diffcol", "diffusecolor", "diffusealbedo", "denoisingalbedo")}

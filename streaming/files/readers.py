@@ -10,7 +10,7 @@
 Layouts (docs/gbuffers.md has the details):
   teacher-mp4     a folder with `{mod}.mp4` or `{clip}_{mod}.mp4` per modality (the teacher's clip
                   layout), plus `rgb.mp4` / `{clip}_rgb.mp4` ground truth when present (extras["rgb"])
-                  and `shadow.mp4` (extras["shadow"], below);
+                  and the light passes `shadow.mp4`, `sky.mp4` (extras["shadow"], ["sky"], below);
                   a folder holding several clips side by side is read one clip at a time by the path
                   `FOLDER/CLIP` (find_video_clips lists them)
   image-sequence  a folder with one sub-folder per modality (`albedo/0000.png` ...), or files whose
@@ -21,10 +21,12 @@ Layouts (docs/gbuffers.md has the details):
   npy-windows     uint8 arrays (T, 5, H, W, 3) in MODALITIES order, one .npy per window
                   (the Flash model card's samples); a stream is the sorted list of windows
 
-Every layout may carry a shadow pass beside the five (`shadow.mp4`, `shadow/0000.png`, `shadow_0000.exr`,
-an EXR layer `shadow`): the sun's visibility, white where the sun reaches and black in its shadow, read
-as extras["shadow"] uint8 (H, W) (8-bit grey as is, 16-bit scaled, EXR clamped to [0, 1]; colour
-averaged). The shading prior takes its shadows from it (streaming/values.py GBuffers.shadow).
+Every layout may carry the light passes (gbuffer.py LIGHT_PASSES) beside the five, each in the same forms
+(`shadow.mp4`, `shadow/0000.png`, `shadow_0000.exr`, an EXR layer `shadow`; `sky.mp4`, `sky/0000.png`, ...):
+"shadow" the sun's visibility (white where the sun reaches, black in its shadow), "sky" the share of the
+sky each pixel's surface sees (white open, black enclosed), read as extras[name] uint8 (H, W) (8-bit grey
+as is, 16-bit scaled, EXR clamped to [0, 1]; colour averaged). The shading prior takes its shadows and
+its ambient occlusion from them (streaming/values.py GBuffers.shadow, .sky).
 
 Engines' float exports (Blender multilayer / multi-part EXR, Unreal Movie Render Queue, Unity HDRP
 AOVs) are read by pass name and converted to canonical form by `conventions` (conventions.py:
@@ -49,6 +51,8 @@ import numpy as np
 from ...model_zoo.errors import AlayaError
 from ..gbuffer import (
     DEFAULT_DEPTH_NEAR,
+    LIGHT_PASS_MEANING,
+    LIGHT_PASSES,
     MODALITIES,
     PASS_CHANNELS,
     GBufferFrame,
@@ -72,7 +76,7 @@ replaces them with background (depth +inf, normal (0, 0, 1), albedo/metallic/rou
 
 DEFAULT_FPS = 16.0
 IMAGE_EXTS = (".png", ".exr")
-_EXTRA_NAMES = ("rgb", "shadow")
+_EXTRA_NAMES = ("rgb",) + LIGHT_PASSES
 _TOKEN = re.compile(r"(?:^|[_.\-])(" + "|".join(MODALITIES + _EXTRA_NAMES) + r")(?=$|[_.\-])", re.IGNORECASE)
 
 
@@ -150,7 +154,7 @@ class GBufferStream:
                        extras: bool = False) -> Iterator:
         """Yield uint8 (T, 5, H, W, 3) chunks of `length` frames; the last may be shorter unless drop_last.
         first: the first chunk has this many frames instead (0: `length`). extras: yield (chunk, {name:
-        stacked extras}) with each extra every frame of the chunk has (the rgb truth, the shadow pass)."""
+        stacked extras}) with each extra every frame of the chunk has (the rgb truth, the light passes)."""
         if length < 1 or first < 0:
             raise AlayaError(f"chunk length must be >= 1, got {length}" if length < 1 else f"first chunk length {first} < 0")
         buf, want = [], first or length
@@ -484,8 +488,9 @@ class TeacherMp4Source:
                         arrays[name] = fr.to_ndarray(format="rgb24")
                     images = np.stack([arrays[m] for m in MODALITIES])
                     extras = {n: arrays[n] for n in _EXTRA_NAMES if n in arrays}
-                    if "shadow" in extras:
-                        extras["shadow"] = shadow_plane(self.files["shadow"], extras["shadow"])
+                    for n in LIGHT_PASSES:
+                        if n in extras:
+                            extras[n] = light_plane(n, self.files[n], extras[n])
                     yield images, extras
                 i += 1
         finally:
@@ -627,9 +632,11 @@ class ImageSequenceSource:
                 raise AlayaError(f"{first}: multi-layer EXR lacks modality {', '.join(missing)} "
                                  f"(channels: {', '.join(sorted(chans))})")
             h, w = next(iter(chans.values())).shape
-            if "shadow" in self.files and len(self.files["shadow"]) != len(self.files["frames"]):
-                raise AlayaError(f"{folder}: {len(self.files['shadow'])} shadow files for "
-                                 f"{len(self.files['frames'])} multi-layer EXR frames; give one a frame")
+            for name in LIGHT_PASSES:
+                if name in self.files and len(self.files[name]) != len(self.files["frames"]):
+                    raise AlayaError(f"{folder}: {len(self.files[name])} {name} files for "
+                                     f"{len(self.files['frames'])} multi-layer EXR frames; give one a frame")
+            self.layers = tuple(n for n in LIGHT_PASSES if n in groups)  # light passes as layers: the first frame's
             self.has_rgb = all(c in chans for c in "RGB") or "rgb" in groups
             self.kind = "canonical"
             self.exr_only = True
@@ -735,9 +742,10 @@ class ImageSequenceSource:
                 grouped.setdefault(mod, []).append(p)
         if grouped and not (set(grouped) <= set(_EXTRA_NAMES) and all(p.suffix.lower() == ".exr" for p in flat)):
             return grouped, "modality in file names"
-        if all(p.suffix.lower() == ".exr" for p in flat):  # a shadow pass may sit beside them in files of its own
-            side = {"shadow": grouped["shadow"]} if "shadow" in grouped else {}
-            return {"frames": [p for p in flat if p not in side.get("shadow", ())], **side}, "multi-layer EXR"
+        if all(p.suffix.lower() == ".exr" for p in flat):  # light passes may sit beside them in files of their own
+            side = {n: grouped[n] for n in LIGHT_PASSES if n in grouped}
+            taken = {p for paths in side.values() for p in paths}
+            return {"frames": [p for p in flat if p not in taken], **side}, "multi-layer EXR"
         raise AlayaError(f"{folder}: unknown layout: images carry no modality in their names "
                          f"(expected e.g. albedo_0000.png or albedo/0000.png)")
 
@@ -762,7 +770,7 @@ class ImageSequenceSource:
             (extras if name in _EXTRA_NAMES else passes)[name] = (p, arr)
         if self.kind == "teacher":
             images = np.stack([_as_teacher_pass(m, *passes[m]) for m in MODALITIES])
-            return images, {n: shadow_plane(*v) if n == "shadow" else _as_teacher_pass("albedo", *v)
+            return images, {n: light_plane(n, *v) if n in LIGHT_PASSES else _as_teacher_pass("albedo", *v)
                             for n, v in extras.items()}
         raw = {}
         for m in MODALITIES:
@@ -775,8 +783,8 @@ class ImageSequenceSource:
                                 float_passes={m for m in MODALITIES if isinstance(passes[m][1], dict)})
         ext = {}
         for n, (p, arr) in extras.items():
-            if n == "shadow":
-                ext[n] = shadow_plane(p, arr)
+            if n in LIGHT_PASSES:
+                ext[n] = light_plane(n, p, arr)
             else:
                 ext[n] = _as_teacher_pass("albedo", p, arr) if not isinstance(arr, dict) else _exr_rgb_u8(p, _strip_layers(arr))
         return frame, ext
@@ -838,15 +846,21 @@ class ImageSequenceSource:
         if self.has_rgb:
             rgb = {c: chans[c] for c in "RGB" if c in chans}
             extras["rgb"] = _exr_rgb_u8(p, rgb if len(rgb) == 3 else groups["rgb"][1])
-        if "shadow" in groups:
-            extras["shadow"] = shadow_plane(p, groups["shadow"][1])
-        elif "shadow" in self.files:  # in files of its own
-            side = self.files["shadow"][i]
-            arr = read_png(side) if side.suffix.lower() == ".png" else read_exr(side)
-            plane = shadow_plane(side, arr)
-            if plane.shape != hw:
-                raise AlayaError(f"{side}: image is {plane.shape[1]}x{plane.shape[0]}, expected {hw[1]}x{hw[0]}")
-            extras["shadow"] = plane
+        for name in LIGHT_PASSES:
+            if (name in groups) != (name in self.layers):  # a layer in some frames only
+                first = self.files["frames"][0].name
+                raise AlayaError(f"{p}: " + (f"has a {name} layer but {first} has none" if name in groups else
+                                             f"has no {name} layer ({name}.Y) but {first} has one")
+                                 + f"; a stream carries the {name} pass with every frame or never")
+            if name in groups:
+                extras[name] = light_plane(name, p, groups[name][1])
+            elif name in self.files:  # in files of its own
+                side = self.files[name][i]
+                arr = read_png(side) if side.suffix.lower() == ".png" else read_exr(side)
+                plane = light_plane(name, side, arr)
+                if plane.shape != hw:
+                    raise AlayaError(f"{side}: image is {plane.shape[1]}x{plane.shape[0]}, expected {hw[1]}x{hw[0]}")
+                extras[name] = plane
         return frame, extras
 
     def _check_finite(self, frame: GBufferFrame, paths: dict[str, Path]) -> None:
@@ -874,17 +888,17 @@ class ImageSequenceSource:
                              "(a reversed or NDC depth needs converting first)")
 
 
-def shadow_plane(path: Path, arr) -> np.ndarray:
-    """A shadow pass image -> uint8 (H, W), 255 where the sun reaches: 8-bit as is, 16-bit scaled, float (an
-    EXR's channels) clamped to [0, 1]; colour channels averaged, alpha dropped."""
+def light_plane(name: str, path: Path, arr) -> np.ndarray:
+    """A light pass image (LIGHT_PASSES `name`) -> uint8 (H, W), 255 = seen (the sun, the whole sky): 8-bit as
+    is, 16-bit scaled, float (an EXR's channels) clamped to [0, 1]; colour channels averaged, alpha dropped."""
     if isinstance(arr, dict):
         chans = _strip_layers(arr)
         names = [c for c in ("R", "G", "B") if c in chans] or [c for c in chans if c not in ("A", "a", "alpha")]
         if not names:
-            raise AlayaError(f"{path}: the shadow pass has no colour channel (channels: {', '.join(sorted(chans))})")
+            raise AlayaError(f"{path}: the {name} pass has no colour channel (channels: {', '.join(sorted(chans))})")
         v = np.mean([np.asarray(chans[c], np.float32) for c in names], axis=0)
         if not np.isfinite(v).all():
-            raise AlayaError(f"{path}: the shadow pass has NaN/Inf pixels; it is the sun's visibility, 0 to 1")
+            raise AlayaError(f"{path}: the {name} pass has NaN/Inf pixels; it is {LIGHT_PASS_MEANING[name]}, 0 to 1")
         return np.rint(np.clip(v, 0.0, 1.0) * 255).astype(np.uint8)
     arr = np.asarray(arr)
     if arr.ndim == 3:

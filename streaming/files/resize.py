@@ -77,7 +77,7 @@ def resize_teacher(images: np.ndarray, size: tuple[int, int], mode: str = "stret
 
 
 def resize_rgb(image: np.ndarray, size: tuple[int, int], mode: str = "stretch") -> np.ndarray:
-    """uint8 (H, W, 3) or (H, W) (the shadow pass) -> (h, w[, 3]), LANCZOS (same geometry as the G-buffer passes)."""
+    """uint8 (H, W, 3) or (H, W) (a light pass) -> (h, w[, 3]), LANCZOS (same geometry as the G-buffer passes)."""
     from PIL import Image
 
     if image.shape[:2] == tuple(size):

@@ -9,23 +9,24 @@ moves it into place with os.replace when closed, so the output appears whole or 
 exception inside the `with` block (or abort()), the temporary output is deleted. An existing
 destination is an error unless overwrite=True (`--overwrite`).
 
-write(rgb=None, gbuffer=None, shadow=None):
+write(rgb=None, gbuffer=None, shadow=None, sky=None):
   rgb      uint8 (H, W, 3) sRGB, or float (H, W, 3) display-referred values in [0, 1] (= uint8 / 255)
   gbuffer  a canonical GBufferFrame, or teacher form uint8 (5, H, W, 3)
-  shadow   the G-buffers' shadow pass (the sun's visibility): uint8 (H, W), 255 lit, or float (H, W) in
-           [0, 1]; None takes a GBufferFrame's extras "shadow" or "sun_visibility" when it has one
-Every frame must carry the same parts (rgb, gbuffer, shadow) at the same size as the first.
+  shadow   the G-buffers' light passes (gbuffer.py LIGHT_PASSES): shadow the sun's visibility, sky the share
+  sky      of the sky seen; uint8 (H, W), 255 seen, or float (H, W) in [0, 1]; None takes a GBufferFrame's
+           extras "shadow" / "sun_visibility" ("sky" / "sky_visibility") when it has one
+Every frame must carry the same parts (rgb, gbuffer, each light pass) at the same size as the first.
 
 Sinks and what they write (the G-buffer layouts are the ones streaming/files/readers.py reads back):
   Mp4Sink(path)             RGB video, H.264 yuv420p (even width and height), crf 18
   TeacherMp4Sink(folder)    G-buffers as the teacher's clip layout: {mod}.mp4 per modality
-                            (+ rgb.mp4, shadow.mp4), H.264 lossless RGB (libx264rgb, crf 0): bit-exact 8-bit
-  PngSequenceSink(folder)   RGB as 000000.png ...; passes as {mod}/000000.png (shadow/ grey); 8-bit
+                            (+ rgb.mp4, shadow.mp4, sky.mp4), H.264 lossless RGB (libx264rgb, crf 0): bit-exact 8-bit
+  PngSequenceSink(folder)   RGB as 000000.png ...; passes as {mod}/000000.png (shadow/, sky/ grey); 8-bit
                             (teacher encoding, exact) or bits=16 (same encoding at 16 bits, from float)
   ExrSequenceSink(folder)   one float32 EXR per frame: R, G, B (linear) and/or the passes as layers
-                            albedo.R/G/B, depth.Z, metallic.Y, normal.X/Y/Z, roughness.Y (+ shadow.Y)
+                            albedo.R/G/B, depth.Z, metallic.Y, normal.X/Y/Z, roughness.Y (+ shadow.Y, sky.Y)
   NpyWindowSink(folder)     window-0000.npy ... uint8 (T, 5, H, W, 3), T = window (last may be
-                            shorter); RGB as rgb-0000.npy (T, H, W, 3); no shadow pass (the layout has none)
+                            shorter); RGB as rgb-0000.npy (T, H, W, 3); no light passes (the layout has none)
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import shutil
 import uuid
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +44,9 @@ from ...model_zoo.errors import AlayaError
 from ..stops import raise_if_stopped
 from ..gbuffer import (
     DEFAULT_DEPTH_NEAR,
+    LIGHT_PASS_MEANING,
+    LIGHT_PASS_WORLD_KEYS,
+    LIGHT_PASSES,
     MODALITIES,
     GBufferFrame,
     frame_to_teacher,
@@ -50,6 +55,9 @@ from ..gbuffer import (
     teacher_to_frame,
 )
 from .image_files import write_exr, write_png
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -259,11 +267,12 @@ class Sink:
         self.count = 0
         self._parts: tuple[bool, bool] | None = None
         self._size = None
-        self._shadow: bool | None = None  # whether the frames carry a shadow pass (fixed by the first G-buffer frame)
+        self._light: dict[str, bool] = {}  # whether the frames carry each light pass (fixed by the first G-buffer frame)
         self._done = False
 
-    def write(self, rgb=None, gbuffer=None, shadow=None) -> None:
+    def write(self, rgb=None, gbuffer=None, shadow=None, sky=None) -> None:
         """Append one frame (see module docstring for the accepted forms)."""
+        given = {"shadow": shadow, "sky": sky}
         if self._done:
             raise AlayaError(f"{self.path}: sink is closed")
         parts = (rgb is not None, gbuffer is not None)
@@ -272,10 +281,11 @@ class Sink:
             raise_if_stopped()
             if not any(parts):
                 raise AlayaError(f"{where}: nothing to write (give rgb and/or gbuffer)")
-            if shadow is None and isinstance(gbuffer, GBufferFrame):
-                shadow = frame_shadow(gbuffer.extras)
-            if shadow is not None and gbuffer is None:
-                raise AlayaError(f"{where}: a shadow pass goes with G-buffer frames; this frame has none")
+            light = {n: p for n, p in given.items() if p is not None}
+            if isinstance(gbuffer, GBufferFrame):
+                light = {**frame_light_passes(gbuffer.extras), **light}
+            if light and gbuffer is None:
+                raise AlayaError(f"{where}: a {next(iter(light))} pass goes with G-buffer frames; this frame has none")
             for name, given in zip(("rgb", "gbuffer"), parts):
                 if given and name not in self.accepts:
                     raise AlayaError(f"{self.path}: {type(self).__name__} does not write {name} frames")
@@ -293,9 +303,10 @@ class Sink:
                 raise AlayaError(f"{where}: size {size[1]}x{size[0]} differs from the first frame's "
                                  f"{self._size[1]}x{self._size[0]}")
             if parts[1]:
-                shadow = self._check_shadow(shadow, tuple(size), where)
-            if shadow is not None and self.writes_shadow:
-                self._write_shadow(shadow, where)
+                light = self._check_light(light, tuple(size), where)
+            if self.writes_light:
+                for name, plane in light.items():
+                    self._write_light(name, plane, where)
             self._write(rgb, gbuffer, where)
         except OSError as err:  # the disk refused (full, a file-size limit, no permission): name the output
             self.abort()
@@ -305,29 +316,35 @@ class Sink:
             raise
         self.count += 1
 
-    writes_shadow = False  # sinks whose layout has a shadow pass write it (the others leave it out)
+    writes_light = False  # sinks whose layout has the light passes write them (the others leave them out)
 
-    def _check_shadow(self, shadow, size: tuple, where: str):
-        """The shadow pass checked against the frame (None when there is none); a stream has one all along or never."""
-        if self._shadow is None:
-            self._shadow = shadow is not None
-        elif (shadow is not None) != self._shadow:
-            raise AlayaError(f"{where}: " + ("has a shadow pass but earlier frames have none" if shadow is not None
-                                             else "has no shadow pass but earlier frames have one")
-                             + "; a stream carries it with every frame or never")
-        if shadow is None:
-            return None
-        arr = np.asarray(shadow)
-        if arr.ndim != 2 or (arr.dtype != np.uint8 and arr.dtype.kind != "f"):
-            raise AlayaError(f"{where}: shadow pass has {arr.dtype} {arr.shape}, expected uint8 (H, W) or float (H, W) in [0, 1]")
-        if arr.shape != size:
-            raise AlayaError(f"{where}: shadow pass is {arr.shape[1]}x{arr.shape[0]}, G-buffer is {size[1]}x{size[0]}")
-        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-            raise AlayaError(f"{where}: shadow pass has NaN/Inf pixels; it is the sun's visibility, 0 to 1")
-        return arr
+    def _check_light(self, light: dict, size: tuple, where: str) -> dict:
+        """The frame's light passes checked against it, by name (LIGHT_PASSES order); a stream has each all along
+        or never (the first G-buffer frame decides)."""
+        out = {}
+        for name in LIGHT_PASSES:
+            plane = light.get(name)
+            if name not in self._light:
+                self._light[name] = plane is not None
+            elif (plane is not None) != self._light[name]:
+                raise AlayaError(f"{where}: " + (f"has a {name} pass but earlier frames have none" if plane is not None
+                                                 else f"has no {name} pass but earlier frames have one")
+                                 + "; a stream carries it with every frame or never")
+            if plane is None:
+                continue
+            arr = np.asarray(plane)
+            if arr.ndim != 2 or (arr.dtype != np.uint8 and arr.dtype.kind != "f"):
+                raise AlayaError(f"{where}: {name} pass has {arr.dtype} {arr.shape}, expected uint8 (H, W) or float "
+                                 "(H, W) in [0, 1]")
+            if arr.shape != size:
+                raise AlayaError(f"{where}: {name} pass is {arr.shape[1]}x{arr.shape[0]}, G-buffer is {size[1]}x{size[0]}")
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise AlayaError(f"{where}: {name} pass has NaN/Inf pixels; it is {LIGHT_PASS_MEANING[name]}, 0 to 1")
+            out[name] = arr
+        return out
 
-    def _write_shadow(self, shadow: np.ndarray, where: str) -> None:
-        """Write this frame's shadow pass, uint8 (H, W) or float (H, W) (checked: finite)."""
+    def _write_light(self, name: str, plane: np.ndarray, where: str) -> None:
+        """Write this frame's light pass `name`, uint8 (H, W) or float (H, W) (checked: finite)."""
 
     def _write(self, rgb, gbuffer, where: str) -> None:
         raise NotImplementedError
@@ -377,24 +394,29 @@ class Sink:
             self.abort()
 
 
-def frame_shadow(extras: dict):
-    """A frame's shadow pass from its extras: a file's "shadow" (uint8) or a world's "sun_visibility"
-    (float, 1 lit); None without either."""
-    return extras.get("shadow", extras.get("sun_visibility"))
+def frame_light_passes(extras: dict) -> dict:
+    """A frame's light passes by name from its extras: a file's "shadow", "sky" (uint8) or a world's
+    "sun_visibility", "sky_visibility" (float, 1 = seen); the ones it has."""
+    out = {}
+    for name in LIGHT_PASSES:
+        plane = extras.get(name, extras.get(LIGHT_PASS_WORLD_KEYS[name]))
+        if plane is not None:
+            out[name] = plane
+    return out
 
 
-def shadow_u8(shadow: np.ndarray) -> np.ndarray:
-    """A checked shadow pass as uint8 (H, W), 255 where the sun reaches (float rounded from [0, 1])."""
-    if shadow.dtype == np.uint8:
-        return shadow
-    return np.rint(np.clip(shadow, 0.0, 1.0) * 255.0).astype(np.uint8)
+def light_u8(plane: np.ndarray) -> np.ndarray:
+    """A checked light pass as uint8 (H, W), 255 = seen (float rounded from [0, 1])."""
+    if plane.dtype == np.uint8:
+        return plane
+    return np.rint(np.clip(plane, 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
-def shadow_float(shadow: np.ndarray) -> np.ndarray:
-    """A checked shadow pass as float32 (H, W) in [0, 1] (uint8 / 255)."""
-    if shadow.dtype == np.uint8:
-        return shadow.astype(np.float32) / 255.0
-    return np.clip(shadow, 0.0, 1.0).astype(np.float32)
+def light_float(plane: np.ndarray) -> np.ndarray:
+    """A checked light pass as float32 (H, W) in [0, 1] (uint8 / 255)."""
+    if plane.dtype == np.uint8:
+        return plane.astype(np.float32) / 255.0
+    return np.clip(plane, 0.0, 1.0).astype(np.float32)
 
 
 def _describe(parts) -> str:
@@ -477,18 +499,18 @@ class Mp4Sink(Sink):
 
 
 class TeacherMp4Sink(Sink):
-    """G-buffers -> the teacher's clip folder: {mod}.mp4 per modality (+ rgb.mp4, shadow.mp4 grey), lossless
-    H.264 RGB."""
+    """G-buffers -> the teacher's clip folder: {mod}.mp4 per modality (+ rgb.mp4, shadow.mp4 and sky.mp4 grey),
+    lossless H.264 RGB."""
 
-    writes_shadow = True
+    writes_light = True
 
     def __init__(self, folder, fps: float = 16.0, overwrite: bool = False, depth_near: float = DEFAULT_DEPTH_NEAR):
         super().__init__(folder, overwrite, depth_near)
         self.videos = {n: _VideoWriter(self.out.tmp / f"{n}.mp4", fps, lossless=True)
-                       for n in MODALITIES + ("rgb", "shadow")}
+                       for n in MODALITIES + ("rgb",) + LIGHT_PASSES}
 
-    def _write_shadow(self, shadow, where):
-        self.videos["shadow"].write(np.repeat(shadow_u8(shadow)[..., None], 3, -1), str(self.path))
+    def _write_light(self, name, plane, where):
+        self.videos[name].write(np.repeat(light_u8(plane)[..., None], 3, -1), str(self.path))
 
     def _write(self, rgb, gbuffer, where):
         if gbuffer is None:
@@ -521,12 +543,12 @@ class PngSequenceSink(Sink):
         self.bits = bits
         self.prefers = "teacher" if bits == 8 else "canonical"
 
-    writes_shadow = True
+    writes_light = True
 
-    def _write_shadow(self, shadow, where):
-        folder = self.out.tmp / "shadow"
+    def _write_light(self, name, plane, where):
+        folder = self.out.tmp / name
         folder.mkdir(exist_ok=True)
-        write_png(folder / f"{self.count:06d}.png", shadow_u8(shadow) if self.bits == 8 else _u16(shadow_float(shadow)))
+        write_png(folder / f"{self.count:06d}.png", light_u8(plane) if self.bits == 8 else _u16(light_float(plane)))
 
     def _write(self, rgb, gbuffer, where):
         name = f"{self.count:06d}.png"
@@ -580,18 +602,18 @@ EXR_LAYERS = {
 
 
 class ExrSequenceSink(Sink):
-    """One float32 EXR per frame: linear R, G, B and/or the canonical passes as named layers (+ shadow.Y)."""
+    """One float32 EXR per frame: linear R, G, B and/or the canonical passes as named layers (+ shadow.Y, sky.Y)."""
 
     prefers = "canonical"
-    writes_shadow = True
+    writes_light = True
+    _light_planes: dict = {}  # this frame's light passes, layers of its one file (_write)
 
-    def _write_shadow(self, shadow, where):
-        self._shadow_plane = shadow_float(shadow)  # a layer of the frame's one file (_write)
+    def _write_light(self, name, plane, where):
+        self._light_planes = {**self._light_planes, name: light_float(plane)}
 
     def _write(self, rgb, gbuffer, where):
-        channels = {}
-        if self._shadow:
-            channels["shadow.Y"] = self._shadow_plane
+        channels = {f"{name}.Y": plane for name, plane in self._light_planes.items()}
+        self._light_planes = {}
         if rgb is not None:
             lin = srgb_to_linear(_rgb_float(rgb, where))
             channels.update({c: lin[..., i] for i, c in enumerate("RGB")})
@@ -666,13 +688,14 @@ class BackgroundWriter:
             if self._error is not None or self._dropping:
                 continue
             try:
-                for frame in batch:
-                    self.sink.write(*frame)  # aborts the sink itself on an error
+                for rgb, gbuffer, *light in batch:
+                    self.sink.write(rgb, gbuffer, **(light[0] if light else {}))  # aborts the sink itself on an error
             except BaseException as e:  # noqa: BLE001  (handed to the caller's thread)
                 self._error = e
 
     def put(self, frames: list) -> None:
-        """Queue one chunk's frames as (rgb, gbuffer) pairs or (rgb, gbuffer, shadow) (as Sink.write takes them)."""
+        """Queue one chunk's frames as (rgb, gbuffer) pairs or (rgb, gbuffer, {light pass name: plane}) (as
+        Sink.write takes them)."""
         self._check()
         if frames:
             self._queue.put(frames)
@@ -712,7 +735,7 @@ class FrameWriter:
 
     format: mp4 (H.264 video), png / exr (numbered frame folders), npy (windows with the G-buffers).
     step(images=IMAGE float (T, H, W, 3) [0, 1], gbuffers=GBuffers): the decoder lags its input, so
-    frames wait for their G-buffers (and their shadow pass, when they carry one) and pair in stream
+    frames wait for their G-buffers (and their light passes, when they carry them) and pair in stream
     order. close() (flush) returns the path;
     abort() leaves nothing at the destination.
     """
@@ -735,13 +758,14 @@ class FrameWriter:
             self.frames.extend(to_uint8(images))
         if gbuffers is not None:
             self.with_gbuffers = True
-            shadow = [None] * len(gbuffers) if gbuffers.shadow is None else gbuffers.shadow.numpy()
-            self.gbuffers.extend(zip(gbuffers.images.numpy(), shadow))
+            light = {name: plane.numpy() for name, plane in gbuffers.light_passes().items()}
+            self.gbuffers.extend((images, {name: plane[i] for name, plane in light.items()})
+                                 for i, images in enumerate(gbuffers.images.numpy()))
         self._write()
 
     def _write(self) -> None:
         n = min(len(self.frames), len(self.gbuffers)) if self.with_gbuffers else len(self.frames)
-        self.writer.put([(self.frames[i], *(self.gbuffers[i] if self.with_gbuffers else (None, None)))
+        self.writer.put([(self.frames[i], *(self.gbuffers[i] if self.with_gbuffers else (None, {})))
                          for i in range(n)])
         del self.frames[:n]
         if self.with_gbuffers:
@@ -781,17 +805,17 @@ def write_stream(stream, sink: Sink, progress=None) -> int:
     """Copy a GBufferStream (readers.py) into a sink in the sink's preferred form; returns frames written.
 
     8-bit sources reach 8-bit sinks unchanged (teacher form throughout); float sources reach EXR
-    (and 16-bit PNG) as canonical floats; a shadow pass goes along where the sink's layout has one.
+    (and 16-bit PNG) as canonical floats; the light passes go along where the sink's layout has them.
     progress, if given, is called with 1 per frame.
     On any error the sink is aborted: nothing is left at its destination.
     """
     with sink:
         if sink.prefers == "teacher":
-            items = ((ext.get("rgb"), images, frame_shadow(ext)) for images, ext in stream.teacher_frames(extras=True))
-        else:  # a frame's shadow pass goes with it in its extras
-            items = ((f.extras.get("rgb"), f, None) for f in stream)
-        for rgb, gbuffer, shadow in items:
-            sink.write(rgb=rgb, gbuffer=gbuffer, shadow=shadow)
+            items = ((ext.get("rgb"), images, frame_light_passes(ext)) for images, ext in stream.teacher_frames(extras=True))
+        else:  # a frame's light passes go with it in its extras
+            items = ((f.extras.get("rgb"), f, {}) for f in stream)
+        for rgb, gbuffer, light in items:
+            sink.write(rgb=rgb, gbuffer=gbuffer, **light)
             if progress:
                 progress(1)
     return sink.count

@@ -15,10 +15,11 @@ chunk's first frame renders that chunk; one that arrives mid-chunk renders from 
 prompt change shows within one chunk, at a frame the engine can tell from its own send order. A
 light change is exact to the frame: the frames sent after it render under it, those before under the
 light they were sent with (the renderer keys it by frame: renderers.py set_light), so an engine that
-moves its sun sends its light with each frame (client.send(..., light=...)). An engine's shadow pass
-(its shadow map's verdict per pixel, wire.py's shadow plane) goes with its frame to the renderer, which
-hands it to the shading prior in place of the prior's screen-space shadows; a session sends it with
-every frame or never (the first frame decides), and a frame that breaks that is refused in one line.
+moves its sun sends its light with each frame (client.send(..., light=...)). An engine's light passes
+(wire.py's light planes: its shadow map's verdict per pixel, its sky occlusion) go with their frame to the
+renderer, which hands them to the shading prior in place of its screen-space shadows and ambient occlusion;
+a session sends each with every frame or never (the first frame decides), and a frame that breaks that is
+refused in one line.
 
 Every admitted frame is answered exactly once, in order: its rendered frame (wire.py's frame
 message, raw RGB, the frame number and send time echoed, the server's timings) or a one-line
@@ -45,7 +46,7 @@ import numpy as np
 
 from ...model_zoo.errors import AlayaError
 from ..render.cpu import use_stream_threads
-from ..gbuffer import DEFAULT_DEPTH_NEAR, GBufferFrame, frame_to_teacher
+from ..gbuffer import DEFAULT_DEPTH_NEAR, LIGHT_PASSES, GBufferFrame, frame_to_teacher
 from .page_session import MAX_INFLIGHT, recent_fps
 from .renderers import LiveRenderer
 from .protocol import ProtocolError
@@ -78,7 +79,7 @@ class EngineSession:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.size: tuple[int, int] | None = None  # (width, height), fixed by the first frame
-        self.shadow: bool | None = None  # whether the frames carry a shadow plane, fixed by the first frame
+        self.light: tuple[str, ...] | None = None  # the light planes the frames carry, fixed by the first frame
         self.accepted = 0  # frames admitted (loop thread)
         self.max_inflight = MIN_INFLIGHT
         self.ready = threading.Event()
@@ -102,16 +103,17 @@ class EngineSession:
         if self.size is not None and size != self.size:
             raise FrameError(f"{where}: {size[0]}x{size[1]}, but this session renders {self.size[0]}x{self.size[1]} "
                              f"(its first frame's size); open another session for another size", message.number)
-        has_shadow = message.shadow is not None
-        if self.shadow is not None and has_shadow != self.shadow:
-            said = ("has a shadow plane, but this session's frames have none" if has_shadow else
-                    "has no shadow plane, but this session's frames carry one")
-            raise FrameError(f"{where}: {said} (its first frame decided); a session sends the shadow plane with "
-                             f"every frame or never: open another session to change", message.number)
+        light = tuple(message.light)
+        for name in LIGHT_PASSES if self.light is not None else ():
+            if (name in light) != (name in self.light):
+                said = (f"has a {name} plane, but this session's frames have none" if name in light else
+                        f"has no {name} plane, but this session's frames carry one")
+                raise FrameError(f"{where}: {said} (its first frame decided); a session sends the {name} plane with "
+                                 f"every frame or never: open another session to change", message.number)
         if pending >= self.max_inflight:
             raise FrameError(f"{where}: {pending} frames are already in flight (sent, not yet answered), the "
                              f"limit is {self.max_inflight}; wait for rendered frames before sending more", message.number)
-        self.size, self.shadow = size, has_shadow
+        self.size, self.light = size, light
         self.accepted += 1
         self._put(_Item(message, time.perf_counter()))
 
@@ -219,10 +221,8 @@ class EngineSession:
                     chunk.append((item, teacher))
             start = time.perf_counter()
             images = np.stack([t for _, t in chunk])
-            if self.shadow:  # the engine's shadow pass, the prior's shadows
-                rgb = self.renderer.render(images, shadow=np.stack([item.message.shadow_u8() for item, _ in chunk]))
-            else:
-                rgb = self.renderer.render(images)
+            planes = [item.message.light_u8() for item, _ in chunk]  # the engine's light passes, the prior's
+            rgb = self.renderer.render(images, **{n: np.stack([p[n] for p in planes]) for n in self.light or ()})
             turn_ms = 1000 * getattr(self.renderer, "last_wait", 0.0)  # waiting for the shared weights
             self.render_ms = 1000 * (time.perf_counter() - start) - turn_ms
             inflight.extend((item, start) for item, _ in chunk)

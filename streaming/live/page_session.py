@@ -410,10 +410,8 @@ class PageSession:
             raise AlayaError(f"live: the renderer holds back {len(self._inflight)} frames (bound {MAX_INFLIGHT})")
         t0 = time.perf_counter()
         images = np.stack([f.teacher for f in chunk])
-        if chunk[0].shadow is not None:  # a file source's shadow pass (every frame of it has one)
-            rgb = self.renderer.render(images, shadow=np.stack([f.shadow for f in chunk]))
-        else:
-            rgb = self.renderer.render(images)
+        # a file source's light passes (every frame of it has the first one's)
+        rgb = self.renderer.render(images, **{name: np.stack([f.light[name] for f in chunk]) for name in chunk[0].light})
         self.render_ms = 1000 * (time.perf_counter() - t0)
         for image in rgb:
             if self._stop.is_set():

@@ -3,8 +3,9 @@
 `renderer_factory(...)` returns a zero-argument callable that the render thread calls once, so the
 model loads on the thread that uses it. Every renderer follows LiveRenderer:
 chunk_frames, reset(), set_prompt(text), set_light(light, offset), light_problem,
-render(uint8 (T, 5, H, W, 3), shadow=None) -> uint8 (T', H, W, 3); shadow: the G-buffers' shadow pass,
-uint8 (T, H, W) (an engine's, streaming/live/ingest.py), which the shading prior takes as its shadows.
+render(uint8 (T, 5, H, W, 3), **light) -> uint8 (T', H, W, 3); light: the G-buffers' light passes by name
+(shadow=, sky=), uint8 (T, H, W) (an engine's, streaming/live/ingest.py), which the shading prior takes as
+its shadows and its ambient occlusion.
 
 FlashLive drives streaming/render/pipelines.py's Flash stages (G-buffer encoder -> few-step AR sampler
 -> tiny streaming decoder) on an endless stream: it never flushes. It asks its session for exactly
@@ -42,10 +43,10 @@ log = logging.getLogger(__name__)
 class LiveRenderer(Protocol):
     """What a live session renders with (FlashLive, WorkflowLive below).
 
-    render(chunk uint8 (T, 5, H, W, 3), MODALITIES order, shadow=None) -> uint8 (T', H, W, 3) RGB; T'
+    render(chunk uint8 (T, 5, H, W, 3), MODALITIES order, **light) -> uint8 (T', H, W, 3) RGB; T'
     may differ from T per call (a renderer may hold frames back), but over the stream every input
-    frame gives exactly one output frame, in order. shadow: uint8 (T, H, W), the chunk's shadow pass
-    (GBuffers.shadow), or None; given with every chunk of a stream or never.
+    frame gives exactly one output frame, in order. light: the chunk's light passes by name (shadow=,
+    sky=: GBuffers.shadow, .sky), uint8 (T, H, W); each given with every chunk of a stream or never.
     """
 
     chunk_frames: int
@@ -58,7 +59,7 @@ class LiveRenderer(Protocol):
 
     light_problem: str | None
 
-    def render(self, chunk: np.ndarray, shadow: np.ndarray | None = None) -> np.ndarray: ...
+    def render(self, chunk: np.ndarray, **light: np.ndarray) -> np.ndarray: ...
 
 
 class FlashLive:
@@ -121,12 +122,12 @@ class FlashLive:
         else:
             self.pipe.set_prompts(PromptSchedule.constant(emb, text))
 
-    def render(self, chunk: np.ndarray, shadow: np.ndarray | None = None) -> np.ndarray:
+    def render(self, chunk: np.ndarray, **light: np.ndarray) -> np.ndarray:
         from ..values import GBuffers
         from ..files.sinks import to_uint8
 
         self._frames += len(chunk)
-        frames = self.pipe.step(GBuffers(chunk, fps=self.fps, shadow=shadow))
+        frames = self.pipe.step(GBuffers(chunk, fps=self.fps, **light))
         if frames is None:
             return np.zeros((0, *chunk.shape[2:4], 3), np.uint8)
         return to_uint8(frames)
@@ -199,11 +200,11 @@ class TakingTurns:
         with self.lock:
             self.renderer.set_light(light, offset)
 
-    def render(self, chunk: np.ndarray, shadow: np.ndarray | None = None) -> np.ndarray:
+    def render(self, chunk: np.ndarray, **light: np.ndarray) -> np.ndarray:
         asked = time.perf_counter()
         with self.lock:
             self.last_wait = time.perf_counter() - asked
-            return self.renderer.render(chunk) if shadow is None else self.renderer.render(chunk, shadow=shadow)
+            return self.renderer.render(chunk, **light)
 
 
 def renderer_factory(model: Path | None = None, workflow: Path | None = None, random_model: bool = False,
@@ -342,13 +343,13 @@ class WorkflowLive:
     def set_light(self, light, offset: int = 0) -> None:
         raise AlayaError(self.light_problem)
 
-    def render(self, chunk: np.ndarray, shadow: np.ndarray | None = None) -> np.ndarray:
+    def render(self, chunk: np.ndarray, **light: np.ndarray) -> np.ndarray:
         from ..values import GBuffers
         from ..files.sinks import to_uint8
 
         self._frames += len(chunk)
         n_out = len(self.runner.classes[self.runner.wf.nodes[self.source].class_type].RETURN_TYPES)
-        values = self.graph.tick({self.source: (GBuffers(chunk, fps=self.fps, shadow=shadow),) + (None,) * (n_out - 1)})
+        values = self.graph.tick({self.source: (GBuffers(chunk, fps=self.fps, **light),) + (None,) * (n_out - 1)})
         result = values.get(self.display.node)
         frames = None if result is None else result[self.display.output]
         if frames is None:

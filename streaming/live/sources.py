@@ -11,13 +11,13 @@ Sources are made, used and closed on the render thread (the world's GL context l
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
-from ..gbuffer import frame_to_teacher
+from ..gbuffer import LIGHT_PASSES, frame_to_teacher
 from ..world.play import Controls
 
 
@@ -25,7 +25,7 @@ from ..world.play import Controls
 class LiveFrame:
     teacher: np.ndarray  # uint8 (5, H, W, 3), MODALITIES order
     player: tuple[float, float, float] | None = None  # world position of the player ball (metres), world only
-    shadow: np.ndarray | None = None  # the file's shadow pass, uint8 (H, W), when it has one (docs/gbuffers.md)
+    light: dict = field(default_factory=dict)  # the file's light passes by name, uint8 (H, W) (docs/gbuffers.md)
 
 
 class WorldLiveSource:
@@ -55,8 +55,8 @@ class WorldLiveSource:
 
 
 class FileLiveSource:
-    """A G-buffer file stream (any layout open_gbuffers reads), looped forever, with its shadow pass when it has
-    one; controls are ignored."""
+    """A G-buffer file stream (any layout open_gbuffers reads), looped forever, with the light passes it has;
+    controls are ignored."""
 
     name = "file"
     playable = False
@@ -75,7 +75,7 @@ class FileLiveSource:
             item = next(self._frames, None)
             if item is not None:
                 images, extras = item
-                return LiveFrame(np.asarray(images), shadow=extras.get("shadow"))
+                return LiveFrame(np.asarray(images), light={n: extras[n] for n in LIGHT_PASSES if n in extras})
             self._frames = None  # end of the file: loop
         raise AlayaError(f"{self.description}: the G-buffer stream yielded no frames")
 

@@ -11,7 +11,8 @@ little-endian, then the passes.
     0      4    bytes   magic b"AFGB"
     4      1    uint8   version, 1
     5      1    uint8   form: 1 = uint8 teacher form, 2 = float32 canonical passes
-    6      2    uint16  flags: bit 0 (FLAG_SHADOW) = a shadow plane follows the passes; other bits 0
+    6      2    uint16  flags: bit 0 (FLAG_SHADOW) = a shadow plane follows the passes, bit 1 (FLAG_SKY)
+                        = a sky plane (after the shadow plane when both); other bits 0
     8      2    uint16  width  } multiples of 16 in 16..MAX_SIDE, width * height <= MAX_PIXELS
     10     2    uint16  height }
     12     4    float32 depth_near: form 2's inverse-depth scale (scene units shown at full
@@ -26,8 +27,10 @@ little-endian, then the passes.
               normal (H, W, 3) camera space, OpenGL axes, roughness (H, W) in [0, 1]; no NaN,
               no depth below 0 (-inf included), no other pass infinite
     ...    W*H          with FLAG_SHADOW: the shadow pass, uint8 (H, W), the sun's visibility (255 where
-                        the sun reaches, 0 in its shadow; the engine's shadow map), either form; a
-                        session sends it with every frame or never (ingest.py)
+                        the sun reaches, 0 in its shadow; the engine's shadow map), either form
+    ...    W*H          with FLAG_SKY: the sky pass, uint8 (H, W), the share of the sky each pixel's
+                        surface sees (255 all of it; the engine's sky occlusion), either form; a
+                        session sends each light plane with every frame or never (ingest.py)
 
 Server -> client, binary: a frame message, the same for page viewers and engines: a 4-byte
 big-endian header length, a JSON header, then the pixels. Viewers get a JPEG; engines get raw
@@ -39,10 +42,11 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..gbuffer import LIGHT_PASS_MEANING, LIGHT_PASSES
 from .protocol import ProtocolError
 
 class FrameError(ProtocolError):
@@ -60,21 +64,23 @@ HEADER_BYTES = HEADER.size  # 32
 FORM_UINT8, FORM_FLOAT32 = 1, 2
 FORMS = {FORM_UINT8: "uint8 teacher form", FORM_FLOAT32: "float32 canonical passes"}
 FORM_BYTES_PER_PIXEL = {FORM_UINT8: 5 * 3, FORM_FLOAT32: 9 * 4}
-FLAG_SHADOW = 1  # header flags: a shadow plane, uint8 (H, W), follows the passes
+FLAG_SHADOW, FLAG_SKY = 1, 2  # header flags: a shadow plane, a sky plane, uint8 (H, W) each, follow the passes
+LIGHT_FLAGS = {"shadow": FLAG_SHADOW, "sky": FLAG_SKY}  # the planes follow in LIGHT_PASSES order
+FLAG_RULE = "bit 0 = a shadow plane follows the passes, bit 1 = a sky plane"
 MAX_SIDE = 2048  # the live server's size limit (page_session.LiveConfig)
 MAX_PIXELS = 1024 * 1024
-"""Largest frame an engine may send (1024x1024, or 2048x512): bounds one message to 37 MiB (float
-form and a shadow plane) and a session's queued frames to MAX_INFLIGHT of them."""
+"""Largest frame an engine may send (1024x1024, or 2048x512): bounds one message to 38 MiB (float
+form and both light planes) and a session's queued frames to MAX_INFLIGHT of them."""
 MAX_FRAME_NUMBER = 2 ** 53
-MAX_MESSAGE_BYTES = HEADER_BYTES + (FORM_BYTES_PER_PIXEL[FORM_FLOAT32] + 1) * MAX_PIXELS  # float form + shadow
+MAX_MESSAGE_BYTES = HEADER_BYTES + (FORM_BYTES_PER_PIXEL[FORM_FLOAT32] + len(LIGHT_PASSES)) * MAX_PIXELS
 """The engine socket's receive limit: a larger message closes it (1009) before it is read."""
 FLOAT_PASSES = (("albedo", 3), ("depth", 1), ("metallic", 1), ("normal", 3), ("roughness", 1))  # MODALITIES order
 
 
 @dataclass(frozen=True)
 class GBufferMessage:
-    """One checked engine frame: header fields, the raw pass bytes (not yet converted) and the shadow
-    plane's bytes (None: the frame has none)."""
+    """One checked engine frame: header fields, the raw pass bytes (not yet converted) and its light planes'
+    bytes by name (LIGHT_PASSES order; the ones the frame has)."""
 
     number: int
     sent: float
@@ -83,11 +89,12 @@ class GBufferMessage:
     form: int
     depth_near: float
     payload: memoryview
-    shadow: memoryview | None = None
+    light: dict = field(default_factory=dict)
 
-    def shadow_u8(self) -> np.ndarray | None:
-        """The shadow plane as uint8 (H, W), 255 where the sun reaches (a read-only view), or None."""
-        return None if self.shadow is None else np.frombuffer(self.shadow, np.uint8).reshape(self.height, self.width)
+    def light_u8(self) -> dict[str, np.ndarray]:
+        """The light planes by name, uint8 (H, W), 255 = seen (read-only views)."""
+        return {name: np.frombuffer(plane, np.uint8).reshape(self.height, self.width)
+                for name, plane in self.light.items()}
 
     def teacher_u8(self) -> np.ndarray:
         """Form 1's payload as uint8 (5, H, W, 3) (a read-only view of the message)."""
@@ -150,18 +157,25 @@ def unpack_gbuffers(message: bytes) -> GBufferMessage:
         _check_fields(where, form, flags, width, height, near, sent, len(data) - HEADER_BYTES)
     except ProtocolError as err:
         raise FrameError(str(err), number) from None
-    passes = HEADER_BYTES + FORM_BYTES_PER_PIXEL[form] * width * height
-    shadow = data[passes:] if flags & FLAG_SHADOW else None
-    return GBufferMessage(number, sent, width, height, form, near, data[HEADER_BYTES:passes], shadow)
+    passes = at = HEADER_BYTES + FORM_BYTES_PER_PIXEL[form] * width * height
+    light = {}
+    for name in _flagged(flags):
+        light[name], at = data[at:at + width * height], at + width * height
+    return GBufferMessage(number, sent, width, height, form, near, data[HEADER_BYTES:passes], light)
+
+
+def _flagged(flags: int) -> list[str]:
+    """The light planes the header flags say follow the passes, in LIGHT_PASSES order."""
+    return [name for name in LIGHT_PASSES if flags & LIGHT_FLAGS[name]]
 
 
 def _check_fields(where: str, form: int, flags: int, width: int, height: int, near: float, sent: float,
                   got: int) -> None:
     if form not in FORMS:
         raise ProtocolError(f"{where}: form {form} is unknown; 1 = {FORMS[1]}, 2 = {FORMS[2]}")
-    if flags & ~FLAG_SHADOW:
-        raise ProtocolError(f"{where}: header flags (bytes 6..7) {flags:#06x} set unknown bits; bit 0 = a shadow "
-                            "plane follows the passes, the others must be 0")
+    if flags & ~sum(LIGHT_FLAGS.values()):
+        raise ProtocolError(f"{where}: header flags (bytes 6..7) {flags:#06x} set unknown bits; {FLAG_RULE}, the "
+                            "others must be 0")
     check_size(width, height, where)
     if not math.isfinite(sent):
         raise ProtocolError(f"{where}: send time {sent!r} is not a finite number")
@@ -170,24 +184,30 @@ def _check_fields(where: str, form: int, flags: int, width: int, height: int, ne
     if form == FORM_FLOAT32 and not (math.isfinite(near) and 0.0 <= near <= 1e6):
         raise ProtocolError(f"{where}: depth_near {near!r} must be 0 (default) or a positive scene distance up to 1e6")
     passes, plane = FORM_BYTES_PER_PIXEL[form] * width * height, width * height
-    with_shadow = bool(flags & FLAG_SHADOW)
-    if with_shadow and got == passes:
-        raise ProtocolError(f"{where}: header flags say a shadow plane follows, but the payload holds only the "
-                            f"passes ({got} bytes for {width}x{height} {FORMS[form]}); the plane is {plane} more bytes")
-    if not with_shadow and got == passes + plane:
-        raise ProtocolError(f"{where}: payload of {got} bytes is the passes and {plane} bytes more (a shadow plane?): "
-                            "set header flags bit 0 when a shadow plane follows")
-    want = passes + plane * with_shadow
+    named = _flagged(flags)
+    what = " and ".join(f"a {n} plane" for n in named)
+    want = passes + plane * len(named)
+    held = (got - passes) // plane if got >= passes and (got - passes) % plane == 0 else None
+    if held is not None and held < len(named):
+        raise ProtocolError(f"{where}: header flags say {what} follow{'s' * (len(named) == 1)}, but the payload holds "
+                            + ("only the passes" if held == 0 else f"the passes and {held} plane")
+                            + f" ({got} bytes for {width}x{height} {FORMS[form]}); "
+                            + (f"the plane is {plane} more bytes" if len(named) == 1 else f"a plane is {plane} bytes"))
+    if held is not None and len(named) < held <= len(LIGHT_PASSES):
+        unnamed = [f"a {n} plane" for n in LIGHT_PASSES if n not in named]
+        raise ProtocolError(f"{where}: payload of {got} bytes is the passes{' and ' + what if named else ''} and "
+                            f"{got - want} bytes more ({' or '.join(unnamed)}?): set the header flags' bits ({FLAG_RULE})")
     if got != want:
         raise ProtocolError(f"{where}: payload of {got} bytes, expected {want} for {width}x{height} {FORMS[form]}"
-                            + (f" and a {width}x{height} uint8 shadow plane" if with_shadow else ""))
+                            + "".join(f" and a {width}x{height} uint8 {n} plane" for n in named))
 
 
-def pack_gbuffers(number: int, sent: float, gbuffers, depth_near: float = 0.0, shadow=None) -> bytes:
+def pack_gbuffers(number: int, sent: float, gbuffers, depth_near: float = 0.0, shadow=None, sky=None) -> bytes:
     """An engine frame message. gbuffers: uint8 (5, H, W, 3) teacher form, or float passes (a
     mapping or an object with albedo, depth, metallic, normal, roughness, e.g. GBufferFrame).
-    shadow: the frame's shadow pass, uint8 (H, W) (255 where the sun reaches) or float (H, W) in
-    [0, 1] (rounded to 8 bits), or None. Raises ValueError naming the problem."""
+    shadow, sky: the frame's light passes, uint8 (H, W) (255 = seen: where the sun reaches, the whole
+    sky) or float (H, W) in [0, 1] (rounded to 8 bits), or None. Raises ValueError naming the problem."""
+    light = {name: plane for name, plane in (("shadow", shadow), ("sky", sky)) if plane is not None}
     if isinstance(gbuffers, np.ndarray):
         if gbuffers.dtype != np.uint8 or gbuffers.ndim != 4 or gbuffers.shape[0] != 5 or gbuffers.shape[-1] != 3:
             raise ValueError(f"frame {number}: teacher form must be uint8 (5, H, W, 3), got {gbuffers.dtype} "
@@ -220,24 +240,26 @@ def pack_gbuffers(number: int, sent: float, gbuffers, depth_near: float = 0.0, s
         check_size(int(width), int(height), f"frame {number}")
     except ProtocolError as err:
         raise ValueError(str(err)) from None
-    if shadow is not None:
-        body.append(shadow_plane(number, shadow, (int(height), int(width))))
-    head = HEADER.pack(MAGIC, VERSION, form, 0 if shadow is None else FLAG_SHADOW, width, height, near, number,
+    for name in LIGHT_PASSES:
+        if name in light:
+            body.append(light_plane(number, name, light[name], (int(height), int(width))))
+    head = HEADER.pack(MAGIC, VERSION, form, sum(LIGHT_FLAGS[n] for n in light), width, height, near, number,
                        float(sent))
     return b"".join([head] + [a.tobytes() for a in body])
 
 
-def shadow_plane(number: int, shadow, size: tuple[int, int]) -> np.ndarray:
-    """A frame's shadow pass as the wire carries it, uint8 (H, W): uint8 as is, float in [0, 1] rounded;
+def light_plane(number: int, name: str, plane, size: tuple[int, int]) -> np.ndarray:
+    """A frame's light pass `name` as the wire carries it, uint8 (H, W): uint8 as is, float in [0, 1] rounded;
     ValueError naming the frame when its shape is not the G-buffers' (H, W) or a float holds NaN."""
-    arr = np.asarray(shadow)
+    arr = np.asarray(plane)
     if arr.dtype != np.uint8 and arr.dtype.kind != "f":
-        raise ValueError(f"frame {number}: shadow must be uint8 (255 lit) or float in [0, 1], got {arr.dtype}")
+        raise ValueError(f"frame {number}: {name} must be uint8 (255 = seen) or float in [0, 1], got {arr.dtype}")
     if arr.shape != size:
-        raise ValueError(f"frame {number}: shadow has shape {arr.shape}, expected {size} (H, W) like the G-buffers")
+        raise ValueError(f"frame {number}: {name} has shape {arr.shape}, expected {size} (H, W) like the G-buffers")
     if arr.dtype.kind == "f":
         if not np.isfinite(arr).all():
-            raise ValueError(f"frame {number}: shadow has NaN or infinite values; it is the sun's visibility, 0 to 1")
+            raise ValueError(f"frame {number}: {name} has NaN or infinite values; it is {LIGHT_PASS_MEANING[name]}, "
+                             "0 to 1")
         arr = np.rint(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8)
     return np.ascontiguousarray(arr)
 

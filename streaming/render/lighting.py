@@ -184,7 +184,7 @@ def model_prior(model):
 
 class Shade:
     """G-buffers -> the shading prior's frames under a LightSchedule (one chunk in, the same frames out); the
-    shadows are the G-buffers' shadow pass when they carry one."""
+    shadows and ambient occlusion are the G-buffers' shadow and sky passes when they carry them."""
 
     def __init__(self, lights: LightSchedule, prior=None, up: torch.Tensor | None = None):
         from ...model_zoo.shading_prior import ShadingPrior
@@ -199,7 +199,7 @@ class Shade:
         light = self.lights.at(torch.arange(self.frame, self.frame + n))
         with torch.inference_mode():
             out = self.prior(gbuffers.images, light, depth_near=gbuffers.depth_near, up=self.up,
-                             sun_visibility=gbuffers.sun_visibility())
+                             **gbuffers.visibilities())
         self.frame += n
         return out[:, :3].movedim(1, -1).contiguous()
 

@@ -69,7 +69,7 @@ class GBufferEncode:
         if self.prior is None:
             self.prior = ShadingPrior(LIT_PRIOR)
         light = self.lights.at(torch.arange(self.frames, self.frames + len(gbuffers)))
-        passes = prior_passes(gbuffers)
+        passes = gbuffers.visibilities()
         planes = self.prior(gbuffers.images, light, gbuffers.depth_near, **passes)
         if self.share is not None:
             self.share.put(self.frames, planes, light, passes)
@@ -107,7 +107,7 @@ class SharedPrior:
         self.start = 0  # the pixel frame of planes[0]
         self.planes: torch.Tensor | None = None  # (n, 5, H, W)
         self.lights: torch.Tensor | None = None  # (n, PACKED)
-        self.passes: list[dict[str, torch.Tensor]] = []  # per frame: the prior's passes (prior_passes), (H, W) each
+        self.passes: list[dict[str, torch.Tensor]] = []  # per frame: GBuffers.visibilities(), (H, W) each
 
     def put(self, start: int, planes: torch.Tensor, lights: torch.Tensor, passes: dict[str, torch.Tensor]) -> None:
         if self.planes is None or start != self.start + len(self.planes):
@@ -126,16 +126,6 @@ class SharedPrior:
         same = torch.equal(kept_lights, lights) and all(
             a.keys() == passes.keys() and all(torch.equal(a[k], passes[k][t]) for k in a) for t, a in enumerate(kept))
         return planes if same else None
-
-
-def prior_passes(gbuffers: GBuffers) -> dict[str, torch.Tensor]:
-    """The chunk's light passes as the shading prior's keyword arguments (float (T, H, W) in [0, 1])."""
-    out = {}
-    if gbuffers.shadow is not None:
-        out["sun_visibility"] = gbuffers.sun_visibility()
-    if gbuffers.sky is not None:
-        out["sky_visibility"] = gbuffers.sky_visibility()
-    return out
 
 
 def encoder_reads_light(encoder) -> bool:
@@ -353,7 +343,7 @@ class Refine:
         if getattr(self.refiner, "reads_light", False):
             light = self.lights.at(torch.arange(self.frame, self.frame + n))
         now, self.gbuffers = self.gbuffers[:n], self.gbuffers[n:]
-        passes = prior_passes(now)
+        passes = now.visibilities()
         more = dict(passes)
         if getattr(self.refiner, "reads_given", False):  # whether each frame's light was given or the prompt's
             more["light_given"] = self.lights.given_at(torch.arange(self.frame, self.frame + n))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ...model_zoo.errors import AlayaError
-from ..gbuffer import DEFAULT_DEPTH_NEAR, MODALITIES
+from ..gbuffer import DEFAULT_DEPTH_NEAR, LIGHT_PASS_WORLD_KEYS, LIGHT_PASSES, MODALITIES
 from ..files.sinks import AtomicOutput, ExrSequenceSink, Mp4Sink, NpyWindowSink, TeacherMp4Sink
 from .shading import get_preset
 from .world import World, WorldConfig
@@ -52,7 +52,8 @@ def write_frames(out, frames, presets, fps, finish, overwrite: bool = False, win
                  progress=None) -> Path:
     """The clip folder of any world: `frames` yields (GBufferFrame, Camera) with the extras of
     world.py ("rgb", "rgb_<preset>" when several presets, "object_id", "sun_visibility[_<preset>]": the
-    first preset's becomes the shadow pass, shadow.mp4 and the EXRs' shadow layer);
+    first preset's becomes the shadow pass, shadow.mp4 and the EXRs' shadow layer; "sky_visibility" (world
+    v2) the sky pass, sky.mp4 and a sky layer);
     `finish(cameras, last_camera)` returns the text files to add ({name: text}, e.g. clip.json).
     Assembled in OUT.tmp and moved into place at the end; on any error nothing is left behind."""
     depth_near = DEFAULT_DEPTH_NEAR
@@ -85,7 +86,7 @@ def write_frames(out, frames, presets, fps, finish, overwrite: bool = False, win
         for sink in sinks.values():
             sink.close()
         extras.flush()
-        for name in MODALITIES + ("rgb", "shadow"):  # shadow.mp4: the first preset's sun visibility, with shadows
+        for name in MODALITIES + ("rgb",) + LIGHT_PASSES:  # shadow.mp4: the first preset's sun visibility, with shadows
             if (tmp / "_teacher" / f"{name}.mp4").exists():
                 os.replace(tmp / "_teacher" / f"{name}.mp4", tmp / f"{name}.mp4")
         os.rmdir(tmp / "_teacher")
@@ -139,7 +140,8 @@ def _metadata(config: WorldConfig, camera, frames, window, exr, backend, depth_n
 class _ExtrasWindows:
     """Per-pixel extras the sinks do not carry, saved beside the npy windows in the same windows:
     object_id-NNNN.npy uint16 (T, H, W) and, with shadows, sun_visibility[_<preset>]-NNNN.npy
-    float16 (T, H, W). Written into the clip's temporary folder, so they commit with it."""
+    float16 (T, H, W) (a sky pass: sky_visibility-NNNN.npy, likewise). Written into the clip's temporary
+    folder, so they commit with it."""
 
     def __init__(self, folder: Path, window: int):
         self.folder, self.window, self.k = folder, window, 0
@@ -152,7 +154,7 @@ class _ExtrasWindows:
                 continue  # the same array as sun_visibility_<first preset>
             if key == "object_id":
                 self.buf.setdefault(key, []).append(value.astype(np.uint16))
-            elif key.startswith("sun_visibility"):
+            elif key.startswith(tuple(LIGHT_PASS_WORLD_KEYS.values())):
                 self.buf.setdefault(key, []).append(value.astype(np.float16))
         if self.buf and len(next(iter(self.buf.values()))) == self.window:
             self.flush()

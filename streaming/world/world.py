@@ -23,8 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import numpy as np
-
 from ...model_zoo.errors import AlayaError
 from ..gbuffer import GBufferFrame, StreamInfo
 from ..files.readers import GBufferStream

@@ -86,6 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the shading prior's shadows come from: marched in screen space from the depth, or "
                              "each clip's recorded sun visibility, as an engine's shadow pass gives it (world v2 data "
                              "records it; default: screen)")
+    parser.add_argument("--sky", choices=("screen", "pass"), default="screen",
+                        help="where the shading prior's ambient occlusion comes from: screen space, or each clip's "
+                             "recorded sky visibility, as an engine's sky pass gives it (world v2 data made since "
+                             "2026-12-08 records it; default: screen)")
     parser.add_argument("--seed", type=args_.SEED, default=0, help="sampling seed")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weights' dtype for inference")
     parser.add_argument("--runtime-size", type=parse_size, default=(256, 256), metavar="N|WxH",

@@ -17,16 +17,14 @@ OUT becomes one clip folder (written atomically; an existing OUT needs --overwri
 
 World v2 (docs/world.md): --renderer pathtrace renders a street, courtyard or interior
 (--scene) with exact G-buffers and ground truth path traced by Mitsuba 3 (pip install
-'alaya-flash[pathtrace]'); scene.json replaces scene.xml, cast shadows are always on (so is shadow.mp4).
+'alaya-flash[pathtrace]'); scene.json replaces scene.xml, cast shadows are always on (so is shadow.mp4), and
+sky.mp4 is the sky pass (the share of the sky each pixel's surface sees; extras/sky_visibility-0000.npy float16).
   alaya-flash world --renderer pathtrace --scene street --camera drive --sun left --out clips/street3
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
 
 from .. import args as args_
 from ..args import out_path, parse_size
@@ -66,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="path length (3: one indirect bounce)")
     v2.add_argument("--sun", choices=("auto", "ahead", "left", "behind", "right"), default="auto",
                     help="the sun's side relative to the camera's first-frame heading (auto: from the seed)")
+    v2.add_argument("--sky-samples", type=args_.bounded(int, 0, 4096), default=None,
+                    help="rays a pixel for the sky pass (sky.mp4: the share of the sky each surface sees; default "
+                         "256); 0: none")
 
 
 def parse_presets(text: str, names=None) -> tuple[str, ...]:
@@ -112,7 +113,8 @@ def _run_traced(args, w: int, h: int) -> int:
         raise AlayaError(f"--camera {args.camera}: a physics-world path; world v2 has {', '.join(TRACED_PATHS)}")
     config = TracedConfig(seed=args.seed, scene=args.scene, width=w, height=h, fps=args.fps, num_frames=args.frames,
                           camera=args.camera, fov_y=args.fov, presets=parse_presets(args.presets, TRACED_PRESETS),
-                          sun=args.sun, spp=args.spp, max_depth=args.max_depth)
+                          sun=args.sun, spp=args.spp, max_depth=args.max_depth,
+                          **({} if args.sky_samples is None else {"sky_samples": args.sky_samples}))
     config.validate()
     return _write(args, "world v2", lambda bar: write_traced_clip(config, args.out, overwrite=args.overwrite,
                                                                   window=args.window, exr=args.exr, progress=bar.update))

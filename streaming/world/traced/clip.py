@@ -56,6 +56,8 @@ def _metadata(world: TracedWorld, camera, frames, window, exr) -> dict:
             "object_id": f"extras/object_id-NNNN.npy uint16 (T<={window}, H, W), 0 = background",
             "sun_visibility": (f"extras/sun_visibility[_<preset>]-NNNN.npy float16 (T<={window}, H, W)"
                                if presets else None),
+            "sky": "sky.mp4 the sky pass: the share of the sky each pixel's surface sees (lossless)" if c.sky_samples else None,
+            "sky_visibility": f"extras/sky_visibility-NNNN.npy float16 (T<={window}, H, W)" if c.sky_samples else None,
         },
         "intrinsics": {"K": cam["K"], "fov_y_deg": cam["fov_y_deg"], "near": cam["near"], "far": cam["far"],
                        "width": cam["width"], "height": cam["height"]},
