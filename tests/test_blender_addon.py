@@ -227,12 +227,13 @@ def shadow_export(tmp_path_factory):
     return work / "out", json.loads((work / "out" / "report.json").read_text())
 
 
-def _shadow_of(folder: Path) -> np.ndarray | None:
+def _shadow_of(folder: Path, name: str = "shadow") -> np.ndarray | None:
+    """The light pass `name` as the readers give it, uint8 (T, H, W), or None."""
     chunks = list(gbuffer_chunks(open_gbuffers(folder), 4))
-    if chunks[0].shadow is None:
-        assert all(c.shadow is None for c in chunks)
+    if getattr(chunks[0], name) is None:
+        assert all(getattr(c, name) is None for c in chunks)
         return None
-    return np.concatenate([c.shadow.numpy() for c in chunks])
+    return np.concatenate([getattr(c, name).numpy() for c in chunks])
 
 
 def test_shadow_pass_of_the_sun(shadow_export):
@@ -377,11 +378,13 @@ def test_sky_pass_open_ground_overhang_room_and_sky(sky_export):
     assert abs(err).mean() < 0.015 and abs(err.mean()) < 0.005, (abs(err).mean(), err.mean())
     room = _read_pass(out / "on" / "sky_0002.exr")  # frame 2: inside the closed room, every wall blocks the sky
     assert room.max() < 0.02
+    files = np.stack([_read_pass(out / "on" / f"sky_{k:04d}.exr") for k in (1, 2, 3)])
+    np.testing.assert_array_equal(_shadow_of(out / "on", "sky"), np.rint(files * 255))  # the readers take it as written
 
 
 def test_no_sky_pass_when_off(sky_export):
     out, report = sky_export
-    assert report["off"] == [] and not list((out / "off").glob("sky_*"))
+    assert report["off"] == [] and not list((out / "off").glob("sky_*")) and _shadow_of(out / "off", "sky") is None
     assert sorted(p.name for p in (out / "off").glob("*.exr")) == ["0001.exr", "0002.exr", "0003.exr",
                                                                    "shadow_0001.exr", "shadow_0002.exr",
                                                                    "shadow_0003.exr"]
