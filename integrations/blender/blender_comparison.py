@@ -3,6 +3,8 @@
     nice -n 5 .venv-bpy/bin/python integrations/blender/blender_comparison.py scene --out runs/blender-street
     nice -n 5 .venv/bin/python integrations/blender/blender_comparison.py compare --in runs/blender-street \\
         --out docs/images/blender-street.jpg --json docs/eval/blender-street.json
+    nice -n 5 .venv-bpy/bin/python integrations/blender/blender_comparison.py sky-check --in runs/blender-street \\
+        --json docs/eval/blender-sky-pass.json
 
 `scene` (Blender's Python: the `bpy` wheel, .venv-bpy) builds a small street from nothing: a road
 and two pavements, three building blocks on the right, a painted-metal car-like box (metallic
@@ -45,6 +47,9 @@ the truth:
 
 It writes the JSON report and a figure: for frames 0 and 16 a row of albedo G-buffer | Cycles
 truth | default model.
+
+`sky-check` (Blender's Python) opens OUT/street.blend and times the add-on's sky pass on frame 1 at
+several sample counts, denoised or not (SKY_CHECK), each against 1024 samples undenoised.
 """
 from __future__ import annotations
 
@@ -269,6 +274,43 @@ def make_scene(out: Path) -> int:
     return 0
 
 
+SKY_CHECK = ((16, False), (32, False), (64, False), (8, True), (16, True))  # (samples, denoised) against 1024
+
+
+def sky_check(src: Path, report: Path, frame: int = 1, reference: int = 1024) -> int:
+    """The add-on's sky pass on OUT/street.blend's frame (Blender's Python): seconds and error of each
+    SKY_CHECK setting against `reference` samples undenoised, over the pixels whose 3x3 all see a surface."""
+    import bpy
+    import numpy as np
+
+    sys.path.insert(0, str(ADDON.parent))
+    import alaya_flash_blender_addon as addon
+
+    bpy.ops.wm.open_mainfile(filepath=str(src / "street.blend"))
+    scene = bpy.context.scene
+    scene.frame_set(frame)
+    depsgraph = bpy.context.evaluated_depsgraph_get()
+    surface = np.load(src / "masks" / f"objects_{frame:04d}.npy") >= 0
+    inner = np.zeros_like(surface)
+    inner[1:-1, 1:-1] = np.lib.stride_tricks.sliding_window_view(surface, (3, 3)).all((-2, -1))
+    t = time.perf_counter()
+    truth = addon.sky_pass(scene, depsgraph, samples=reference, denoise=False)
+    rows = {"reference": {"samples": reference, "denoised": False, "seconds": round(time.perf_counter() - t, 1)}}
+    for samples, denoise in SKY_CHECK:
+        t = time.perf_counter()
+        err = (addon.sky_pass(scene, depsgraph, samples=samples, denoise=denoise) - truth)[inner]
+        rows[f"{samples}{' denoised' if denoise else ''}"] = {
+            "seconds": round(time.perf_counter() - t, 2), "bias": round(float(err.mean()), 4),
+            "rms": round(float(np.sqrt((err ** 2).mean())), 4), "mean_abs": round(float(abs(err).mean()), 4),
+            "p95_abs": round(float(np.percentile(abs(err), 95)), 4)}
+    result = {"scene": str(src), "frame": frame, "size": list(surface.shape), "pixels": int(inner.sum()),
+              "threads": scene.render.threads, "default": f"{addon.SKY_SAMPLES} denoised", "settings": rows}
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(rows))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------
 # compare: the project's half
 
@@ -454,6 +496,9 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("scene", help="build the street in Blender, export G-buffers, render the truth and masks")
     p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("sky-check", help="the add-on's sky pass on OUT/street.blend: cost and noise per setting")
+    p.add_argument("--in", dest="src", type=Path, required=True)
+    p.add_argument("--json", type=Path, required=True, help="the report")
     p = sub.add_parser("compare", help="render the export with the default model and score it against the truth")
     p.add_argument("--in", dest="src", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True, help="the figure (.png or .jpg)")
@@ -466,6 +511,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "scene":
         return make_scene(args.out)
+    if args.command == "sky-check":
+        return sky_check(args.src, args.json)
     return compare(args.src, args.out, args.json, args.render_dir, args.model, args.light, args.shadow_pass,
                    args.sky_pass)
 
