@@ -29,6 +29,7 @@ import pytest
 
 import blender_addon_scene as scene
 import blender_shadow_scene as shadow_scene
+import blender_sky_scene as sky_scene
 from alaya_flash.streaming.cli import main
 from alaya_flash.streaming.files.readers import open_gbuffers
 from alaya_flash.streaming.values import gbuffer_chunks
@@ -138,8 +139,9 @@ def test_addon_fast_render_puts_the_scene_back(export):
     out, report, stdout = export
     assert report["result"] == ["FINISHED"] and report["blender"].split(".")[0] in ("4", "5")  # 4.2+ and 5.x
     assert report["operators"] == ["render_gbuffers", "setup_export", "write_camera"] and report["panel"]
-    frames = ["0001.exr", "0002.exr", "0003.exr", "0004.exr"]  # and the scene's Sun's shadow pass beside them
-    assert sorted(p.name for p in out.iterdir()) == frames + ["camera.json"] + [f"shadow_{f}" for f in frames]
+    frames = ["0001.exr", "0002.exr", "0003.exr", "0004.exr"]  # and the light passes beside them (a Sun: shadow)
+    assert sorted(p.name for p in out.iterdir()) == (frames + ["camera.json"] + [f"shadow_{f}" for f in frames]
+                                                     + [f"sky_{f}" for f in frames])
     after = report["after"]  # the scene's own settings again (Workbench, 64 samples, motion blur, depth of field)
     assert after["engine"] == "BLENDER_WORKBENCH"
     assert (after["samples"], after["motion_blur"], after["dof"], after["filter_width"]) == (64, True, True, 1.5)
@@ -225,12 +227,13 @@ def shadow_export(tmp_path_factory):
     return work / "out", json.loads((work / "out" / "report.json").read_text())
 
 
-def _shadow_of(folder: Path) -> np.ndarray | None:
+def _shadow_of(folder: Path, name: str = "shadow") -> np.ndarray | None:
+    """The light pass `name` as the readers give it, uint8 (T, H, W), or None."""
     chunks = list(gbuffer_chunks(open_gbuffers(folder), 4))
-    if chunks[0].shadow is None:
-        assert all(c.shadow is None for c in chunks)
+    if getattr(chunks[0], name) is None:
+        assert all(getattr(c, name) is None for c in chunks)
         return None
-    return np.concatenate([c.shadow.numpy() for c in chunks])
+    return np.concatenate([getattr(c, name).numpy() for c in chunks])
 
 
 def test_shadow_pass_of_the_sun(shadow_export):
@@ -263,3 +266,125 @@ def test_no_shadow_pass_without_a_sun_or_when_off(shadow_export):
     for folder in ("no-sun", "off"):
         assert not list((out / folder).glob("shadow_*"))
         assert _shadow_of(out / folder) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The sky pass: a ground plane, a roof over part of it open along one edge, a closed room
+# (tests/blender_sky_scene.py). Read with OpenEXR directly.
+
+
+@pytest.fixture(scope="module")
+def sky_export(tmp_path_factory):
+    work = tmp_path_factory.mktemp("blender-sky")
+    _run_in_blender("blender_sky_scene.py", work, work / "out")
+    return work / "out", json.loads((work / "out" / "report.json").read_text())
+
+
+def _read_pass(path: Path) -> np.ndarray:
+    """A light pass the add-on wrote: float32 R = G = B; R."""
+    import OpenEXR
+
+    with OpenEXR.File(str(path), separate_channels=True) as f:
+        channels = {k: np.asarray(v.pixels) for k, v in f.channels().items()}
+    assert sorted(channels) == ["B", "G", "R"] and channels["R"].dtype == np.float32
+    assert (channels["R"] == channels["G"]).all() and (channels["R"] == channels["B"]).all()
+    return channels["R"]
+
+
+def _sky_truth(frame: int):
+    """Per pixel centre of sky_scene's camera at frame index 0, 1 or 2: what it sees ("ground", "under"
+    the roof, "wall", "sky" or "room") and, on the ground, the share of the sky it sees. An edge at height
+    H open on one side (the roof's, closed far beyond the ground; the wall's top, long): a ground point
+    sees the sky above the plane through it and the edge, a cosine-weighted fraction (1 - s) / 2, s = d /
+    sqrt(d^2 + H^2), d how far the point is under the edge (negative in front of it). Under the roof its
+    underside bounds it (H = ROOF_HEIGHT), outside its top (+ ROOF_THICKNESS)."""
+    n = sky_scene.SIZE
+    loc, (rx, ry, rz) = sky_scene.CAMERA[frame]
+    f = (n / 2) / (sky_scene.SENSOR_MM / 2 / sky_scene.LENS_MM)
+    x = (np.arange(n) + 0.5 - n / 2) / f
+    d = np.stack(np.broadcast_arrays(x[None, :], -x[:, None], -np.ones((n, n))), -1) @ (_rot(2, rz) @ _rot(1, ry) @ _rot(0, rx)).T
+    o = np.asarray(loc)
+    if frame == 1:
+        return np.full((n, n), "room", dtype=object), None
+    (x0, y0), (x1, y1) = sky_scene.ROOF
+    (wx, wy), (sx, sy), wall_h = sky_scene.WALL
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = {"ground": -o[2] / d[..., 2], "under": (sky_scene.ROOF_HEIGHT - o[2]) / d[..., 2],
+             "wall": (wy - sy / 2 - o[1]) / d[..., 1]}  # its face towards frame 3's camera
+    p = {k: o + v[..., None] * d for k, v in t.items()}
+    ground_x = o[0] if frame == 2 else 0.0
+    inside = {"ground": (abs(p["ground"][..., 0] - ground_x) <= sky_scene.GROUND_HALF)
+                        & (abs(p["ground"][..., 1]) <= sky_scene.GROUND_HALF),
+              "under": (frame == 0) & (p["under"][..., 0] >= x0) & (p["under"][..., 0] <= x1)
+                       & (abs(p["under"][..., 1]) <= y1),
+              "wall": (frame == 2) & (abs(p["wall"][..., 0] - wx) <= sx / 2) & (p["wall"][..., 2] >= 0)
+                      & (p["wall"][..., 2] <= wall_h)}
+    what = np.full((n, n), "sky", dtype=object)
+    nearest = np.full((n, n), np.inf)
+    for k in t:
+        hit = inside[k] & (t[k] > 0) & (t[k] < nearest)
+        what[hit], nearest[hit] = k, t[k][hit]
+    if frame == 0:
+        dist = -p["ground"][..., 0]
+        h = np.where(dist > 0, sky_scene.ROOF_HEIGHT, sky_scene.ROOF_HEIGHT + sky_scene.ROOF_THICKNESS)
+    else:
+        dist, h = p["ground"][..., 1] - (wy - sy / 2), wall_h
+    sky = np.where(what == "ground", (1 - dist / np.hypot(dist, h)) / 2, np.nan)
+    return what, sky
+
+
+def _inner(what: np.ndarray) -> np.ndarray:
+    """Pixels whose 8 neighbours see the same kind of thing as they do (the pass is denoised)."""
+    same = np.zeros(what.shape, bool)
+    same[1:-1, 1:-1] = True
+    n = what.shape[0]
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            same[1:-1, 1:-1] &= what[1 + dy:n - 1 + dy, 1 + dx:n - 1 + dx] == what[1:-1, 1:-1]
+    return same
+
+
+def test_sky_pass_open_ground_overhang_room_and_sky(sky_export):
+    out, report = sky_export
+    assert report["option_default"] is True and report["on"] == ["FINISHED"]
+    # the settings it switched for its own render are the scene's again, its world and material gone
+    assert report["after"] == {"world": True, "override": True, "sun_hidden": False, "samples": 4096,
+                               "file_format": "OPEN_EXR_MULTILAYER", "worlds": 1, "materials": 0}
+    assert sorted(p.name for p in (out / "on").glob("sky_*")) == ["sky_0001.exr", "sky_0002.exr", "sky_0003.exr"]
+    errors = []
+    for frame in (0, 2):
+        sky = _read_pass(out / "on" / f"sky_{frame + 1:04d}.exr")
+        assert sky.shape == (sky_scene.SIZE, sky_scene.SIZE)
+        what, truth = _sky_truth(frame)
+        inner = _inner(what)
+        ground = inner & (what == "ground")
+        assert (inner & (what == "sky")).sum() > 100 and (sky[inner & (what == "sky")] == 1.0).all()  # background: 1
+        errors.append(sky[ground] - truth[ground])
+        window = np.lib.stride_tricks.sliding_window_view(np.nan_to_num(truth), (3, 3))
+        steady = ground.copy()  # and whose 3x3's truth spans < 0.2 (not where the ground recedes to the horizon)
+        steady[1:-1, 1:-1] &= np.ptp(window, axis=(-2, -1)) < 0.2
+        assert abs(sky[steady] - truth[steady]).max() < 0.06
+        if frame == 0:
+            open_ground = ground & (truth > 0.97)
+            assert open_ground.sum() > 50 and sky[open_ground].mean() > 0.97
+            under = inner & (what == "under")  # the roof's underside faces down: no sky above the horizon
+            assert under.sum() > 20 and (sky[under] < 0.02).all()
+            overhang = ground & (truth > 0.1) & (truth < 0.5)  # the ground under the roof, near its open edge
+            assert overhang.sum() > 30 and 0.1 < sky[overhang].min() and sky[overhang].max() < 0.55
+        else:  # an open wall sees half the sky's rays, all it can (divided by (1 + n.z) / 2)
+            wall = inner & (what == "wall")
+            assert wall.sum() > 300 and sky[wall].mean() > 0.98 and sky[wall].min() > 0.9
+    err = np.concatenate(errors)  # the ground against (1 - s) / 2: 16 samples a pixel, denoised
+    assert abs(err).mean() < 0.015 and abs(err.mean()) < 0.005, (abs(err).mean(), err.mean())
+    room = _read_pass(out / "on" / "sky_0002.exr")  # frame 2: inside the closed room, every wall blocks the sky
+    assert room.max() < 0.02
+    files = np.stack([_read_pass(out / "on" / f"sky_{k:04d}.exr") for k in (1, 2, 3)])
+    np.testing.assert_array_equal(_shadow_of(out / "on", "sky"), np.rint(files * 255))  # the readers take it as written
+
+
+def test_no_sky_pass_when_off(sky_export):
+    out, report = sky_export
+    assert report["off"] == [] and not list((out / "off").glob("sky_*")) and _shadow_of(out / "off", "sky") is None
+    assert sorted(p.name for p in (out / "off").glob("*.exr")) == ["0001.exr", "0002.exr", "0003.exr",
+                                                                   "shadow_0001.exr", "shadow_0002.exr",
+                                                                   "shadow_0003.exr"]

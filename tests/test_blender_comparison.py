@@ -72,10 +72,10 @@ def test_score_render_equal_to_truth_and_flat(bc):
     assert 0 < scored["psnr_db"] < 30
 
 
-def test_the_scenes_sun_and_shadow_pass_as_an_engine_gives_them(bc, tmp_path):
+def test_the_scenes_sun_and_light_passes_as_an_engine_gives_them(bc, tmp_path):
     """given_light: the scene's sun with its azimuth relative to the camera's heading (camera.json's first
-    frame); with_shadow_pass: the export beside the ray-cast sun masks as `shadow_NNNN.exr`, which the
-    readers take as the shadow pass."""
+    frame); with_light_passes: the export beside the ray-cast sun masks as `shadow_NNNN.exr` and the sky
+    masks as `sky_NNNN.exr`, which the readers take as the light passes."""
     import json
 
     from alaya_flash.streaming.files import sinks
@@ -94,10 +94,25 @@ def test_the_scenes_sun_and_shadow_pass_as_an_engine_gives_them(bc, tmp_path):
     assert bc.given_light(src) == ("bright_sunny,az=-145.0,el=40,sun=4,zenith=0.1:0.2:0.4,horizon=0.1:0.2:0.4,"  # -55 - 90
                                    "ground=0.1:0.2:0.4,ambient=1")
     (src / "masks").mkdir()
-    masks = [np.zeros((16, 16), np.float32) for _ in range(3)]
-    for k, m in enumerate(masks):
-        m[:, k * 4:] = 1.0
-        np.save(src / "masks" / f"sun_{k + 1:04d}.npy", m)
-    shadowed = bc.with_shadow_pass(src, tmp_path / "with-shadow")
-    got = np.concatenate([g.shadow.numpy() for g in gbuffer_chunks(open_gbuffers(shadowed), 2)])
-    np.testing.assert_array_equal(got, np.stack(masks).astype(np.uint8) * 255)
+    suns = [np.zeros((16, 16), np.float32) for _ in range(3)]
+    skies = [np.full((16, 16), 0.25 * k, np.float32) for k in range(3)]
+    for k, (sun, sky) in enumerate(zip(suns, skies)):
+        sun[:, k * 4:] = 1.0
+        sky[:8] = 1.0
+        np.save(src / "masks" / f"sun_{k + 1:04d}.npy", sun)
+        np.save(src / "masks" / f"sky_{k + 1:04d}.npy", sky)
+
+    def passes(folder):
+        chunks = list(gbuffer_chunks(open_gbuffers(folder), 2))
+        return {name: None if getattr(chunks[0], name) is None else np.concatenate([getattr(g, name).numpy() for g in chunks])
+                for name in ("shadow", "sky")}
+
+    assert bc.with_light_passes(src, []) == src / "gbuffers"
+    both = bc.with_light_passes(src, ["shadow", "sky"])
+    assert both == src / "gbuffers-shadow-sky"
+    got = passes(both)
+    np.testing.assert_array_equal(got["shadow"], np.stack(suns).astype(np.uint8) * 255)
+    np.testing.assert_array_equal(got["sky"], np.rint(np.stack(skies) * 255))
+    only = passes(bc.with_light_passes(src, ["sky"]))
+    assert only["shadow"] is None
+    np.testing.assert_array_equal(only["sky"], got["sky"])

@@ -11,6 +11,11 @@ Then Render Properties > "Alaya Flash G-buffers" panel:
   Shadow pass (Sun)       on (the default) and the scene has a Sun light: the fast render also writes
                           shadow_NNNN.exr beside each frame, the first Sun's visibility per pixel
                           (1 lit, 0 in shadow; ray cast: shadow_pass() below).
+  Sky Pass                on (the default): the fast render also writes sky_NNNN.exr, the share of the
+                          sky each pixel's surface sees (world v2's sky visibility: 1 open, 0 in a
+                          closed room, 1 on the background), from a second Cycles render of 16 samples,
+                          denoised: sky_pass() below. 3.3 s a 256x256 frame on 2 shared CPU cores,
+                          rms error 0.011 (blender_comparison.py scene, sky-check; docs/gbuffers.md).
   Write camera.json       writes the active camera's matrix_world for every frame of the range
                           into camera.json beside the output (also done after each animation
                           render while the add-on is enabled).
@@ -91,12 +96,9 @@ def setup_material(mat) -> bool:
 
 
 def setup_output(scene) -> None:
-    settings = scene.render.image_settings
-    if hasattr(settings, "media_type"):  # Blender 5: multilayer is a media type (written one part per pass)
-        settings.media_type = "MULTI_LAYER_IMAGE"
-    settings.file_format = "OPEN_EXR_MULTILAYER"
-    settings.color_depth = "32"
-    settings.exr_codec = "ZIP"
+    # Blender 5: multilayer is a media type (written one part per pass)
+    _image_format(scene.render.image_settings, media_type="MULTI_LAYER_IMAGE", file_format="OPEN_EXR_MULTILAYER",
+                  color_depth="32", exr_codec="ZIP")
 
 
 def setup_scene(scene) -> list[str]:
@@ -145,6 +147,34 @@ def sun_light(scene):
     return next((o for o in scene.objects if o.type == "LIGHT" and o.data.type == "SUN"), None)
 
 
+def camera_hits(scene, depsgraph):
+    """The image's (height, width) and, for each pixel centre whose camera ray hits a surface, (row,
+    column, ray direction, hit point, normal turned towards the camera, object): one scene.ray_cast a
+    pixel, through the centres the fast render's passes hold. Row 0 at the top."""
+    from mathutils import Vector
+
+    cam = scene.camera
+    if cam is None:
+        raise RuntimeError("the scene has no active camera")
+    pct = scene.render.resolution_percentage / 100
+    w, h = max(1, round(scene.render.resolution_x * pct)), max(1, round(scene.render.resolution_y * pct))
+    corners = list(cam.data.view_frame(scene=scene))  # camera-space image corners at z = -d
+    xs, ys, z = [v.x for v in corners], [v.y for v in corners], corners[0].z
+    left, right, bottom, top = min(xs), max(xs), min(ys), max(ys)
+    rot, origin = cam.matrix_world.to_3x3(), cam.matrix_world.translation.copy()
+
+    def hits():
+        for i in range(h):
+            py = top - (i + 0.5) / h * (top - bottom)
+            for j in range(w):
+                d = (rot @ Vector((left + (j + 0.5) / w * (right - left), py, z))).normalized()
+                hit, loc, normal, _, obj, _ = scene.ray_cast(depsgraph, origin, d)
+                if hit:
+                    yield i, j, d, loc, (-normal if normal.dot(d) > 0 else normal), obj
+
+    return (h, w), hits()
+
+
 def shadow_pass(scene, depsgraph, to_sun=None, objects: bool = False):
     """The sun's visibility at the surface each pixel centre sees: float32 (H, W), row 0 at the top, 1 where
     a ray from the hit point (1 mm off the surface) towards the sun hits nothing, 0 in shadow, on faces
@@ -160,42 +190,119 @@ def shadow_pass(scene, depsgraph, to_sun=None, objects: bool = False):
             raise RuntimeError("the scene has no Sun light")
         to_sun = sun.matrix_world.to_3x3() @ Vector((0.0, 0.0, 1.0))  # a sun shines down its local -Z
     to_sun = Vector(to_sun).normalized()
-    cam = scene.camera
-    if cam is None:
-        raise RuntimeError("the scene has no active camera")
-    pct = scene.render.resolution_percentage / 100
-    w, h = max(1, round(scene.render.resolution_x * pct)), max(1, round(scene.render.resolution_y * pct))
-    corners = list(cam.data.view_frame(scene=scene))  # camera-space image corners at z = -d
-    xs, ys, z = [v.x for v in corners], [v.y for v in corners], corners[0].z
-    left, right, bottom, top = min(xs), max(xs), min(ys), max(ys)
-    rot, origin = cam.matrix_world.to_3x3(), cam.matrix_world.translation.copy()
+    (h, w), hits = camera_hits(scene, depsgraph)
     vis = np.zeros((h, w), np.float32)
     names = [[None] * w for _ in range(h)]
-    for i in range(h):
-        py = top - (i + 0.5) / h * (top - bottom)
-        for j in range(w):
-            d = (rot @ Vector((left + (j + 0.5) / w * (right - left), py, z))).normalized()
-            hit, loc, normal, _, obj, _ = scene.ray_cast(depsgraph, origin, d)
-            if not hit:
-                continue
-            names[i][j] = obj.name
-            if normal.dot(d) > 0:  # the side the camera sees
-                normal = -normal
-            if normal.dot(to_sun) > 0 and not scene.ray_cast(depsgraph, loc + normal * 1e-3, to_sun)[0]:
-                vis[i, j] = 1.0
+    for i, j, _, loc, normal, obj in hits:
+        names[i][j] = obj.name
+        if normal.dot(to_sun) > 0 and not scene.ray_cast(depsgraph, loc + normal * 1e-3, to_sun)[0]:
+            vis[i, j] = 1.0
     return (vis, names) if objects else vis
 
 
-def write_shadow_exr(path: str, vis) -> None:
-    """A visibility plane as a float32 ZIP EXR (R = G = B = vis), through a temporary Blender image."""
+SKY_SAMPLES = 16  # Cycles samples a pixel for the sky pass, then denoised (docs/gbuffers.md: its noise and cost)
+
+
+def sky_pass(scene, depsgraph, samples: int = SKY_SAMPLES, denoise: bool = True):
+    """The share of the sky the surface at each pixel centre sees: float32 (H, W) in [0, 1], row 0 at the
+    top; world v2's sky visibility (streaming/world/traced/render.py), 1 on the background.
+
+    Cycles renders the view layer with every material a white Lambert (its material override), the
+    lights hidden and a world of radiance 1 above the horizon (world +Z) and 0 below, direct light only,
+    `samples` a pixel through the pixel centre (FAST_SETTINGS), denoised by OpenImageDenoise: per pixel the
+    cosine-weighted share of rays from the surface that leave above the horizon and hit nothing. That is
+    divided by what an unblocked surface of the same normal sees, (1 + n.z) / 2, at least 1/4 (surfaces
+    facing down), with the normal of one scene.ray_cast per pixel centre, and clipped to [0, 1]. The
+    render goes to a temporary single-layer EXR; every setting it changes is put back."""
+    import tempfile
+
     import numpy as np
 
-    h, w = vis.shape
-    img = bpy.data.images.new("alaya-flash shadow", w, h, alpha=False, float_buffer=True)
+    layer = scene.view_layers[depsgraph.view_layer.name]
+    world, white = _horizon_world(), _white_material()
+    settings = scene.render.image_settings
+    with tempfile.TemporaryDirectory(prefix="alaya-flash-sky-") as tmp:
+        path = os.path.join(tmp, "sky.exr")
+        changes = [(_owner(scene, o), a, v) for o, a, v in FAST_SETTINGS]
+        changes += [(scene.cycles, "samples", int(samples)), (scene.cycles, "use_denoising", bool(denoise)),
+                    (scene.cycles, "film_exposure", 1.0), (scene.cycles, "sample_clamp_direct", 0.0),
+                    (scene.render, "use_compositing", False), (scene.render, "use_sequencer", False),
+                    (scene.render, "filepath", path), (scene, "world", world), (layer, "material_override", white)]
+        if denoise:
+            changes += [(scene.cycles, "denoiser", "OPENIMAGEDENOISE"),
+                        (scene.cycles, "denoising_input_passes", "RGB_ALBEDO_NORMAL"),
+                        (scene.cycles, "denoising_prefilter", "ACCURATE")]
+        if hasattr(settings, "color_management"):  # the file in the scene's linear space, as rendered
+            changes.append((settings, "color_management", "FOLLOW_SCENE"))
+        changes += [(o, "hide_render", True) for o in scene.objects if o.type == "LIGHT"]
+        saved, image = [], {}
+        try:
+            image = _image_format(settings, media_type="IMAGE", file_format="OPEN_EXR", color_depth="32",
+                                  color_mode="RGB")
+            _switch([c for c in changes if c[0] is not None], saved)
+            bpy.ops.render.render(write_still=True, layer=layer.name)
+            img = bpy.data.images.load(path, check_existing=False)
+            try:
+                w, h = img.size
+                rgba = np.empty(w * h * 4, np.float32)
+                img.pixels.foreach_get(rgba)
+            finally:
+                bpy.data.images.remove(img)
+        finally:
+            _put_back(saved)
+            _image_format(settings, **image)  # the media type first
+            bpy.data.worlds.remove(world)
+            bpy.data.materials.remove(white)
+    seen = rgba.reshape(h, w, 4)[::-1, :, :3].mean(-1)  # Blender images start at the bottom row
+    (rows, cols), hits = camera_hits(scene, depsgraph)
+    if (rows, cols) != (h, w):
+        raise RuntimeError(f"the sky render is {w}x{h}, the camera's image {cols}x{rows}")
+    vis = np.ones((h, w), np.float32)
+    for i, j, _, _, normal, _ in hits:
+        vis[i, j] = seen[i, j] / max((1.0 + normal.z) / 2, 0.25)
+    return np.clip(vis, 0.0, 1.0)
+
+
+def _horizon_world():
+    """A new world: radiance 1 where the direction points above the horizon (world +Z), 0 below."""
+    world = bpy.data.worlds.new("alaya-flash sky pass")
+    if world.node_tree is None:  # Blender 4.x
+        world.use_nodes = True
+    nodes, links = world.node_tree.nodes, world.node_tree.links
+    background = next(n for n in nodes if n.type == "BACKGROUND")
+    background.inputs["Color"].default_value = (1.0, 1.0, 1.0, 1.0)
+    coords, xyz, above = nodes.new("ShaderNodeTexCoord"), nodes.new("ShaderNodeSeparateXYZ"), nodes.new("ShaderNodeMath")
+    above.operation, above.inputs[1].default_value = "GREATER_THAN", 0.0
+    links.new(coords.outputs["Generated"], xyz.inputs[0])  # a world's Generated: the direction
+    links.new(xyz.outputs["Z"], above.inputs[0])
+    links.new(above.outputs[0], background.inputs["Strength"])
+    return world
+
+
+def _white_material():
+    """A new material: a white Diffuse BSDF alone."""
+    mat = bpy.data.materials.new("alaya-flash sky pass")
+    if mat.node_tree is None:  # Blender 4.x
+        mat.use_nodes = True
+    nodes = mat.node_tree.nodes
+    for n in [n for n in nodes if n.type != "OUTPUT_MATERIAL"]:
+        nodes.remove(n)
+    diffuse = nodes.new("ShaderNodeBsdfDiffuse")
+    diffuse.inputs["Color"].default_value = (1.0, 1.0, 1.0, 1.0)
+    mat.node_tree.links.new(diffuse.outputs[0], next(n for n in nodes if n.type == "OUTPUT_MATERIAL").inputs["Surface"])
+    return mat
+
+
+def write_pass_exr(path: str, plane) -> None:
+    """A one-channel pass (shadow, sky) as a float32 ZIP EXR (R = G = B = plane), through a temporary Blender image."""
+    import numpy as np
+
+    h, w = plane.shape
+    img = bpy.data.images.new("alaya-flash pass", w, h, alpha=False, float_buffer=True)
     try:
         img.colorspace_settings.name = "Non-Color"  # written as is
         rgba = np.ones((h, w, 4), np.float32)
-        rgba[..., :3] = vis[::-1, :, None]  # Blender images start at the bottom row
+        rgba[..., :3] = plane[::-1, :, None]  # Blender images start at the bottom row
         img.pixels.foreach_set(rgba.ravel())
         img.filepath_raw, img.file_format = path, "OPEN_EXR"
         if hasattr(img, "use_half_precision"):
@@ -238,31 +345,63 @@ FAST_SETTINGS = (
     ("dof", "use_dof", False),
 )
 
+IMAGE_FORMAT = ("media_type", "file_format", "color_depth", "color_mode", "exr_codec")  # the order they are set in
+
 _rendering = False  # while a fast render runs, the render-complete handler leaves camera.json alone
+
+
+def _owner(scene, name):
+    """What FAST_SETTINGS' owner names: "dof" the active camera's depth of field (None without a camera)."""
+    if name == "dof":
+        cam = scene.camera
+        return cam.data.dof if cam is not None and cam.type == "CAMERA" else None
+    return getattr(scene, name)
+
+
+def _switch(changes, saved: list) -> None:
+    """Set each (object, attribute, value) in order, the old value appended to saved first (for _put_back,
+    also after a failed set)."""
+    for obj, attr, value in changes:
+        saved.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, value)
+
+
+def _put_back(saved) -> None:
+    for obj, attr, value in reversed(saved):
+        setattr(obj, attr, value)
+
+
+def _image_format(settings, **values) -> dict:
+    """Set the output's image format (IMAGE_FORMAT order: Blender 5's media type first, which its file
+    formats depend on; attributes Blender does not have are left out); returns the old values."""
+    old = {k: getattr(settings, k) for k in IMAGE_FORMAT if hasattr(settings, k)}
+    for k in IMAGE_FORMAT:
+        if k in values and k in old:
+            setattr(settings, k, values[k])
+    return old
 
 
 class FastRender:
     """The fast G-buffer render of a scene's frame range, one frame per step(): set up (setup_scene),
-    switch to FAST_SETTINGS, render each frame to the output path as multilayer EXR; finish() writes
-    camera.json and puts every setting back (also after an error or a cancel)."""
+    switch to FAST_SETTINGS, render each frame to the output path as multilayer EXR, with the light passes
+    beside it; finish() writes camera.json and puts every setting back (also after an error or a cancel)."""
 
-    def __init__(self, scene, folder: str | None = None, shadow: bool | None = None):
+    def __init__(self, scene, folder: str | None = None, shadow: bool | None = None, sky: bool | None = None):
         self.scene, self.folder = scene, folder
         if shadow is None:  # the panel's option, which only counts when there is a Sun light
             shadow = getattr(scene, "alaya_flash_shadow_pass", True)
+        if sky is None:
+            sky = getattr(scene, "alaya_flash_sky_pass", True)
         self.shadow = bool(shadow) and sun_light(scene) is not None
+        self.sky = bool(sky)
         self.shadows: list[str] = []
+        self.skies: list[str] = []
         self.frames = list(range(scene.frame_start, scene.frame_end + 1, scene.frame_step))
         self.done: list[str] = []
         self.skipped: list[str] = []
         self._saved: list = []
+        self._frame = None
         self._started = False
-
-    def _owner(self, name):
-        if name == "dof":
-            cam = self.scene.camera
-            return cam.data.dof if cam is not None and cam.type == "CAMERA" else None
-        return getattr(self.scene, name)
 
     def start(self) -> None:
         global _rendering
@@ -271,17 +410,14 @@ class FastRender:
             raise RuntimeError("the scene has no active camera")
         if not self.frames:
             raise RuntimeError(f"the frame range {scene.frame_start}-{scene.frame_end} is empty")
-        self._saved = [("render", "filepath", scene.render.filepath), ("frame", None, scene.frame_current)]
+        self._saved, self._frame = [(scene.render, "filepath", scene.render.filepath)], scene.frame_current
         self._started, _rendering = True, True
         if self.folder:
             os.makedirs(self.folder, exist_ok=True)
             scene.render.filepath = os.path.join(os.path.abspath(self.folder), "####")
         self.skipped = setup_scene(scene)
-        for owner, attr, value in FAST_SETTINGS:  # engine first: the Cycles settings apply to it
-            obj = self._owner(owner)
-            if obj is not None:
-                self._saved.append((owner, attr, getattr(obj, attr)))
-                setattr(obj, attr, value)
+        owned = [(_owner(scene, o), a, v) for o, a, v in FAST_SETTINGS]  # engine first: the Cycles settings apply to it
+        _switch([c for c in owned if c[0] is not None], self._saved)
         self.paths = [bpy.path.abspath(scene.render.frame_path(frame=f)) for f in self.frames]
         self.folder = os.path.dirname(self.paths[0])
         os.makedirs(self.folder, exist_ok=True)
@@ -295,11 +431,13 @@ class FastRender:
         self.scene.render.filepath = self.paths[k]  # a still's path is used as is (no #### substitution)
         bpy.ops.render.render(write_still=True)
         self.done.append(self.paths[k])
-        if self.shadow:  # shadow_0001.exr beside 0001.exr: the reader's side-file shadow pass
-            stem = os.path.splitext(os.path.basename(self.paths[k]))[0]
-            path = os.path.join(self.folder, f"shadow_{stem}.exr")
-            write_shadow_exr(path, shadow_pass(self.scene, bpy.context.evaluated_depsgraph_get()))
-            self.shadows.append(path)
+        stem = os.path.splitext(os.path.basename(self.paths[k]))[0]
+        for on, name, make, written in ((self.shadow, "shadow", shadow_pass, self.shadows),
+                                        (self.sky, "sky", sky_pass, self.skies)):
+            if on:  # shadow_0001.exr, sky_0001.exr beside 0001.exr: the readers' side-file light passes
+                path = os.path.join(self.folder, f"{name}_{stem}.exr")
+                write_pass_exr(path, make(self.scene, bpy.context.evaluated_depsgraph_get()))
+                written.append(path)
         return k + 1 < len(self.frames)
 
     def finish(self, complete: bool = True) -> str | None:
@@ -307,11 +445,9 @@ class FastRender:
         global _rendering
         path = None
         try:
-            for owner, attr, value in reversed(self._saved):
-                if owner == "frame":
-                    self.scene.frame_set(value)
-                elif (obj := self._owner(owner)) is not None:
-                    setattr(obj, attr, value)
+            _put_back(self._saved)
+            if self._frame is not None:
+                self.scene.frame_set(self._frame)
             if complete and self._started:
                 path = write_camera_json(self.scene, self.folder)
         finally:
@@ -319,12 +455,13 @@ class FastRender:
         return path
 
 
-def render_gbuffers(scene, folder: str | None = None, shadow: bool | None = None) -> dict:
+def render_gbuffers(scene, folder: str | None = None, shadow: bool | None = None, sky: bool | None = None) -> dict:
     """Set the scene up and render its frame range's G-buffers fast (FastRender) into folder (default:
-    the scene's output path), with camera.json and, with a Sun light, the shadow pass (shadow: None = the
-    panel's option). Blocks until done; for scripts and `blender -b`. Returns {"frames": [EXR paths],
-    "camera": camera.json path, "skipped": materials without AOVs, "shadows": [shadow EXR paths]}."""
-    job = FastRender(scene, folder, shadow)
+    the scene's output path), with camera.json, the sky pass and, with a Sun light, the shadow pass
+    (shadow, sky: None = the panel's options). Blocks until done; for scripts and `blender -b`. Returns
+    {"frames": [EXR paths], "camera": camera.json path, "skipped": materials without AOVs,
+    "shadows": [shadow EXR paths], "skies": [sky EXR paths]}."""
+    job = FastRender(scene, folder, shadow, sky)
     ok = False
     try:
         job.start()
@@ -333,7 +470,8 @@ def render_gbuffers(scene, folder: str | None = None, shadow: bool | None = None
         ok = True
     finally:
         camera = job.finish(complete=ok)
-    return {"frames": job.done, "camera": camera, "skipped": job.skipped, "shadows": job.shadows}
+    return {"frames": job.done, "camera": camera, "skipped": job.skipped, "shadows": job.shadows,
+            "skies": job.skies}
 
 
 class ALAYA_OT_setup(bpy.types.Operator):
@@ -440,6 +578,7 @@ class ALAYA_PT_panel(bpy.types.Panel):
         row = self.layout.row()
         row.enabled = sun_light(context.scene) is not None  # greyed out (and not written) without a Sun
         row.prop(context.scene, "alaya_flash_shadow_pass")
+        self.layout.prop(context.scene, "alaya_flash_sky_pass")
         self.layout.operator(ALAYA_OT_camera.bl_idname)
 
 
@@ -461,6 +600,10 @@ def register():
         name="Shadow Pass (Sun)", default=True,
         description="With a Sun light, Render G-Buffers also writes shadow_NNNN.exr: the first Sun's "
                     "visibility per pixel, ray cast (slow on large images: two rays per pixel in Python)")
+    bpy.types.Scene.alaya_flash_sky_pass = bpy.props.BoolProperty(
+        name="Sky Pass", default=True,
+        description="Render G-Buffers also writes sky_NNNN.exr: the share of the sky each pixel's surface "
+                    f"sees (a second Cycles render, {SKY_SAMPLES} samples denoised, a white sky above the horizon)")
     bpy.app.handlers.render_complete.append(_after_render)
 
 
@@ -468,5 +611,6 @@ def unregister():
     if _after_render in bpy.app.handlers.render_complete:
         bpy.app.handlers.render_complete.remove(_after_render)
     del bpy.types.Scene.alaya_flash_shadow_pass
+    del bpy.types.Scene.alaya_flash_sky_pass
     for c in reversed(CLASSES):
         bpy.utils.unregister_class(c)

@@ -3,6 +3,8 @@
     nice -n 5 .venv-bpy/bin/python integrations/blender/blender_comparison.py scene --out runs/blender-street
     nice -n 5 .venv/bin/python integrations/blender/blender_comparison.py compare --in runs/blender-street \\
         --out docs/images/blender-street.jpg --json docs/eval/blender-street.json
+    nice -n 5 .venv-bpy/bin/python integrations/blender/blender_comparison.py sky-check --in runs/blender-street \\
+        --json docs/eval/blender-sky-pass.json
 
 `scene` (Blender's Python: the `bpy` wheel, .venv-bpy) builds a small street from nothing: a road
 and two pavements, three building blocks on the right, a painted-metal car-like box (metallic
@@ -17,16 +19,20 @@ a camera at eye height (1.6 m) dollies 4 m along the street, 17 frames at 16 fps
   OUT/truth/         the Cycles truth: CPU, 64 samples, OIDN denoiser, view transform Standard
                      (plain sRGB), 8-bit PNG, one per frame
   OUT/masks/         per frame: sun_NNNN.npy (H, W) float32, 1 where the sun reaches the surface
-                     seen through the pixel's centre, 0 where it is shadowed, by ray casting
-                     (scene.ray_cast from the camera through the pixel centre, then from the hit
-                     point towards the sun); objects_NNNN.npy (H, W) int8, the object first hit
-                     (index into scene.json's "objects", -1 sky); ground_NNNN.npy (H, W) bool,
-                     road and pavements
-  OUT/scene.json     the scene's numbers, the methods and the wall times; OUT/street.blend
+                     seen through the pixel's centre, 0 where it is shadowed (the add-on's shadow
+                     pass: scene.ray_cast from the camera through the pixel centre, then from the hit
+                     point towards the sun); sky_NNNN.npy (H, W) float32, the share of the sky that
+                     surface sees (the add-on's sky pass, sky_pass); objects_NNNN.npy (H, W) int8,
+                     the object first hit (index into scene.json's "objects", -1 sky);
+                     ground_NNNN.npy (H, W) bool, road and pavements
+  OUT/scene.json     the scene's numbers, the methods and the wall times (sky_s: the sky pass's,
+                     all frames); OUT/street.blend
 
 `compare` (the project's venv) renders OUT/gbuffers with the embedded default model (or --model's)
 and bright_sunny's training caption (the one that names "a bright midday sun ... crisp shadows"),
-and scores it against the truth:
+given the scene's light with --light and the light passes from OUT/masks with --shadow-pass and
+--sky-pass (written beside a copy of the G-buffers as the add-on writes them), and scores it against
+the truth:
 
   PSNR            per frame and over the clip (alaya_flash.streaming.metrics.psnr); also over
                   the pixels that see a surface (not the sky)
@@ -41,6 +47,9 @@ and scores it against the truth:
 
 It writes the JSON report and a figure: for frames 0 and 16 a row of albedo G-buffer | Cycles
 truth | default model.
+
+`sky-check` (Blender's Python) opens OUT/street.blend and times the add-on's sky pass on frame 1 at
+several sample counts, denoised or not (SKY_CHECK), each against 1024 samples undenoised.
 """
 from __future__ import annotations
 
@@ -189,21 +198,29 @@ def render_truth(bpy, scene, folder: Path) -> None:
     bpy.ops.render.render(animation=True)
 
 
-def sun_masks(bpy, scene, folder: Path, names: list[str]) -> None:
-    """Per frame: which object each pixel centre sees, and whether the sun reaches that point (the add-on's
-    shadow_pass: the shadow pass it exports, ray cast)."""
+def light_masks(bpy, scene, folder: Path, names: list[str]) -> float:
+    """Per frame: which object each pixel centre sees, whether the sun reaches that point and the share of
+    the sky it sees (the add-on's shadow_pass and sky_pass: the light passes it exports). Returns the
+    seconds sky_pass took, all frames."""
     import numpy as np
 
     addon = sys.modules[ADDON.stem]  # installed and enabled by make_scene
     folder.mkdir(parents=True, exist_ok=True)
     index = {n: i for i, n in enumerate(names)}
+    sky_s = 0.0
     for f in range(scene.frame_start, scene.frame_end + 1):
         scene.frame_set(f)
-        sun, seen = addon.shadow_pass(scene, bpy.context.evaluated_depsgraph_get(), sun_direction(), objects=True)
+        depsgraph = bpy.context.evaluated_depsgraph_get()
+        sun, seen = addon.shadow_pass(scene, depsgraph, sun_direction(), objects=True)
+        t = time.perf_counter()
+        sky = addon.sky_pass(scene, depsgraph)
+        sky_s += time.perf_counter() - t
         obj_ids = np.array([[-1 if n is None else index[n] for n in row] for row in seen], np.int8)
         np.save(folder / f"sun_{f:04d}.npy", sun)
+        np.save(folder / f"sky_{f:04d}.npy", sky)
         np.save(folder / f"objects_{f:04d}.npy", obj_ids)
         np.save(folder / f"ground_{f:04d}.npy", np.isin(obj_ids, [index[n] for n in GROUND]))
+    return sky_s
 
 
 def make_scene(out: Path) -> int:
@@ -223,7 +240,8 @@ def make_scene(out: Path) -> int:
 
     t = time.perf_counter()
     scene.render.filepath = str(out / "gbuffers" / "####")  # Output Properties > Output
-    scene.alaya_flash_shadow_pass = False  # compare gives the shadow pass only with --shadow-pass (from masks/)
+    scene.alaya_flash_shadow_pass = False  # compare gives the light passes only with --shadow-pass,
+    scene.alaya_flash_sky_pass = False     # --sky-pass (from masks/)
     if bpy.ops.alaya_flash.render_gbuffers() != {"FINISHED"}:  # the panel's "Render G-Buffers (Fast)"
         raise RuntimeError("Render G-Buffers (Fast) did not finish")
     times["gbuffers_s"] = time.perf_counter() - t
@@ -234,7 +252,7 @@ def make_scene(out: Path) -> int:
 
     names = [o.name for o in scene.objects if o.type == "MESH"]
     t = time.perf_counter()
-    sun_masks(bpy, scene, out / "masks", names)
+    times["sky_s"] = light_masks(bpy, scene, out / "masks", names)
     times["masks_s"] = time.perf_counter() - t
     scene.frame_set(1)
     bpy.ops.wm.save_as_mainfile(filepath=str(out / "street.blend"))
@@ -248,9 +266,48 @@ def make_scene(out: Path) -> int:
             "truth": {"engine": "CYCLES", "device": "CPU", **CYCLES, "view_transform": "Standard"},
             "sun_visibility": "ray cast: camera ray through the pixel centre (scene.ray_cast), then a ray from "
                               "the hit point (+1 mm along the normal) towards the sun; 1 = not blocked",
+            "sky_visibility": f"the add-on's sky_pass: Cycles, {sys.modules[ADDON.stem].SKY_SAMPLES} samples a pixel denoised, white "
+                              "Lambert under a sky of 1 above the horizon, over (1 + n.z) / 2",
             "seconds": {k: round(v, 1) for k, v in times.items()}}
     (out / "scene.json").write_text(json.dumps(info, indent=1))
     print(json.dumps(info["seconds"]))
+    return 0
+
+
+SKY_CHECK = ((16, False), (32, False), (64, False), (8, True), (16, True))  # (samples, denoised) against 1024
+
+
+def sky_check(src: Path, report: Path, frame: int = 1, reference: int = 1024) -> int:
+    """The add-on's sky pass on OUT/street.blend's frame (Blender's Python): seconds and error of each
+    SKY_CHECK setting against `reference` samples undenoised, over the pixels whose 3x3 all see a surface."""
+    import bpy
+    import numpy as np
+
+    sys.path.insert(0, str(ADDON.parent))
+    import alaya_flash_blender_addon as addon
+
+    bpy.ops.wm.open_mainfile(filepath=str(src / "street.blend"))
+    scene = bpy.context.scene
+    scene.frame_set(frame)
+    depsgraph = bpy.context.evaluated_depsgraph_get()
+    surface = np.load(src / "masks" / f"objects_{frame:04d}.npy") >= 0
+    inner = np.zeros_like(surface)
+    inner[1:-1, 1:-1] = np.lib.stride_tricks.sliding_window_view(surface, (3, 3)).all((-2, -1))
+    t = time.perf_counter()
+    truth = addon.sky_pass(scene, depsgraph, samples=reference, denoise=False)
+    rows = {"reference": {"samples": reference, "denoised": False, "seconds": round(time.perf_counter() - t, 1)}}
+    for samples, denoise in SKY_CHECK:
+        t = time.perf_counter()
+        err = (addon.sky_pass(scene, depsgraph, samples=samples, denoise=denoise) - truth)[inner]
+        rows[f"{samples}{' denoised' if denoise else ''}"] = {
+            "seconds": round(time.perf_counter() - t, 2), "bias": round(float(err.mean()), 4),
+            "rms": round(float(np.sqrt((err ** 2).mean())), 4), "mean_abs": round(float(abs(err).mean()), 4),
+            "p95_abs": round(float(np.percentile(abs(err), 95)), 4)}
+    result = {"scene": str(src), "frame": frame, "size": list(surface.shape), "pixels": int(inner.sum()),
+              "threads": scene.render.threads, "default": f"{addon.SKY_SAMPLES} denoised", "settings": rows}
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(rows))
     return 0
 
 
@@ -348,25 +405,31 @@ def given_light(src: Path) -> str:
             f"zenith={sky},horizon={sky},ground={sky},ambient=1")
 
 
-def with_shadow_pass(src: Path, dst: Path) -> Path:
-    """A copy of src/gbuffers with the ray-cast sun masks beside the frames as the shadow pass
-    (`shadow_NNNN.exr`, docs/gbuffers.md), as an engine's shadow maps would give it."""
+def with_light_passes(src: Path, passes: list[str]) -> Path:
+    """src/gbuffers, or a copy of it with light passes beside the frames from the masks, as the add-on
+    writes them (docs/gbuffers.md): "shadow" the ray-cast sun masks (`shadow_NNNN.exr`), "sky" the sky
+    masks (`sky_NNNN.exr`)."""
     import shutil
 
     import numpy as np
 
     from alaya_flash.streaming.files.image_files import write_exr
 
+    if not passes:
+        return src / "gbuffers"
+    dst = src / "-".join(["gbuffers", *passes])
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src / "gbuffers", dst)
-    for mask in sorted((src / "masks").glob("sun_*.npy")):
-        write_exr(dst / f"shadow_{mask.stem[4:]}.exr", {"Y": np.load(mask).astype(np.float32)})
+    for name, mask in (("shadow", "sun"), ("sky", "sky")):
+        if name in passes:
+            for f in sorted((src / "masks").glob(f"{mask}_*.npy")):
+                write_exr(dst / f"{name}_{f.stem[len(mask) + 1:]}.exr", {"Y": np.load(f).astype(np.float32)})
     return dst
 
 
 def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None, model: Path | None = None,
-            light: bool = False, shadow_pass: bool = False) -> int:
+            light: bool = False, shadow_pass: bool = False, sky_pass: bool = False) -> int:
     import numpy as np
 
     from alaya_flash.streaming.cli import main as cli
@@ -374,7 +437,7 @@ def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None, 
     from alaya_flash.streaming.gbuffer import linear_to_srgb
 
     info = json.loads((src / "scene.json").read_text())
-    gb = with_shadow_pass(src, src / "gbuffers-shadow") if shadow_pass else src / "gbuffers"
+    gb = with_light_passes(src, [name for name, on in (("shadow", shadow_pass), ("sky", sky_pass)) if on])
     frames = list(open_gbuffers(gb))
     render_dir = render_dir or src / "render"
     text = prompt()
@@ -404,6 +467,7 @@ def compare(src: Path, out: Path, report: Path, render_dir: Path | None = None, 
     result = {"scene": str(src), "prompt": text, "preset": PROMPT_PRESET, "model": label,
               "light": lit[1] if lit else "the prompt's", "shadows": "the ray-cast sun masks as the shadow pass"
               if shadow_pass else "screen-space",
+              "sky_occlusion": "the add-on's sky pass" if sky_pass else "screen-space",
               "num_frames": len(truth), "size": list(truth.shape[1:3]), "truth": info["truth"],
               "sun_visibility": info["sun_visibility"],
               "shadow_region": {"road": "asphalt only: one albedo, so the ratio is the lighting's alone",
@@ -432,6 +496,9 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("scene", help="build the street in Blender, export G-buffers, render the truth and masks")
     p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("sky-check", help="the add-on's sky pass on OUT/street.blend: cost and noise per setting")
+    p.add_argument("--in", dest="src", type=Path, required=True)
+    p.add_argument("--json", type=Path, required=True, help="the report")
     p = sub.add_parser("compare", help="render the export with the default model and score it against the truth")
     p.add_argument("--in", dest="src", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True, help="the figure (.png or .jpg)")
@@ -440,10 +507,14 @@ def main(argv=None) -> int:
     p.add_argument("--model", type=Path, default=None, help="a Flash model folder (default: the embedded default)")
     p.add_argument("--light", action="store_true", help="give the model the scene's sun (else the prompt's light)")
     p.add_argument("--shadow-pass", action="store_true", help="give it the ray-cast sun masks as the shadow pass")
+    p.add_argument("--sky-pass", action="store_true", help="give it the add-on's sky pass (the sky masks)")
     args = parser.parse_args(argv)
     if args.command == "scene":
         return make_scene(args.out)
-    return compare(args.src, args.out, args.json, args.render_dir, args.model, args.light, args.shadow_pass)
+    if args.command == "sky-check":
+        return sky_check(args.src, args.json)
+    return compare(args.src, args.out, args.json, args.render_dir, args.model, args.light, args.shadow_pass,
+                   args.sky_pass)
 
 
 if __name__ == "__main__":
