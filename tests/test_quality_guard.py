@@ -104,11 +104,10 @@ def guard_figures(guard: str = "default-physics") -> dict:
     for p, name in enumerate(names):
         prompt = str(clip["captions"][p]) if "captions" in clip else wordings(name, "train")[0]
         sched = PromptSchedule.encode(text, prompt)
+        lights, passes = None, {}
         if GUARDS[guard].given:
-            lights, shadow = recorded(clip["light"][p]), clip["sun_visibility"][p]
-        else:
-            lights, shadow = None, None
-        out, _, _ = _render(FlashPipeline(flash, sched, seed=0, lights=lights), clip["gbuffers"], shadow=shadow)
+            lights, passes = recorded(clip["light"][p]), {"shadow": clip["sun_visibility"][p]}
+        out, _, _ = _render(FlashPipeline(flash, sched, seed=0, lights=lights), clip["gbuffers"], passes=passes)
         assert out.shape == (FRAMES, SIZE, SIZE, 3)
         near = metrics.nearest(out, gt, p)
         psnr.append(metrics.psnr(out, gt[p]))
