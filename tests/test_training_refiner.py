@@ -513,3 +513,31 @@ def test_mix_clips_sets_how_many_of_the_mixed_worlds_clips_are_rendered(mixed, t
     bad = {"out": str(tmp_path / "x"), "model": str(mixed / "model"), "data": str(mixed / "data"), "mix_clips": -1}
     assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "bad.json", bad)]) != 0
     assert "mix_clips -1" in capsys.readouterr().err
+
+
+def test_init_starts_the_refiner_from_a_model_folders_refiner(tmp_path):
+    """`init`: the stage starts from a model folder's refiner of the same config (a fine-tune), strictly; a folder
+    of another refiner config, or with none, is one line naming it."""
+    from alaya_flash.model_zoo.codecs import refiner as refiner_codec
+    from alaya_flash.model_zoo.errors import AlayaError
+    from alaya_flash.model_zoo.loading import save_safetensors
+    from alaya_flash.training.refiner import RefinerStageConfig, _start_from
+
+    name = "gbuffer-refiner-16-given"
+    shipped = refiner_codec.build(refiner_codec.CONFIGS[name])
+    with torch.no_grad():
+        for t in shipped.parameters():
+            t.normal_()
+    folder = tmp_path / "model"
+    folder.mkdir()
+    save_safetensors(shipped.state_dict(), folder / "refiner.safetensors", {"role": "refiner"})
+    (folder / "config.json").write_text(json.dumps({"networks": {"refiner": {"config_name": name}}}))
+    net = refiner_codec.build(refiner_codec.CONFIGS[name])
+    _start_from(net, RefinerStageConfig(config=name, init=str(folder)))
+    for key, value in shipped.state_dict().items():
+        assert torch.equal(net.state_dict()[key], value), key
+    with pytest.raises(AlayaError, match=f"init {folder}'s refiner is '{name}', the stage trains 'gbuffer-refiner-16-mirror'"):
+        _start_from(refiner_codec.build(refiner_codec.CONFIGS["gbuffer-refiner-16-mirror"]),
+                    RefinerStageConfig(config="gbuffer-refiner-16-mirror", init=str(folder)))
+    with pytest.raises(AlayaError, match="is not a model folder with a refiner"):
+        _start_from(net, RefinerStageConfig(config=name, init=str(tmp_path)))

@@ -86,6 +86,9 @@ class RefinerStageConfig(StageConfig):
     # recordings (an engine's shadow pass and sky pass): a world v2 dataset made since 2026-12-08 records the
     # sky's visibility; a room's walls and ceiling block the sky only there
     sky_pass_rate: float = 0.0
+    # a model folder whose refiner (of the same config) the training starts from, instead of the identity: a
+    # fine-tune ("": from zero; a run resumed from its checkpoint ignores it)
+    init: str = ""
 
     def validate(self):
         check_device("refiner stage", self.device)
@@ -306,6 +309,8 @@ def _source(cfg: RefinerStageConfig, data: str, log, text_dim: int, mix: bool = 
 def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
     dev = torch.device(cfg.device)
     net = refiner_codec.build(refiner_codec.CONFIGS[cfg.config]).to(dev)
+    if cfg.init:
+        _start_from(net, cfg)
     sources = [_source(cfg, cfg.data, log, net.text_dim, light=net.reads_light)]
     if cfg.mix_data:
         sources.append(_source(cfg, cfg.mix_data, log, net.text_dim, mix=True, light=net.reads_light))
@@ -404,6 +409,20 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
         return {"refine": loss.item()}
 
     return train_loop(cfg, {"refiner": net}, {"opt_refiner": opt}, step, log, progress, extra={"refiner": cfg.config})
+
+
+def _start_from(net, cfg: RefinerStageConfig) -> None:
+    """Load the refiner of the model folder `cfg.init` into net, strictly; its config must be cfg.config."""
+    from ..model_zoo.loading import load_strict, read_state_dict
+
+    folder = Path(cfg.init)
+    try:
+        named = json.loads((folder / "config.json").read_text())["networks"]["refiner"].get("config_name")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise AlayaError(f"refiner stage: init {folder} is not a model folder with a refiner") from None
+    if named != cfg.config:
+        raise AlayaError(f"refiner stage: init {folder}'s refiner is {named!r}, the stage trains {cfg.config!r}")
+    load_strict(net, read_state_dict(folder / "refiner.safetensors"))
 
 
 def load_run(run: str | Path) -> tuple[refiner_codec.GBufferRefiner, str]:
