@@ -98,7 +98,7 @@ NETWORKS: dict[str, dict[str, Field]] = {
                 "temporal_downsample": Field("bool", each=True)},
     "gbuffer-refiner": {"width": _int(1), "image_channels": _int(1), "text_dim": _int(0), "text_hidden": _int(1),
                         "context": _int(0), "prior": Field("bool"), "blend": Field("bool"),
-                        "given": Field("bool"), "reflections": Field("bool")},
+                        "given": Field("bool"), "reflections": Field("bool"), "sky": Field("bool")},
     "umt5": {"vocab_size": _int(1), "d_model": _int(1), "d_ff": _int(1), "num_heads": _int(1, 4096), "d_kv": _int(1),
              "num_layers": _int(1, 1024), "num_buckets": _int(1), "max_distance": _int(1), "eps": _float(1e-12, 1.0)},
 }

@@ -38,7 +38,7 @@ def _model():
     from alaya_flash.model_zoo import bundle
 
     model = bundle.make_random_flash(seed=0)
-    model.refiner = random_refiner("gbuffer-refiner-16-light")  # reads the prior: the light passes show in its frames
+    model.refiner = random_refiner("gbuffer-refiner-16-sky")  # reads the prior: the light passes show in its frames
     return model
 
 

@@ -131,7 +131,8 @@ def test_gbuffers_check_carry_and_cut_their_light_passes(source, planes, name):
 @pytest.mark.parametrize("name", LIGHT_PASSES)
 def test_shade_and_refine_take_their_light_from_the_pass(source, planes, name):
     """Shade's frames equal the prior's given the pass (its sun or sky visibility), and differ from its own
-    screen-space ones; a light-reading refiner streamed in chunks equals one call given the pass."""
+    screen-space ones; a light-reading refiner streamed in chunks equals one call given the pass; a refiner whose
+    prior was trained without a sky pass leaves one out."""
     from alaya_flash.model_zoo.codecs import refiner as refiner_codec
     from alaya_flash.model_zoo.light import Light, pack
     from alaya_flash.model_zoo.shading_prior import ShadingPrior
@@ -148,7 +149,7 @@ def test_shade_and_refine_take_their_light_from_the_pass(source, planes, name):
     assert not torch.allclose(shaded, Shade(LightSchedule.constant(light)).step(GBuffers(images)), atol=1e-2)
 
     torch.manual_seed(0)
-    net = refiner_codec.build(refiner_codec.CONFIGS["gbuffer-refiner-16-blend"]).eval()
+    net = refiner_codec.build(refiner_codec.CONFIGS["gbuffer-refiner-16-sky"]).eval()
     with torch.no_grad():
         net.tail[-1].bias[3:].fill_(0.5)  # the blend share at 0.5: the prior's light shows in the frame
     frames = torch.rand(N, H, W, 3)
@@ -165,6 +166,10 @@ def test_shade_and_refine_take_their_light_from_the_pass(source, planes, name):
     direct = net.refine(frames, images, emb, lights, g.depth_near, **given)
     torch.testing.assert_close(torch.cat(outs), direct)
     assert not torch.allclose(direct, net.refine(frames, images, emb, lights, g.depth_near), atol=1e-2)
+    if name == "sky":
+        plain = refiner_codec.build(refiner_codec.CONFIGS["gbuffer-refiner-16-mirror"]).eval()
+        assert torch.equal(plain.refine(frames, images, emb, lights, g.depth_near, **given),
+                           plain.refine(frames, images, emb, lights, g.depth_near))
     with pytest.raises(AlayaError, match=f"some chunks carry a {name} pass and some do not"):
         stage = Refine(net, PromptSchedule.constant(text), LightSchedule.constant(light))
         stage.add_gbuffers(g.pieces(2)[0])

@@ -211,7 +211,7 @@ def test_a_sky_pass_reaches_the_prior_through_render(tmp_path):
 
     prompt, light = "a sunny street, the sun on the left", "az=60,el=35"
     model = bundle.make_random_flash(seed=0)
-    model.refiner = random_refiner("gbuffer-refiner-16-light")
+    model.refiner = random_refiner("gbuffer-refiner-16-sky")
     folder = bundle.save_flash(model, tmp_path / "model")
     teacher = np.stack(list(synthetic_stream(32, 32, 9, seed=4).teacher_frames()))  # the model's sizes: 32x32
     dark = np.zeros(teacher.shape[:1] + teacher.shape[2:4], np.uint8)

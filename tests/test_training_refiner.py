@@ -465,23 +465,24 @@ def test_shadow_and_sky_pass_rates_shade_with_the_clips_recorded_visibilities(ru
         np.savez(data / name, **arrays, sun_visibility=vis, sky_visibility=sky)
     cfg = {"out": str(tmp_path / "ref"), "model": str(runs / "model"), "data": str(data), "clips": 1,
            "crop": 32, "batch": 4, "steps": 4, "log_every": 2, "ckpt_every": 4, "precision": "fp32",
-           "config": "gbuffer-refiner-16-given", "shadow_pass_rate": 0.5, "prompt_light_rate": 0.5,
+           "config": "gbuffer-refiner-16-sky", "shadow_pass_rate": 0.5, "prompt_light_rate": 0.5,
            "sky_pass_rate": 0.5}
     assert main(["--quiet", "train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 0
     net, name = load_run(tmp_path / "ref")  # it trained reading whether each crop's light and shadows were given
-    assert name == "gbuffer-refiner-16-given" and net.reads_given and net.head[0].weight.grad is None
+    assert name == "gbuffer-refiner-16-sky" and net.reads_given and net.reads_sky and net.head[0].weight.grad is None
+    prior = ShadingPrior(net.config.prior_config)  # its prior: with reflections
     clips = ClipSet(data, "train")
     planes = read_state_dict(tmp_path / "ref" / "priors-shadow" / "clip-000000.safetensors")["planes"]
     q = len(clips.presets) - 1
     vis = torch.from_numpy(clips.sun_visibility[0, q]).float() / 255
-    want = ShadingPrior()(torch.from_numpy(clips.gbuffers[0]), torch.from_numpy(clips.light[0, q]), DEFAULT_DEPTH_NEAR,
+    want = prior(torch.from_numpy(clips.gbuffers[0]), torch.from_numpy(clips.light[0, q]), DEFAULT_DEPTH_NEAR,
                           sun_visibility=vis)
     assert torch.equal(planes[q], want.mul(255).round().clamp(0, 255).to(torch.uint8))
     assert (planes[:, :, 3, :, : 16] == 0).all() and not torch.equal(
         planes, read_state_dict(tmp_path / "ref" / "priors" / "clip-000000.safetensors")["planes"])
     both = read_state_dict(tmp_path / "ref" / "priors-shadow-sky" / "clip-000000.safetensors")["planes"]
     sky = torch.from_numpy(clips.sky_visibility[0]).float() / 255
-    want = ShadingPrior()(torch.from_numpy(clips.gbuffers[0]), torch.from_numpy(clips.light[0, q]), DEFAULT_DEPTH_NEAR,
+    want = prior(torch.from_numpy(clips.gbuffers[0]), torch.from_numpy(clips.light[0, q]), DEFAULT_DEPTH_NEAR,
                           sun_visibility=vis, sky_visibility=sky)
     assert torch.equal(both[q], want.mul(255).round().clamp(0, 255).to(torch.uint8))
     h = both.shape[-2]
@@ -495,6 +496,10 @@ def test_shadow_and_sky_pass_rates_shade_with_the_clips_recorded_visibilities(ru
     assert main(["train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 2
     assert "sky_pass_rate 0.5 needs a refiner config that reads the light and a dataset that records sky " \
            "visibility" in capsys.readouterr().err
+    cfg.update(config="gbuffer-refiner-16-given")  # a refiner whose prior leaves the sky pass out
+    assert main(["train", "refiner", "--config", write(tmp_path / "r.json", cfg)]) == 2
+    assert "sky_pass_rate 0.5 needs a refiner config that reads the sky pass (gbuffer-refiner-16-sky), not " \
+           "gbuffer-refiner-16-given" in capsys.readouterr().err
 
 
 def test_mix_clips_sets_how_many_of_the_mixed_worlds_clips_are_rendered(mixed, tmp_path, capsys):

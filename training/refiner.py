@@ -98,6 +98,9 @@ class RefinerStageConfig(StageConfig):
             raise AlayaError("refiner stage: novel_share and mix_data do not go together (novel renders are of 'data' only)")
         if self.config not in refiner_codec.CONFIGS:
             raise AlayaError(f"refiner stage: config {self.config!r} is unknown; known: {', '.join(refiner_codec.CONFIGS)}")
+        if self.sky_pass_rate and not refiner_codec.CONFIGS[self.config].sky:
+            raise AlayaError(f"refiner stage: sky_pass_rate {self.sky_pass_rate} needs a refiner config that reads the "
+                             f"sky pass (gbuffer-refiner-16-sky), not {self.config}")
         if self.target not in TARGETS:
             raise AlayaError(f"refiner stage: target {self.target!r} is unknown; choose {' or '.join(TARGETS)}")
         if self.precision not in ("bf16", "fp32"):

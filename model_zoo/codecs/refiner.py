@@ -81,6 +81,9 @@ class RefinerConfig:
     blend: bool = False  # and mixes the prior's shaded image in by a weight it predicts per pixel (needs prior)
     given: bool = False  # and reads whether the light was given and the shadows came from a pass (needs prior)
     reflections: bool = False  # its prior's metals show what their mirror rays meet in the frame (needs prior)
+    # its prior takes an engine's sky pass as its ambient occlusion (trained beside it); else a sky pass is left
+    # out and the prior keeps its screen-space AO: a network reads the prior it was trained beside (needs prior)
+    sky: bool = False
 
     def __post_init__(self):
         if self.blend and not self.prior:
@@ -89,6 +92,8 @@ class RefinerConfig:
             raise AlayaError("refiner config: given needs prior (it says how far the prior's light can be trusted)")
         if self.reflections and not self.prior:
             raise AlayaError("refiner config: reflections needs prior (they are the prior's)")
+        if self.sky and not self.prior:
+            raise AlayaError("refiner config: sky needs prior (the sky pass is the prior's ambient occlusion)")
 
     @property
     def prior_config(self) -> PriorConfig:
@@ -106,6 +111,9 @@ CONFIGS: dict[str, RefinerConfig] = {
     # the prior with screen-space reflections (model_zoo/shading_prior.py, PriorConfig.reflections)
     "gbuffer-refiner-16-mirror": RefinerConfig(text_dim=384, context=64, prior=True, blend=True, given=True,
                                                reflections=True),
+    # and the engine's sky pass as its prior's ambient occlusion where the G-buffers carry one
+    "gbuffer-refiner-16-sky": RefinerConfig(text_dim=384, context=64, prior=True, blend=True, given=True,
+                                            reflections=True, sky=True),
 }
 GIVEN_CHANNELS = 2  # light given (1) or the prompt's (0); shadows from a pass (1) or screen space (0)
 
@@ -172,6 +180,11 @@ class GBufferRefiner(nn.Module):
     @property
     def reads_light(self) -> bool:
         return self.config.prior
+
+    @property
+    def reads_sky(self) -> bool:
+        """Whether its prior takes an engine's sky pass (config `sky`)."""
+        return self.config.sky
 
     @property
     def reads_given(self) -> bool:
@@ -248,7 +261,8 @@ class GBufferRefiner(nn.Module):
         light: each frame's packed light (T, PACKED) (model_zoo/light.py), for a config that reads the light
         (else ignored), with the G-buffers' depth_near and camera-space up (T, 3) (None: from the normals).
         sun_visibility: (T, H, W) in [0, 1], an engine's shadow pass: the prior's shadows (None: screen-space).
-        sky_visibility: (T, H, W) in [0, 1], an engine's sky pass: the prior's ambient occlusion (None: screen-space).
+        sky_visibility: (T, H, W) in [0, 1], an engine's sky pass: the prior's ambient occlusion, for a config that
+        reads it (`sky`; else ignored: the prior's screen-space AO, as it was trained).
         light_given: whether each frame's light was given (bool, or (T,) bool) rather than read from the prompt,
         for a config that reads it (else ignored).
         prior: the shading prior's planes of these frames under `light` (T, 5, H, W), already computed (a
@@ -275,7 +289,7 @@ class GBufferRefiner(nn.Module):
                 planes = self.shading_prior(gbuffers[t:t + 1], light[t:t + 1], depth_near,
                                             None if up is None else up[t:t + 1],
                                             None if sun_visibility is None else sun_visibility[t:t + 1],
-                                            sky_visibility=None if sky_visibility is None
+                                            sky_visibility=None if sky_visibility is None or not self.config.sky
                                             else sky_visibility[t:t + 1]).to(device)
             given = None
             if self.config.given:

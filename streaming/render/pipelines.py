@@ -70,6 +70,7 @@ class GBufferEncode:
             self.prior = ShadingPrior(LIT_PRIOR)
         light = self.lights.at(torch.arange(self.frames, self.frames + len(gbuffers)))
         passes = gbuffers.visibilities()
+        passes.pop("sky_visibility", None)  # the light-reading encoder was trained beside the prior's own AO
         planes = self.prior(gbuffers.images, light, gbuffers.depth_near, **passes)
         if self.share is not None:
             self.share.put(self.frames, planes, light, passes)
@@ -344,6 +345,8 @@ class Refine:
             light = self.lights.at(torch.arange(self.frame, self.frame + n))
         now, self.gbuffers = self.gbuffers[:n], self.gbuffers[n:]
         passes = now.visibilities()
+        if not getattr(self.refiner, "reads_sky", False):  # a refiner reads the prior it was trained beside
+            passes.pop("sky_visibility", None)
         more = dict(passes)
         if getattr(self.refiner, "reads_given", False):  # whether each frame's light was given or the prompt's
             more["light_given"] = self.lights.given_at(torch.arange(self.frame, self.frame + n))
