@@ -61,8 +61,9 @@ def main(out: Path) -> int:
     install_addon(bpy)
     world = scene.world
     report = {"option_default": scene.alaya_flash_sky_pass}
+    scene.alaya_flash_sky_pass = True  # the panel's checkbox ticked
     scene.render.filepath = str(out / "on" / "####")
-    report["on"] = sorted(bpy.ops.alaya_flash.render_gbuffers())  # the panel's button, the option as it is
+    report["on"] = sorted(bpy.ops.alaya_flash.render_gbuffers())  # the panel's button, the option ticked
     report["after"] = {"world": scene.world == world, "override": scene.view_layers[0].material_override is None,
                        "sun_hidden": sun.hide_render, "samples": scene.cycles.samples,
                        "file_format": scene.render.image_settings.file_format,

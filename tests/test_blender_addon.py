@@ -139,9 +139,8 @@ def test_addon_fast_render_puts_the_scene_back(export):
     out, report, stdout = export
     assert report["result"] == ["FINISHED"] and report["blender"].split(".")[0] in ("4", "5")  # 4.2+ and 5.x
     assert report["operators"] == ["render_gbuffers", "setup_export", "write_camera"] and report["panel"]
-    frames = ["0001.exr", "0002.exr", "0003.exr", "0004.exr"]  # and the light passes beside them (a Sun: shadow)
-    assert sorted(p.name for p in out.iterdir()) == (frames + ["camera.json"] + [f"shadow_{f}" for f in frames]
-                                                     + [f"sky_{f}" for f in frames])
+    frames = ["0001.exr", "0002.exr", "0003.exr", "0004.exr"]  # and the shadow pass beside them (a Sun; sky: off)
+    assert sorted(p.name for p in out.iterdir()) == frames + ["camera.json"] + [f"shadow_{f}" for f in frames]
     after = report["after"]  # the scene's own settings again (Workbench, 64 samples, motion blur, depth of field)
     assert after["engine"] == "BLENDER_WORKBENCH"
     assert (after["samples"], after["motion_blur"], after["dof"], after["filter_width"]) == (64, True, True, 1.5)
@@ -346,7 +345,7 @@ def _inner(what: np.ndarray) -> np.ndarray:
 
 def test_sky_pass_open_ground_overhang_room_and_sky(sky_export):
     out, report = sky_export
-    assert report["option_default"] is True and report["on"] == ["FINISHED"]
+    assert report["option_default"] is False and report["on"] == ["FINISHED"]
     # the settings it switched for its own render are the scene's again, its world and material gone
     assert report["after"] == {"world": True, "override": True, "sun_hidden": False, "samples": 4096,
                                "file_format": "OPEN_EXR_MULTILAYER", "worlds": 1, "materials": 0}

@@ -391,7 +391,7 @@ class FastRender:
         if shadow is None:  # the panel's option, which only counts when there is a Sun light
             shadow = getattr(scene, "alaya_flash_shadow_pass", True)
         if sky is None:
-            sky = getattr(scene, "alaya_flash_sky_pass", True)
+            sky = getattr(scene, "alaya_flash_sky_pass", False)
         self.shadow = bool(shadow) and sun_light(scene) is not None
         self.sky = bool(sky)
         self.shadows: list[str] = []
@@ -601,7 +601,7 @@ def register():
         description="With a Sun light, Render G-Buffers also writes shadow_NNNN.exr: the first Sun's "
                     "visibility per pixel, ray cast (slow on large images: two rays per pixel in Python)")
     bpy.types.Scene.alaya_flash_sky_pass = bpy.props.BoolProperty(
-        name="Sky Pass", default=True,
+        name="Sky Pass", default=False,  # the shipped model leaves a sky pass out: no cost unasked
         description="Render G-Buffers also writes sky_NNNN.exr: the share of the sky each pixel's surface "
                     f"sees (a second Cycles render, {SKY_SAMPLES} samples denoised, a white sky above the horizon)")
     bpy.app.handlers.render_complete.append(_after_render)
