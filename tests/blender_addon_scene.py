@@ -74,6 +74,22 @@ def _material(bpy, name: str):
     return mat
 
 
+def keyframed_camera(bpy, scene, frames, sensor_mm: float, lens_mm: float):
+    """The scene's camera "cam" (vertical sensor fit), keyframed at frames 1, 2, ... to `frames`' (location,
+    rotation in degrees)."""
+    data = bpy.data.cameras.new("cam")
+    data.sensor_fit, data.sensor_height, data.lens = "VERTICAL", sensor_mm, lens_mm
+    cam = bpy.data.objects.new("cam", data)
+    scene.collection.objects.link(cam)
+    scene.camera = cam
+    for f, (loc, rot) in enumerate(frames, start=1):
+        cam.location = loc
+        cam.rotation_euler = tuple(math.radians(a) for a in rot)
+        cam.keyframe_insert("location", frame=f)
+        cam.keyframe_insert("rotation_euler", frame=f)
+    return cam
+
+
 def empty_scene(bpy, size: int, frames: int):
     """Blender's factory settings with nothing in them (which unloads add-ons): a size x size scene of
     frames 1..frames on the CPU, with an empty world."""
@@ -103,17 +119,8 @@ def build_scene(bpy):
         bpy.context.object.data.materials.append(_material(bpy, mat))
     light = bpy.data.objects.new("sun", bpy.data.lights.new("sun", "SUN"))
     scene.collection.objects.link(light)
-    cam_data = bpy.data.cameras.new("cam")
-    cam_data.sensor_fit, cam_data.sensor_height, cam_data.lens = "VERTICAL", SENSOR_MM, LENS_MM
-    cam_data.dof.use_dof, cam_data.dof.focus_distance, cam_data.dof.aperture_fstop = True, 2.0, 0.5  # off, then on
-    cam = bpy.data.objects.new("cam", cam_data)
-    scene.collection.objects.link(cam)
-    scene.camera = cam
-    for f, (loc, rot) in enumerate(CAMERA, start=1):
-        cam.location = loc
-        cam.rotation_euler = tuple(math.radians(a) for a in rot)
-        cam.keyframe_insert("location", frame=f)
-        cam.keyframe_insert("rotation_euler", frame=f)
+    cam = keyframed_camera(bpy, scene, CAMERA, SENSOR_MM, LENS_MM)
+    cam.data.dof.use_dof, cam.data.dof.focus_distance, cam.data.dof.aperture_fstop = True, 2.0, 0.5  # off, then on
     # as a user might have it: the fast render switches to Cycles, 1 sample, no motion blur, then back
     scene.render.use_motion_blur = True
     scene.cycles.samples = 64

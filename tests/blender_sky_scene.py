@@ -14,11 +14,10 @@ default, what each wrote, and the settings the sky pass switches for its own ren
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
-from blender_addon_scene import ADDON, empty_scene, install_addon
+from blender_addon_scene import ADDON, empty_scene, install_addon, keyframed_camera
 
 SIZE, FRAMES = 48, 3
 LENS_MM, SENSOR_MM = 20.0, 24.0  # sensor fit VERTICAL: tan(fov_y / 2) = 12 / 20
@@ -48,16 +47,7 @@ def main(out: Path) -> int:
     bpy.context.object.scale = (*size, height)
     sun = bpy.data.objects.new("sun", bpy.data.lights.new("sun", "SUN"))  # hidden from the sky pass's render
     scene.collection.objects.link(sun)
-    cam_data = bpy.data.cameras.new("cam")
-    cam_data.sensor_fit, cam_data.sensor_height, cam_data.lens = "VERTICAL", SENSOR_MM, LENS_MM
-    cam = bpy.data.objects.new("cam", cam_data)
-    scene.collection.objects.link(cam)
-    scene.camera = cam
-    for f, (loc, rot) in enumerate(CAMERA, start=1):
-        cam.location = loc
-        cam.rotation_euler = tuple(math.radians(a) for a in rot)
-        cam.keyframe_insert("location", frame=f)
-        cam.keyframe_insert("rotation_euler", frame=f)
+    keyframed_camera(bpy, scene, CAMERA, SENSOR_MM, LENS_MM)
     install_addon(bpy)
     world = scene.world
     report = {"option_default": scene.alaya_flash_sky_pass}
