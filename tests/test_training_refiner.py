@@ -541,8 +541,16 @@ def test_init_starts_the_refiner_from_a_model_folders_refiner(tmp_path):
     _start_from(net, RefinerStageConfig(config=name, init=str(folder)))
     for key, value in shipped.state_dict().items():
         assert torch.equal(net.state_dict()[key], value), key
-    with pytest.raises(AlayaError, match=f"init {folder}'s refiner is '{name}', the stage trains 'gbuffer-refiner-16-mirror'"):
+    with pytest.raises(AlayaError, match=f"init {folder}'s refiner is '{name}', the stage trains "
+                                         "'gbuffer-refiner-16-mirror': not the same network"):
         _start_from(refiner_codec.build(refiner_codec.CONFIGS["gbuffer-refiner-16-mirror"]),
                     RefinerStageConfig(config="gbuffer-refiner-16-mirror", init=str(folder)))
+    # a refiner whose prior took no sky pass starts one whose prior does: the same network
+    mirror = refiner_codec.build(refiner_codec.CONFIGS["gbuffer-refiner-16-mirror"])
+    save_safetensors(mirror.state_dict(), folder / "refiner.safetensors", {"role": "refiner"})
+    (folder / "config.json").write_text(json.dumps({"networks": {"refiner": {"config_name": "gbuffer-refiner-16-mirror"}}}))
+    sky = refiner_codec.build(refiner_codec.CONFIGS["gbuffer-refiner-16-sky"])
+    _start_from(sky, RefinerStageConfig(config="gbuffer-refiner-16-sky", init=str(folder)))
+    assert all(torch.equal(sky.state_dict()[k], v) for k, v in mirror.state_dict().items())
     with pytest.raises(AlayaError, match="is not a model folder with a refiner"):
         _start_from(net, RefinerStageConfig(config=name, init=str(tmp_path)))

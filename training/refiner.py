@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -415,7 +415,8 @@ def run_refiner(cfg: RefinerStageConfig, log, progress=None) -> int:
 
 
 def _start_from(net, cfg: RefinerStageConfig) -> None:
-    """Load the refiner of the model folder `cfg.init` into net, strictly; its config must be cfg.config."""
+    """Load the refiner of the model folder `cfg.init` into net, strictly: the same network as cfg.config's (whose
+    prior may take the sky pass where the folder's did not)."""
     from ..model_zoo.loading import load_strict, read_state_dict
 
     folder = Path(cfg.init)
@@ -423,8 +424,10 @@ def _start_from(net, cfg: RefinerStageConfig) -> None:
         named = json.loads((folder / "config.json").read_text())["networks"]["refiner"].get("config_name")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise AlayaError(f"refiner stage: init {folder} is not a model folder with a refiner") from None
-    if named != cfg.config:
-        raise AlayaError(f"refiner stage: init {folder}'s refiner is {named!r}, the stage trains {cfg.config!r}")
+    plain = {name: replace(c, sky=False) for name, c in refiner_codec.CONFIGS.items()}
+    if named not in plain or plain[named] != plain[cfg.config]:  # a -mirror refiner may start a -sky one
+        raise AlayaError(f"refiner stage: init {folder}'s refiner is {named!r}, the stage trains {cfg.config!r}: "
+                         "not the same network")
     load_strict(net, read_state_dict(folder / "refiner.safetensors"))
 
 
