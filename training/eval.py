@@ -48,11 +48,11 @@ def _clips(args, size):
             info = held.meta.get("clip_info", {}).get(file)
             if info is not None:  # world v2: its scene kind and sun side, for the caption naming the other side
                 clip["scene"], clip["sun_side"] = info["scene"], info["sun_side"]
+            if held.sky_visibility is not None:  # the sky pass (clips made since 2026-12-08), already read
+                clip["sky_visibility"] = held.sky_visibility[c]
             with np.load(held.root / file) as z:
                 if "sun_visibility" in z and "ground" in z:
                     clip["sun_visibility"], clip["ground"] = z["sun_visibility"][idx], z["ground"]
-                if "sky_visibility" in z:  # the sky pass (clips made since 2026-12-08)
-                    clip["sky_visibility"] = z["sky_visibility"]
                 if "truth_noise_mse" in z:  # the path-traced truth's own noise (data config heldout_passes)
                     clip["truth_noise_mse"] = z["truth_noise_mse"][idx]
             clips.append(clip)

@@ -347,7 +347,6 @@ class MitsubaScene:
             vis = np.where(cos > 1e-3, lit * math.pi / cos, 0.0)
         return np.clip(np.where(hit, vis, 0.0), 0, 1).astype(np.float32)
 
-
     def sky_visibility(self, scene, camera: Camera, normal: np.ndarray, hit: np.ndarray, samples: int,
                        seed: int = 0) -> np.ndarray:
         """(H, W) float32 in [0, 1] of a sky_scene(): the share of the sky (the hemisphere above the
